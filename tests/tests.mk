@@ -1,0 +1,51 @@
+# tests/tests.mk - unit test suites (Check), the test runner, the Python venv.
+#
+# A fragment adds a suite with
+#   CHECK_SUITES += foo
+#   CHECK_foo_DEPS := $(LIBENGINE)            # objects/archives linked in
+#   CHECK_foo_LIBS := $(call pc_libs,ogg)     # extra libraries
+# and writes tests/check_foo.c (one Check suite, see tests/check_main.h).
+
+CHECK_SUITES += json st
+CHECK_json_DEPS = $(LIBENGINE)
+CHECK_st_DEPS = $(LIBENGINE)
+
+CHECK_CFLAGS := $(call pc_cflags,check)
+CHECK_LIBS := $(call pc_libs,check)
+
+define check_suite_rule
+$(BUILD)/tests/check_$(1): tests/check_$(1).c tests/check_main.h $$(CHECK_$(1)_DEPS)
+	@mkdir -p $$(@D)
+	@echo "  CCLD    $$@"
+	$(Q)$$(CC) $$(CPPFLAGS_ALL) -Itests $$(CFLAGS_ALL) $$(CHECK_CFLAGS) $$(CHECK_$(1)_CFLAGS) $$< \
+		$$(CHECK_$(1)_DEPS) -o $$@ $$(LDFLAGS_ALL) $$(CHECK_$(1)_LIBS) $$(CHECK_LIBS) $$(LDLIBS_ALL)
+endef
+$(foreach s,$(CHECK_SUITES),$(eval $(call check_suite_rule,$(s))))
+
+CHECK_BINS := $(CHECK_SUITES:%=$(BUILD)/tests/check_%)
+
+# Python tools for the tests (pytest, ...), pinned in tests/requirements.txt.
+VENV := build/venv
+$(VENV)/.ok: tests/requirements.txt
+	@echo "  VENV    $(VENV)"
+	$(Q)python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
+
+# Suites and scripts run by `make test`; fragments may add to these.
+TEST_SCRIPTS += tests/check_deps.sh
+PYTEST_DIRS ?=
+
+test-unit: $(CHECK_BINS) $(PROGRAMS)
+	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh unit $(CHECK_BINS) -- $(TEST_SCRIPTS)
+
+test-integration: $(PROGRAMS) $(VENV)/.ok
+	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh pytest $(PYTEST_DIRS)
+
+test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
+	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh all $(CHECK_BINS) -- $(TEST_SCRIPTS) -- $(PYTEST_DIRS)
+
+# Sanitizer build in its own tree; correctness only (no real-time pace).
+asan:
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-unit test-integration
+
+bench: $(PROGRAMS) $(BENCH_DEPS)
+	$(Q)set -e; $(if $(BENCHES),$(foreach b,$(BENCHES),echo "== $(b)"; $(b);),echo "no benchmarks yet")
