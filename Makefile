@@ -90,6 +90,7 @@ include engine/core.mk
 -include proto/proto.mk
 -include daemon/daemon.mk
 -include cuda/cuda.mk
+-include tests/fuzz/fuzz.mk
 include tests/tests.mk
 
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
