@@ -1,0 +1,116 @@
+# cuda/cuda.mk - the CUDA backend plugin, its C twins and the engine-only
+# test and benchmark runners.
+#
+#   $(BUILD)/libmoshid-cuda.so   dlopened by moshid (engine/plugin.h) when the
+#                                CUDA backend is asked for; cudart is linked
+#                                statically, so the plugin needs only the
+#                                driver (libcuda.so.1) at run time
+#   $(BUILD)/engine-test         each CUDA kernel against its C twin
+#   $(BUILD)/engine-bench        matvec bandwidth vs cudaMemcpy D2D, sampler time
+#   $(BUILD)/libcuref.a          the C twins (cuda/ref/*.c), plain C, always built
+#
+# nvcc is looked up on PATH, then in /usr/local/cuda/bin; `make CUDA=0`
+# turns the plugin off. Device code: SASS for sm_80 (A100), sm_89 (L4, L40S),
+# sm_90 (H100, H200) plus compute_90 PTX that newer drivers JIT-compile.
+
+CUDA ?= 1
+ifeq ($(CUDA),1)
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+else
+NVCC :=
+endif
+
+# The C twins: test references for the kernels, compiled by the C compiler.
+CUREF_SRCS := cuda/ref/matvec.c cuda/ref/rmsnorm.c cuda/ref/sample.c
+CUREF_OBJS := $(CUREF_SRCS:%.c=$(BUILD)/obj/%.o)
+LIBCUREF := $(BUILD)/libcuref.a
+$(LIBCUREF): $(CUREF_OBJS)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+CU_PLUGIN := $(BUILD)/libmoshid-cuda.so
+CU_TEST := $(BUILD)/engine-test
+CU_BENCH := $(BUILD)/engine-bench
+
+ifneq ($(NVCC),)
+CUDA_HOME := $(patsubst %/bin/,%,$(dir $(NVCC)))
+NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+CU_ARCHS := sm_80 sm_89 sm_90
+CU_PTX := compute_90
+CU_GENCODE := $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a)) \
+	-gencode arch=$(CU_PTX),code=$(CU_PTX)
+CU_BUILD_STR := CUDA $(NVCC_VERSION); $(CU_ARCHS) + PTX $(CU_PTX); cudart static
+# No --use_fast_math: the sampler relies on IEEE division and the library
+# log to draw the same token as the C twin (docs/cuda.md).
+NVCCFLAGS := -std=c++17 -O2 -lineinfo $(CU_GENCODE) -Werror all-warnings \
+	-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE -Iengine -Icuda
+CU_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+
+# Kernels (nvcc) and the plugin entry (plain C against the runtime API).
+CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu
+CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(CU_OBJS)
+# (-isystem: the toolkit's headers are not held to -Werror)
+EXTRA_CFLAGS_cuda_ := -isystem $(CUDA_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
+EXTRA_CFLAGS_tests_gpu_ := -isystem $(CUDA_HOME)/include -Itests/gpu
+# The engine parts the plugin carries its own copy of (errors, logging).
+CU_ENGINE_OBJS := $(BUILD)/obj/engine/err.o $(BUILD)/obj/engine/log.o
+
+$(BUILD)/obj/cuda/%.o: cuda/%.cu
+	@mkdir -p $(@D)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+# Only moshid_plugin_entry is exported (cuda/plugin.map).
+$(CU_PLUGIN): $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS) cuda/plugin.map
+	@echo "  NVLD    $@"
+	$(Q)$(NVCC) -shared --cudart static -Xlinker --version-script=cuda/plugin.map \
+		-Xlinker --exclude-libs,ALL -o $@ $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS)
+
+# The runners link the kernels directly (no dlopen) and the C twins.
+
+CU_TEST_OBJS := $(BUILD)/obj/tests/gpu/engine_test.o $(BUILD)/obj/tests/gpu/gpu_util.o
+CU_BENCH_OBJS := $(BUILD)/obj/tests/gpu/engine_bench.o $(BUILD)/obj/tests/gpu/gpu_util.o
+
+$(CU_TEST): $(CU_TEST_OBJS) $(CU_OBJS) $(LIBCUREF) $(LIBENGINE)
+	@echo "  NVLD    $@"
+	$(Q)$(NVCC) --cudart static -o $@ $^ -lm
+$(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBCUREF) $(LIBENGINE)
+	@echo "  NVLD    $@"
+	$(Q)$(NVCC) --cudart static -o $@ $^ -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR) -lm
+
+CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH)
+CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION), $(CU_ARCHS) + PTX)"
+BENCHES += '$(CU_BENCH)'
+else
+CU_TARGETS :=
+CU_LINE := "✗ CUDA backend plugin (nvcc not found)"
+endif
+
+OPTIONAL_LINES += $(CU_LINE)
+EXTRA_ALL += $(CU_TARGETS) $(LIBCUREF)
+
+# make engine-only: the engine core, the C twins and (with nvcc) the plugin
+# and its runners, with nothing but a C compiler and the CUDA toolkit.
+engine-only-build: $(LIBENGINE) $(LIBCUREF) $(CU_TARGETS)
+	@printf '%b\n' $(CU_LINE)
+	$(if $(CU_TARGETS),@echo "  run: $(CU_TEST) && $(CU_BENCH)")
+
+ifeq ($(MOSHID_ENGINE_ONLY),)
+# make test: the C twins against obvious references and the plugin loader
+# (tests/check_plugin.c), and the kernels against the twins where a device
+# exists (tests/gpu/engine_test.sh; skipped otherwise).
+CHECK_SUITES += plugin
+CHECK_plugin_DEPS = $(LIBCUREF) $(LIBENGINE)
+CHECK_plugin_CFLAGS = -DCU_PLUGIN_BUILT=$(if $(CU_TARGETS),1,0)
+# Broken plugins the loader must refuse: a wrong ABI number, no entry point.
+FAKE_PLUGINS := $(BUILD)/tests/plugins/libmoshid-badabi.so $(BUILD)/tests/plugins/libmoshid-nosym.so
+$(BUILD)/tests/plugins/libmoshid-badabi.so: FAKE_DEFS := -DFAKE_ABI=999
+$(BUILD)/tests/plugins/libmoshid-nosym.so: FAKE_DEFS := -DFAKE_NOSYM
+$(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/plugin.h
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@
+$(BUILD)/tests/check_plugin: $(CU_TARGETS) $(FAKE_PLUGINS)
+TEST_SCRIPTS += tests/gpu/engine_test.sh
+endif

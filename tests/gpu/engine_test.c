@@ -1,0 +1,277 @@
+/* engine_test.c - engine-test: every CUDA kernel against its C twin
+ * (cuda/ref/) on deterministic random inputs of several shapes, plus the
+ * host-side checks of the CUDA error reporting. Needs no Check and no
+ * pkg-config library (make engine-only).
+ *
+ * One line per test, then "N passed, N failed, N skipped". Device tests are
+ * skipped with "no CUDA device: skipped" where there is none. Exit status 1
+ * when a test failed, else 0.
+ *
+ * Tolerances (normalised errors, in units of 2^-24, float's unit roundoff):
+ *  - matvec on small integers: exact (every partial sum is an integer below
+ *    2^24, so any summation order gives the same float);
+ *  - matvec on random floats: |gpu - ref| / (2^-24 * sum_k |x_k w_k|) <=
+ *    2 sqrt(K) + 8. Both sides round K times; a random walk of K roundings
+ *    stays near sqrt(K) while one missing or doubled term costs about
+ *    2^24 / K (>= 1489 for K <= 11264): the bound separates the two;
+ *  - rmsnorm: |gpu - ref| / (2^-24 |ref|) <= 64 (a handful of roundings
+ *    plus the f32 tree sum against the twin's double sum);
+ *  - sampler: the same index, exactly (cuda/samp_core.h says why).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_check.h"
+#include "cu_kern.h"
+#include "gpu_util.h"
+#include "ref/ref.h"
+
+static int n_pass, n_fail, n_skip;
+static int have_dev;
+static char no_dev_why[256];
+
+static void result(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void result(int ok, const char *name, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-40s %s\n", ok ? "ok" : "FAIL", name, detail);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+/* skip_no_dev: 1 (and a skip line) when there is no device. */
+static int skip_no_dev(const char *name) {
+    if (have_dev) return 0;
+    printf("%-4s %-40s no CUDA device: skipped\n", "skip", name);
+    n_skip++;
+    return 1;
+}
+
+/* ---- host-side checks (no device needed) ------------------------------ */
+
+static int failing_call(ms_error *err, int *line) {
+    *line = __LINE__ + 1;
+    CU_CHECK(err, cudaSetDevice(-1));
+    return MS_OK;
+}
+
+static void test_cu_check(void) {
+    ms_error err = {0};
+    int line = 0;
+    int rc = failing_call(&err, &line);
+    char want_at[64];
+    snprintf(want_at, sizeof want_at, "engine_test.c:%d", line);
+    int ok = rc == MS_ERR_DEVICE && err.code == MS_ERR_DEVICE && strstr(err.msg, "cudaSetDevice(-1) failed at") &&
+             strstr(err.msg, want_at) && strstr(err.msg, "cudaError");
+    result(ok, "cu_check_message", "\"%s\"", err.msg);
+}
+
+static void test_launch_args(void) {
+    int ok = cu_matvec_bf16(NULL, NULL, NULL, -1, 4, 4, 0) == cudaErrorInvalidValue &&
+             cu_matvec_bf16(NULL, NULL, NULL, 1, 4, -8, 0) == cudaErrorInvalidValue &&
+             cu_rmsnorm(NULL, NULL, NULL, 1, 0, 1e-8f, 0) == cudaErrorInvalidValue &&
+             cu_rmsnorm(NULL, NULL, NULL, 1, 8, NAN, 0) == cudaErrorInvalidValue &&
+             cu_sample_topk(NULL, NULL, NULL, 1, 0, 0, 0) == cudaErrorInvalidValue &&
+             cu_matvec_bf16(NULL, NULL, NULL, 0, 4, 4, 0) == cudaSuccess;
+    result(ok, "launcher_argument_checks", "bad dims refused before any launch");
+}
+
+/* ---- matvec -------------------------------------------------------------- */
+
+/* One matvec case; integers: small-integer inputs (exact comparison);
+ * xoff: x starts this many floats into its buffer (misaligned path). */
+static void matvec_case(int B, int N, int K, int integers, int xoff, uint64_t seed) {
+    char name[96];
+    snprintf(name, sizeof name, "matvec_bf16 B=%d N=%d K=%d%s%s", B, N, K, integers ? " int" : "",
+             xoff ? " unaligned" : "");
+    if (skip_no_dev(name)) return;
+    gu_rng r = {seed};
+    size_t nx = (size_t)B * K + xoff, nw = (size_t)N * K, ny = (size_t)B * N;
+    float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y), *yr = malloc(ny * sizeof *yr);
+    uint16_t *w = malloc(nw * sizeof *w);
+    for (size_t i = 0; i < nx; i++) x[i] = integers ? (float)gu_int(&r, -3, 3) : (float)gu_normal(&r);
+    for (size_t i = 0; i < nw; i++)
+        w[i] = ref_f32_to_bf16(integers ? (float)gu_int(&r, -4, 4) : (float)(0.05 * gu_normal(&r)));
+    ref_matvec_bf16(yr, x + xoff, w, B, N, K);
+
+    float *dx = gu_dalloc(nx * sizeof *x), *dy = gu_dalloc(ny * sizeof *y);
+    uint16_t *dw = gu_dalloc(nw * sizeof *w);
+    gu_h2d(dx, x, nx * sizeof *x);
+    gu_h2d(dw, w, nw * sizeof *w);
+    CU_CHECK_FATAL(cudaMemset(dy, 0xFF, ny * sizeof *y));   /* NaN: unwritten outputs show */
+    CU_CHECK_FATAL(cu_matvec_bf16(dy, dx + xoff, dw, B, N, K, 0));
+    gu_sync();
+    gu_d2h(y, dy, ny * sizeof *y);
+
+    double worst = 0.0, tol = integers ? 0.0 : 2.0 * sqrt((double)K) + 8.0;
+    long bad = -1;
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)b * N + n;
+            double s = 0.0;
+            for (int k = 0; k < K; k++) s += fabs((double)x[xoff + (size_t)b * K + k] * ref_bf16_to_f32(w[(size_t)n * K + k]));
+            double d = fabs((double)y[i] - yr[i]);
+            double e = integers ? d : d / (s * ldexp(1.0, -24) + 1e-300);
+            if (!(e <= tol)) e = INFINITY;   /* NaN counts as a failure */
+            if (e > worst) worst = e;
+            if (e > tol && bad < 0) bad = (long)i;
+        }
+    if (bad >= 0)
+        result(0, name, "first mismatch at (b=%ld, n=%ld): gpu %.9g ref %.9g (normalised error %.3g > %.3g)",
+               bad / N, bad % N, y[bad], yr[bad], worst, tol);
+    else
+        result(1, name, "max normalised error %.3g (tolerance %.3g)", worst, tol);
+    gu_dfree(dx); gu_dfree(dy); gu_dfree(dw);
+    free(x); free(y); free(yr); free(w);
+}
+
+static void test_matvec(void) {
+    static const struct { int B, N, K, integers, xoff; } cases[] = {
+        {1, 1, 8, 1, 0},        {1, 37, 64, 1, 0},     {3, 129, 264, 1, 0},  {8, 257, 4096, 1, 0},
+        {11, 65, 1024, 1, 0},   {2, 33, 13, 1, 0},     {3, 40, 64, 1, 1},    {1, 4096, 4096, 0, 0},
+        {2, 1024, 4096, 0, 0},  {4, 333, 2816, 0, 0},  {7, 512, 1024, 0, 0}, {1, 300, 11264, 0, 0},
+        {9, 100, 1000, 0, 0},   {5, 17, 77, 0, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        matvec_case(cases[i].B, cases[i].N, cases[i].K, cases[i].integers, cases[i].xoff, 1000 + i);
+}
+
+/* ---- rmsnorm ------------------------------------------------------------- */
+
+static void rmsnorm_case(int B, int C, double scale, int inplace, uint64_t seed) {
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm B=%d C=%d scale=%g%s", B, C, scale, inplace ? " in-place" : "");
+    if (skip_no_dev(name)) return;
+    const float eps = 1e-8f;
+    gu_rng r = {seed};
+    size_t n = (size_t)B * C;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *yr = malloc(n * sizeof *yr);
+    float *a = malloc((size_t)C * sizeof *a);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * gu_normal(&r));
+    for (int c = 0; c < C; c++) a[c] = (float)(1.0 + 0.5 * gu_normal(&r));
+    ref_rmsnorm(yr, x, a, B, C, eps);
+    float *dx = gu_dalloc(n * sizeof *x), *dy = inplace ? dx : gu_dalloc(n * sizeof *y), *da = gu_dalloc((size_t)C * sizeof *a);
+    gu_h2d(dx, x, n * sizeof *x);
+    gu_h2d(da, a, (size_t)C * sizeof *a);
+    CU_CHECK_FATAL(cu_rmsnorm(dy, dx, da, B, C, eps, 0));
+    gu_sync();
+    gu_d2h(y, dy, n * sizeof *y);
+    double worst = 0.0, tol = 64.0;
+    long bad = -1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)y[i] - yr[i]);
+        double e = d == 0.0 ? 0.0 : d / (fabs((double)yr[i]) * ldexp(1.0, -24) + 1e-300);
+        if (e != e) e = INFINITY;   /* NaN counts as a failure */
+        if (e > worst) worst = e;
+        if (e > tol && bad < 0) bad = (long)i;
+    }
+    if (bad >= 0)
+        result(0, name, "first mismatch at (b=%ld, c=%ld): gpu %.9g ref %.9g", bad / C, bad % C, y[bad], yr[bad]);
+    else
+        result(1, name, "max normalised error %.3g (tolerance %.3g)", worst, tol);
+    gu_dfree(dx); gu_dfree(da);
+    if (!inplace) gu_dfree(dy);
+    free(x); free(y); free(yr); free(a);
+}
+
+static void test_rmsnorm(void) {
+    rmsnorm_case(1, 4096, 1.0, 0, 1);
+    rmsnorm_case(3, 1024, 3.0, 0, 2);
+    rmsnorm_case(2, 7, 1.0, 0, 3);
+    rmsnorm_case(4, 4096, 1e-4, 0, 4);   /* mean(x^2) ~ eps: eps placement matters */
+    rmsnorm_case(5, 1000, 1.0, 1, 5);
+}
+
+/* ---- sampler ------------------------------------------------------------- */
+
+/* kind 0: normal logits x3; 1: rounded to 0.5 (many ties); 2: with -inf and
+ * NaN entries; 3: all equal. */
+static void sample_case(int B, int N, int topk, float temp, int kind, uint64_t seed) {
+    static const char *kinds[] = {"normal", "ties", "inf+nan", "flat"};
+    char name[128];
+    snprintf(name, sizeof name, "sample_topk B=%d N=%d k=%d T=%g %s", B, N, topk, temp, kinds[kind]);
+    if (skip_no_dev(name)) return;
+    gu_rng r = {seed};
+    size_t n = (size_t)B * N;
+    float *l = malloc(n * sizeof *l);
+    for (size_t i = 0; i < n; i++) {
+        double v = 3.0 * gu_normal(&r);
+        if (kind == 1) v = round(v * 2.0) / 2.0;
+        if (kind == 2 && gu_int(&r, 0, 9) == 0) v = gu_int(&r, 0, 1) ? -INFINITY : NAN;
+        if (kind == 3) v = 1.25;
+        l[i] = (float)v;
+    }
+    samp_row *rows = malloc((size_t)B * sizeof *rows);
+    for (int b = 0; b < B; b++)
+        rows[b] = (samp_row){.seed = seed * 7919 + (uint64_t)b, .step = (uint64_t)(b * 13 + 5), .temp = temp, .topk = topk};
+    const uint32_t stream = 3;
+    int32_t *got = malloc((size_t)B * sizeof *got), *want = malloc((size_t)B * sizeof *want);
+    if (ref_sample_topk(want, l, rows, B, N, stream) != MS_OK) {
+        result(0, name, "ref_sample_topk failed");
+        goto out;
+    }
+    float *dl = gu_dalloc(n * sizeof *l);
+    samp_row *drows = gu_dalloc((size_t)B * sizeof *rows);
+    int32_t *dout = gu_dalloc((size_t)B * sizeof *got);
+    gu_h2d(dl, l, n * sizeof *l);
+    gu_h2d(drows, rows, (size_t)B * sizeof *rows);
+    CU_CHECK_FATAL(cu_sample_topk(dout, dl, drows, B, N, stream, 0));
+    gu_sync();
+    gu_d2h(got, dout, (size_t)B * sizeof *got);
+    int bad = -1;
+    for (int b = 0; b < B && bad < 0; b++)
+        if (got[b] != want[b]) bad = b;
+    if (bad >= 0)
+        result(0, name, "row %d: gpu picked %d, twin %d", bad, got[bad], want[bad]);
+    else
+        result(1, name, "%d rows, same index (first %d)", B, want[0]);
+    gu_dfree(dl); gu_dfree(drows); gu_dfree(dout);
+out:
+    free(l); free(rows); free(got); free(want);
+}
+
+static void test_sample(void) {
+    static const int ns[] = {7, 2048, 32000};
+    static const float temps[] = {0.0f, 0.7f, 1.3f};
+    uint64_t seed = 1;
+    for (size_t a = 0; a < 3; a++) {
+        int N = ns[a];
+        const int ks[] = {0, 1, 25, 250, N};
+        for (size_t t = 0; t < 3; t++)
+            for (size_t k = 0; k < 5; k++) {
+                if (ks[k] > N) continue;
+                sample_case(8, N, ks[k], temps[t], 0, seed++);
+            }
+        sample_case(8, N, 25, 0.7f, 1, seed++);
+        sample_case(8, N, 250, 0.8f, 1, seed++);
+        sample_case(8, N, 0, 0.0f, 1, seed++);
+        sample_case(8, N, 25, 0.7f, 2, seed++);
+        sample_case(8, N, 0, 0.0f, 2, seed++);
+        sample_case(4, N, 5, 1.0f, 3, seed++);
+        sample_case(4, N, 0, 0.0f, 3, seed++);
+    }
+}
+
+int main(void) {
+    have_dev = gu_devices(no_dev_why, sizeof no_dev_why) > 0;
+    if (have_dev) {
+        struct cudaDeviceProp p;
+        CU_CHECK_FATAL(cudaGetDeviceProperties(&p, 0));
+        printf("device 0: %s sm_%d%d\n", p.name, p.major, p.minor);
+    } else {
+        printf("%s: device tests skipped\n", no_dev_why);
+    }
+    test_cu_check();
+    test_launch_args();
+    test_matvec();
+    test_rmsnorm();
+    test_sample();
+    printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
+    return n_fail ? 1 : 0;
+}
