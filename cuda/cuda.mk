@@ -13,11 +13,18 @@
 # turns the plugin off. Device code: SASS for sm_80 (A100), sm_89 (L4, L40S),
 # sm_90 (H100, H200) plus compute_90 PTX that newer drivers JIT-compile.
 
+# Sanitizer builds (make asan) leave the plugin out: nvcc's objects and the
+# static cudart are not instrumented.
 CUDA ?= 1
-ifeq ($(CUDA),1)
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-else
+ifneq ($(CUDA),1)
 NVCC :=
+CU_OFF_WHY := disabled: CUDA=$(CUDA)
+else ifeq ($(SAN),1)
+NVCC :=
+CU_OFF_WHY := not built with sanitizers
+else
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CU_OFF_WHY := nvcc not found
 endif
 
 # The C twins: test references for the kernels, compiled by the C compiler.
@@ -84,7 +91,7 @@ CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION), $(CU_ARCHS) + PTX)"
 BENCHES += '$(CU_BENCH)'
 else
 CU_TARGETS :=
-CU_LINE := "✗ CUDA backend plugin (nvcc not found)"
+CU_LINE := "✗ CUDA backend plugin ($(CU_OFF_WHY))"
 endif
 
 OPTIONAL_LINES += $(CU_LINE)

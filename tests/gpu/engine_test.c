@@ -40,7 +40,7 @@ static void result(int ok, const char *name, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    printf("%-4s %-40s %s\n", ok ? "ok" : "FAIL", name, detail);
+    printf("%-4s %-48s %s\n", ok ? "ok" : "FAIL", name, detail);
     if (ok) n_pass++;
     else n_fail++;
 }
@@ -48,7 +48,7 @@ static void result(int ok, const char *name, const char *fmt, ...) {
 /* skip_no_dev: 1 (and a skip line) when there is no device. */
 static int skip_no_dev(const char *name) {
     if (have_dev) return 0;
-    printf("%-4s %-40s no CUDA device: skipped\n", "skip", name);
+    printf("%-4s %-48s no CUDA device: skipped\n", "skip", name);
     n_skip++;
     return 1;
 }
@@ -243,11 +243,9 @@ static void test_sample(void) {
     for (size_t a = 0; a < 3; a++) {
         int N = ns[a];
         const int ks[] = {0, 1, 25, 250, N};
-        for (size_t t = 0; t < 3; t++)
-            for (size_t k = 0; k < 5; k++) {
-                if (ks[k] > N) continue;
-                sample_case(8, N, ks[k], temps[t], 0, seed++);
-            }
+        sample_case(8, N, 0, 0.0f, 0, seed++);   /* greedy ignores k */
+        for (size_t t = 1; t < 3; t++)
+            for (size_t k = 0; k < 5; k++) sample_case(8, N, ks[k], temps[t], 0, seed++);
         sample_case(8, N, 25, 0.7f, 1, seed++);
         sample_case(8, N, 250, 0.8f, 1, seed++);
         sample_case(8, N, 0, 0.0f, 1, seed++);

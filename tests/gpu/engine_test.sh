@@ -6,7 +6,7 @@
 BUILD=${BUILD:-build}
 bin=$BUILD/engine-test
 if [ ! -x "$bin" ]; then
-    echo "engine-test not built (nvcc not found): skipped"
+    echo "engine-test not built (no nvcc, CUDA=0 or a sanitizer build): skipped"
     exit 77
 fi
 out=$("$bin" 2>&1); rc=$?
