@@ -89,6 +89,7 @@ $(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBCUREF) $(LIBENGINE)
 CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH)
 CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION), $(CU_ARCHS) + PTX)"
 BENCHES += '$(CU_BENCH)'
+BENCH_DEPS += $(CU_BENCH)
 else
 CU_TARGETS :=
 CU_LINE := "✗ CUDA backend plugin ($(CU_OFF_WHY))"
@@ -118,6 +119,6 @@ $(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/plugin.h
 	@mkdir -p $(@D)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@
-$(BUILD)/tests/check_plugin: $(CU_TARGETS) $(FAKE_PLUGINS)
+$(BUILD)/tests/check_plugin: $(if $(CU_TARGETS),$(CU_PLUGIN)) $(FAKE_PLUGINS)
 TEST_SCRIPTS += tests/gpu/engine_test.sh
 endif
