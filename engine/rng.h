@@ -45,11 +45,13 @@ RNG_FN uint32_t rng_bits(uint64_t seed, uint64_t step, uint32_t stream, uint32_t
     return rng_philox(seed, index, stream, (uint32_t)step, (uint32_t)(step >> 32));
 }
 
-/* rng_uniform: a float in the open interval (0, 1) from 24 random bits,
- * exactly representable, so CPU and GPU agree bit for bit. */
-RNG_FN float rng_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
+/* rng_uniform: a number in the open interval (0, 1) from 24 random bits,
+ * (u + 0.5) / 2^24, computed exactly in double (so CPU and GPU agree bit for
+ * bit). Keep it in double: rounded to float, the largest values become 1.0
+ * (then -log(-log(u)) is infinite). */
+RNG_FN double rng_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
     uint32_t u = rng_bits(seed, step, stream, index) >> 8;
-    return ((float)u + 0.5f) * (1.0f / 16777216.0f);
+    return ((double)u + 0.5) * (1.0 / 16777216.0);
 }
 
 #endif
