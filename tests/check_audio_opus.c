@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <opus.h>
 
 #include "audio_opus.h"
 #include "check_main.h"
@@ -56,6 +59,12 @@ static uint8_t *encode_chirp(int nframes, size_t *len, int *lookahead) {
 }
 
 /* Largest normalised correlation of y against x delayed by 0..maxlag. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static double best_corr(const float *x, size_t nx, const float *y, size_t ny, int maxlag, int *lag) {
     double best = -2;
     for (int l = 0; l <= maxlag; l++) {
@@ -88,10 +97,16 @@ START_TEST(test_roundtrip) {
     const int N = 25; /* 2 s */
     size_t len;
     int la;
+    double t0 = now_s();
     uint8_t *s = encode_chirp(N, &len, &la);
+    double t1 = now_s();
     pcm_t out = {0};
     ms_error e = {0};
     ck_assert_msg(decode_all(s, len, 777, &out, &e) == MS_OK, "%s", e.msg);
+    double t2 = now_s();
+    /* informative only (shared machine): CPU cost per 80 ms frame */
+    printf("roundtrip: %d frames, %zu bytes (%.1f kbit/s); encode %.0f us/frame, decode %.0f us/frame\n",
+           N, len, 8.0 * (double)len / (N * 0.08) / 1000, 1e6 * (t1 - t0) / N, 1e6 * (t2 - t1) / N);
     /* pre-skip 3840 at 48 kHz drops the first 1920 samples at 24 kHz */
     ck_assert_uint_eq(out.n, (size_t)N * AUDIO_FRAME_SAMPLES - 1920);
     size_t nin = (size_t)N * AUDIO_FRAME_SAMPLES;
@@ -266,6 +281,62 @@ START_TEST(test_we_read_opusenc) {
 }
 END_TEST
 
+/* The traffic shape of the Kyutai web client (opus-recorder): 20 ms Opus
+ * frames, two per page, one page per message, the header pages inside the
+ * first message; fed message by message. */
+START_TEST(test_web_client_shape) {
+    const int npk = 100; /* 2 s */
+    const int fs = 480;  /* 20 ms at 24 kHz */
+    int rc;
+    OpusEncoder *enc = opus_encoder_create(AUDIO_RATE_HZ, 1, OPUS_APPLICATION_AUDIO, &rc);
+    ck_assert_ptr_nonnull(enc);
+    opus_int32 la;
+    opus_encoder_ctl(enc, OPUS_GET_LOOKAHEAD(&la));
+    ogg_opus_mux m; /* only for the header pages */
+    ogg_opus_mux_init(&m, 0x77, 1, (uint16_t)(2 * la), AUDIO_RATE_HZ);
+    static uint8_t msgbuf[16384];
+    size_t mlen;
+    ck_assert_int_eq(ogg_opus_mux_headers(&m, msgbuf, sizeof msgbuf, &mlen, NULL), MS_OK);
+    float *x = malloc((size_t)npk * fs * sizeof(float));
+    chirp(x, (size_t)npk * fs, 0);
+    audio_dec *d = audio_dec_create(NULL, NULL);
+    pcm_t out = {0};
+    ms_error e = {0};
+    uint32_t seq = 2;
+    for (int p = 0; p < npk; p += 2) {
+        uint8_t body[2 * 1500], lace[16];
+        size_t bl = 0, nl = 0;
+        for (int k = 0; k < 2; k++) {
+            opus_int32 b = opus_encode_float(enc, x + (size_t)(p + k) * fs, fs, body + bl, 1500);
+            ck_assert_int_gt(b, 0);
+            bl += (size_t)b;
+            for (opus_int32 r = b; ; r -= 255) {
+                lace[nl++] = (uint8_t)(r >= 255 ? 255 : r);
+                if (r < 255) break;
+            }
+        }
+        ogg_page_info pi = {.flags = 0, .granule = (int64_t)(p + 2) * fs * 2, .serial = 0x77, .seq = seq++};
+        size_t n;
+        ck_assert_int_eq(ogg_write_page(msgbuf + mlen, sizeof msgbuf - mlen, &pi, lace, nl, body, bl, &n, NULL), MS_OK);
+        mlen += n;
+        ck_assert_msg(audio_dec_feed(d, msgbuf, mlen, collect, &out, &e) == MS_OK, "%s", e.msg);
+        mlen = 0;
+    }
+    /* pre-skip equal to the encoder delay: the output lines up with the input */
+    ck_assert_uint_eq(out.n, (size_t)npk * fs - (size_t)la);
+    int lag = -1;
+    double c = best_corr(x, (size_t)npk * fs, out.x, out.n - 100, 100, &lag);
+    printf("web-client shape: %zu samples, lag %d, correlation %.4f\n", out.n, lag, c);
+    ck_assert_msg(c > 0.9 && lag <= 1, "correlation %.4f lag %d", c, lag);
+    const ogg_opus_head *h = ogg_opus_reader_head(audio_dec_reader(d));
+    ck_assert_uint_eq(h->pre_skip, 2 * la);
+    free(out.x);
+    free(x);
+    audio_dec_free(d);
+    opus_encoder_destroy(enc);
+}
+END_TEST
+
 /* A valid header followed by one audio page holding pkt. */
 static int feed_with_packet(const uint8_t *pkt, size_t plen, ms_error *e) {
     ogg_opus_mux m;
@@ -333,6 +404,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_opusdec_reads_our_stream);
     tcase_add_test(tc, test_we_read_opusenc);
+    tcase_add_test(tc, test_web_client_shape);
     tcase_add_test(tc, test_hostile);
     suite_add_tcase(s, tc);
     return s;
