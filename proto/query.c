@@ -101,7 +101,9 @@ static int parse_file_name(int id, const char *v, size_t n, char *out, ms_error 
         if (c < 0x20 || c == 0x7f || c == '/' || c == '\\' || c == ':')
             return ms_err_set(err, MS_ERR_FORMAT, "%s must be a plain file name (no path or control characters)", name);
     }
-    if (v[0] == '.' || memmem(v, n, "..", 2))
+    bool dotdot = false;
+    for (size_t i = 0; i + 1 < n; i++) dotdot |= v[i] == '.' && v[i + 1] == '.';
+    if (v[0] == '.' || dotdot)
         return ms_err_set(err, MS_ERR_FORMAT, "%s must not start with '.' or contain '..'", name);
     memcpy(out, v, n);
     out[n] = 0;
