@@ -1,7 +1,7 @@
 /* audio_opus.c - Ogg Opus <-> 24 kHz mono PCM for sessions (libopus). */
 #include "audio_opus.h"
 
-#include <opus.h>
+#include <opus/opus.h> /* Debian: /usr/include/opus/opus.h; no extra -I needed */
 #include <stdbool.h>
 #include <stdlib.h>
 

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <opus.h>
+#include <opus/opus.h>
 
 #include "audio_opus.h"
 #include "check_main.h"
