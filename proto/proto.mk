@@ -1,0 +1,40 @@
+# proto/proto.mk - the wire format (message kinds, Ogg pages, query
+# parameters; pure, no I/O), the Opus stream wrappers of the daemon and the
+# SentencePiece model reader of the engine.
+
+PROTO_SRCS += proto/utf8.c proto/msg.c proto/ogg.c proto/ogg_opus.c proto/query.c
+
+CHECK_SUITES += proto_msg
+CHECK_proto_msg_DEPS = $(LIBPROTO) $(LIBENGINE)
+
+CHECK_SUITES += ogg
+CHECK_ogg_DEPS = $(LIBPROTO) $(LIBENGINE)
+CHECK_ogg_CFLAGS = $(call pc_cflags,ogg)
+CHECK_ogg_LIBS = $(call pc_libs,ogg)
+
+CHECK_SUITES += query
+CHECK_query_DEPS = $(LIBPROTO) $(LIBENGINE)
+
+# libFuzzer targets (built and run by tests/fuzz/fuzz.mk): source
+# tests/fuzz/fuzz_<name>.c, seeds in tests/fuzz/corpus/<name>/.
+FUZZ_TARGETS += ogg msg query
+FUZZ_ogg_SRCS := proto/ogg.c proto/ogg_opus.c daemon/audio_opus.c engine/err.c
+FUZZ_ogg_LIBS := -lopus
+FUZZ_msg_SRCS := proto/msg.c proto/utf8.c engine/err.c
+FUZZ_msg_LIBS :=
+FUZZ_query_SRCS := proto/query.c proto/utf8.c engine/err.c
+FUZZ_query_LIBS := -lm
+
+# Opus stream wrappers of the daemon (linked by daemon/daemon.mk).
+DAEMON_AUDIO_SRCS += daemon/audio_opus.c
+$(DAEMON_AUDIO_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,opus)
+
+CHECK_SUITES += audio_opus
+CHECK_audio_opus_DEPS = $(DAEMON_AUDIO_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBPROTO) $(LIBENGINE)
+CHECK_audio_opus_CFLAGS = $(call pc_cflags,opus)
+CHECK_audio_opus_LIBS = $(call pc_libs,opus)
+
+# SentencePiece model reader (engine core: no external library).
+ENGINE_SRCS += engine/spm.c
+CHECK_SUITES += spm
+CHECK_spm_DEPS = $(LIBENGINE)
