@@ -482,7 +482,15 @@ int cfg_check_files(const cfg *c, ms_error *err) {
 static cJSON *value_json(const cfg *c, const cfg_option *o) {
     switch (o->type) {
     case CFG_INT: return cJSON_CreateNumber((double)*CFIELD(c, o, int64_t));
-    case CFG_DOUBLE: return cJSON_CreateNumber(*CFIELD(c, o, double));
+    case CFG_DOUBLE: { /* shortest text that reads back to the same double */
+        double d = *CFIELD(c, o, double);
+        char buf[32];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, d);
+            if (strtod(buf, NULL) == d) break;
+        }
+        return cJSON_CreateRaw(buf);
+    }
     case CFG_BOOL: return cJSON_CreateBool(*CFIELD(c, o, bool));
     case CFG_ENUM: return cJSON_CreateString(o->names[*CFIELD(c, o, int)]);
     case CFG_STRING: return cJSON_CreateString(*CFIELD(c, o, char *));

@@ -280,6 +280,17 @@ START_TEST(test_dump_roundtrip) {
     ck_assert(!cfg_equal(&a, &d));
     cfg_close(&b);
     free(txt);
+    /* doubles come back bit-exact, also where 15 digits are not enough */
+    static const double hard[] = {0.30000000000000004, 0.7000000000000001, 4.999999999999999, 1e-300, 0.1};
+    for (size_t i = 0; i < sizeof hard / sizeof *hard; i++) {
+        a.sampling.audio_temperature = hard[i];
+        txt = cfg_dump(&a);
+        ck_assert_msg(load(&b, txt, &e) == MS_OK, "%s", e.msg);
+        ck_assert_msg(b.sampling.audio_temperature == hard[i], "%.17g came back as %.17g", hard[i],
+                      b.sampling.audio_temperature);
+        cfg_close(&b);
+        free(txt);
+    }
     /* defaults dump and reload too */
     txt = cfg_dump(&d);
     ck_assert_int_eq(load(&b, txt, &e), MS_OK);

@@ -47,7 +47,10 @@ test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
 
 # Sanitizer build in its own tree; correctness only (no real-time pace).
 asan:
-	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-unit test-integration
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-unit
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-integration
+
+OPTIONAL_LINES += $(if $(shell pkg-config --exists openblas 2>/dev/null && echo 1),"✓ OpenBLAS (benchmark ceilings)","✗ OpenBLAS: not found; benchmarks cannot measure the BLAS ceiling (Debian: libopenblas-dev)")
 
 bench: $(PROGRAMS) $(BENCH_DEPS)
 	$(Q)set -e; $(if $(BENCHES),$(foreach b,$(BENCHES),echo "== $(b)"; $(b);),echo "no benchmarks yet")

@@ -1,0 +1,38 @@
+/* fuzz_cfg.c - the configuration loader on arbitrary text. A refused text
+ * must come with a message; an accepted one must survive dump -> load
+ * unchanged, and a reload from it must account for every option. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg_int.h"
+#include "err.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    ms_error e = {0};
+    cfg a;
+    if (cfg_load_buf(&a, (const char *)data, size, "fuzz.json", "/base", &e) != MS_OK) {
+        MS_ASSERT(e.code != MS_OK && e.msg[0] != '\0');
+        cfg_close(&a);
+        return 0;
+    }
+    char *txt = cfg_dump(&a);
+    MS_ASSERT(txt != NULL);
+    cfg b;
+    int rc = cfg_load_buf(&b, txt, strlen(txt), "dump.json", "/other", &e);
+    MS_ASSERT(rc == MS_OK);
+    MS_ASSERT(cfg_equal(&a, &b));
+    free(txt);
+
+    cfg d;
+    cfg_reload_report rep;
+    cfg_init(&d);
+    int refused = cfg_apply_reload(&d, &a, &rep);
+    MS_ASSERT(refused == rep.n_refused && rep.n_changed + rep.n_refused <= (int)cfg_noptions);
+    cfg_apply_reload(&d, &a, &rep); /* applying twice changes nothing more */
+    MS_ASSERT(rep.n_changed == 0 && rep.n_refused == refused);
+    cfg_close(&d);
+    cfg_close(&b);
+    cfg_close(&a);
+    return 0;
+}
