@@ -41,11 +41,11 @@ CHECK_cfg_DEPS = $(LIBDAEMON) $(LIBENGINE)
 CHECK_cfg_CFLAGS = $(call pc_cflags,libcjson)
 CHECK_cfg_LIBS = $(DAEMON_LIBS)
 TEST_SCRIPTS += tests/cli/moshid_flags.sh tests/cli/moshid_configs.sh tests/cli/moshid_plugins.sh \
-	tests/cli/config_doc.sh
+	tests/cli/config_doc.sh tests/cli/systemd_unit.sh
 
 # docs/configuration.md: regenerate the option reference from the table.
 config-doc: $(BUILD)/moshid
-	$(Q)BUILD=$(BUILD) bash tests/cli/config_doc.sh --write
+	$(Q)BUILD=$(BUILD) bash tests/cli/config_doc.sh tests/cli/systemd_unit.sh --write
 .PHONY: config-doc
 
 # Optional components the daemon uses (printed by `make`).
