@@ -4,13 +4,11 @@
 MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
+# cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_table.c daemon/cfg_doc.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson)
-
-# Flags for every daemon/*.c (hook of the generic rule in the Makefile).
-EXTRA_CFLAGS_daemon_ += $(call pc_cflags,libcjson) -I$(BUILD)/gen
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"
@@ -26,6 +24,7 @@ $(BUILDINFO): FORCE
 	  printf '#define MOSHID_CFLAGS "%s"\n' '$(OPT) $(ARCH)$(if $(filter 1,$(SAN)), -fsanitize=address$(,)undefined)'; \
 	} > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 $(BUILD)/obj/daemon/main.o: $(BUILDINFO)
+$(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen
 , := ,
 .PHONY: FORCE
 FORCE:
@@ -38,7 +37,6 @@ $(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBENGINE)
 # Unit tests and command-line tests.
 CHECK_SUITES += cfg
 CHECK_cfg_DEPS = $(LIBDAEMON) $(LIBENGINE)
-CHECK_cfg_CFLAGS = $(call pc_cflags,libcjson)
 CHECK_cfg_LIBS = $(DAEMON_LIBS)
 TEST_SCRIPTS += tests/cli/moshid_flags.sh tests/cli/moshid_configs.sh tests/cli/moshid_plugins.sh \
 	tests/cli/config_doc.sh tests/cli/systemd_unit.sh

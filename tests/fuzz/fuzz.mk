@@ -14,7 +14,6 @@
 FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/st.c engine/json.c engine/err.c engine/log.c
 FUZZ_cfg_SRCS := daemon/cfg.c daemon/cfg_table.c daemon/cfg_doc.c engine/err.c engine/log.c
-FUZZ_cfg_CFLAGS = $(call pc_cflags,libcjson)
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
 
 FUZZ_CC ?= clang
@@ -42,6 +41,7 @@ $(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_rule,$(t))))
 # hundred mutations (tests/fuzz/smoke.sh). The sanitizer build skips it:
 # the fuzz targets are ASan/UBSan builds already.
 export MOSHID_FUZZ_TARGETS = $(FUZZ_TARGETS)
+export MOSHID_FUZZ_OK = $(FUZZ_OK)
 ifeq ($(MOSHID_ASAN),)
 TEST_SCRIPTS += tests/fuzz/smoke.sh
 ifneq ($(FUZZ_OK),)
