@@ -24,7 +24,7 @@
 #define FIELD(c, o, T) ((T *)((char *)(c) + (o)->offset))
 #define CFIELD(c, o, T) ((const T *)((const char *)(c) + (o)->offset))
 
-static char *dup_or_die(const char *s) {
+char *cfg__strdup(const char *s) {
     char *d = strdup(s);
     MS_ASSERT(d != NULL); /* a few bytes at start-up: out of memory is fatal */
     return d;
@@ -37,11 +37,11 @@ static void list_free(cfg_strlist *l) {
     l->n = 0;
 }
 
-static void list_copy(cfg_strlist *dst, const char *const *src, int n) {
+void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n) {
     list_free(dst);
     dst->v = calloc((size_t)(n > 0 ? n : 1), sizeof *dst->v);
     MS_ASSERT(dst->v != NULL);
-    for (int i = 0; i < n; i++) dst->v[i] = dup_or_die(src[i]);
+    for (int i = 0; i < n; i++) dst->v[i] = cfg__strdup(src[i]);
     dst->n = n;
 }
 
@@ -51,11 +51,11 @@ static void set_default(cfg *c, const cfg_option *o) {
     case CFG_DOUBLE: *FIELD(c, o, double) = o->ddef; break;
     case CFG_BOOL: *FIELD(c, o, bool) = o->idef != 0; break;
     case CFG_ENUM: *FIELD(c, o, int) = (int)o->idef; break;
-    case CFG_STRING: *FIELD(c, o, char *) = dup_or_die(o->sdef); break;
+    case CFG_STRING: *FIELD(c, o, char *) = cfg__strdup(o->sdef); break;
     case CFG_STRLIST: {
         int n = 0;
         while (o->ldef && o->ldef[n]) n++;
-        list_copy(FIELD(c, o, cfg_strlist), o->ldef, n);
+        cfg__list_copy(FIELD(c, o, cfg_strlist), o->ldef, n);
         break;
     }
     }
@@ -174,7 +174,7 @@ static int check_string(const cfg_option *o, const char *s, const char *what, ms
 /* Relative path s made relative to base_dir (when both are set). Returns an
  * owned string. */
 static char *resolve(const char *s, const char *base_dir) {
-    if (!s[0] || s[0] == '/' || !base_dir || !base_dir[0]) return dup_or_die(s);
+    if (!s[0] || s[0] == '/' || !base_dir || !base_dir[0]) return cfg__strdup(s);
     size_t lb = strlen(base_dir), ls = strlen(s);
     char *r = malloc(lb + 1 + ls + 1);
     MS_ASSERT(r != NULL);
@@ -233,7 +233,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
     case CFG_STRING: {
         if (!cJSON_IsString(v))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
-        char *s = (o->flags & CFG_F_PATH) ? resolve(v->valuestring, base_dir) : dup_or_die(v->valuestring);
+        char *s = (o->flags & CFG_F_PATH) ? resolve(v->valuestring, base_dir) : cfg__strdup(v->valuestring);
         int rc = check_string(o, s, p, err);
         if (rc != MS_OK) {
             free(s);
@@ -261,7 +261,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             if (rc != MS_OK) return rc;
             items[i] = it->valuestring;
         }
-        list_copy(FIELD(c, o, cfg_strlist), items, n);
+        cfg__list_copy(FIELD(c, o, cfg_strlist), items, n);
         return MS_OK;
     }
     }
@@ -477,147 +477,52 @@ int cfg_check_files(const cfg *c, ms_error *err) {
     return MS_OK;
 }
 
-/* ---- dump, compare, reload ---------------------------------------------- */
+/* Longest --set assignment accepted, bytes. */
+#define CFG_SET_MAX 8192
 
-static cJSON *value_json(const cfg *c, const cfg_option *o) {
-    switch (o->type) {
-    case CFG_INT: return cJSON_CreateNumber((double)*CFIELD(c, o, int64_t));
-    case CFG_DOUBLE: { /* shortest text that reads back to the same double */
-        double d = *CFIELD(c, o, double);
-        char buf[32];
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, d);
-            if (strtod(buf, NULL) == d) break;
-        }
-        return cJSON_CreateRaw(buf);
+int cfg_set(cfg *c, const char *assignment, ms_error *err) {
+    const char *eq = strchr(assignment, '=');
+    size_t alen = strnlen(assignment, CFG_SET_MAX + 1);
+    if (alen > CFG_SET_MAX) return ms_err_set(err, MS_ERR_LIMIT, "--set: longer than %d bytes", CFG_SET_MAX);
+    if (!eq) return ms_err_set(err, MS_ERR_ARG, "--set %s: expected section.name=VALUE", assignment);
+    char path[128], kb[KEY_SHOWN_MAX + 8];
+    size_t plen = (size_t)(eq - assignment);
+    snprintf(path, sizeof path, "%.*s", (int)(plen < sizeof path ? plen : sizeof path - 1), assignment);
+    const cfg_option *o = NULL;
+    for (size_t i = 0; i < cfg_noptions && !o; i++)
+        if (strlen(cfg_options[i].path) == plen && strncmp(cfg_options[i].path, assignment, plen) == 0)
+            o = &cfg_options[i];
+    if (!o) {
+        const char *s = suggest(path);
+        shown(path, kb, sizeof kb);
+        if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option (did you mean %s?)", kb, s);
+        return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option", kb);
     }
-    case CFG_BOOL: return cJSON_CreateBool(*CFIELD(c, o, bool));
-    case CFG_ENUM: return cJSON_CreateString(o->names[*CFIELD(c, o, int)]);
-    case CFG_STRING: return cJSON_CreateString(*CFIELD(c, o, char *));
-    case CFG_STRLIST: {
-        const cfg_strlist *l = CFIELD(c, o, cfg_strlist);
-        return cJSON_CreateStringArray((const char *const *)l->v, l->n);
+    const char *val = eq + 1;
+    size_t vlen = strlen(val);
+    cJSON *v;
+    if ((o->type == CFG_STRING || o->type == CFG_ENUM) && val[0] != '"') {
+        v = cJSON_CreateString(val);
+    } else {
+        if (find_nul_escape(val, vlen) >= 0)
+            return ms_err_set(err, MS_ERR_FORMAT, "--set: %s: \\u0000 in a string is not accepted", o->path);
+        v = cJSON_ParseWithLengthOpts(val, vlen + 1, NULL, 1);
+        if (!v) return ms_err_set(err, MS_ERR_FORMAT, "--set: %s: the value is not JSON", o->path);
     }
-    }
-    return NULL;
-}
-
-char *cfg_dump(const cfg *c) {
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return NULL;
-    for (size_t i = 0; i < cfg_noptions; i++) {
-        const cfg_option *o = &cfg_options[i];
-        char sec[64];
-        snprintf(sec, sizeof sec, "%.*s", section_len(o), o->path);
-        cJSON *s = cJSON_GetObjectItemCaseSensitive(root, sec);
-        if (!s && !(s = cJSON_AddObjectToObject(root, sec))) goto fail;
-        cJSON *v = value_json(c, o);
-        if (!v) goto fail;
-        cJSON_AddItemToObject(s, o->path + section_len(o) + 1, v);
-    }
-    char *txt = cJSON_Print(root);
-    if (!txt) goto fail;
-    char *out = dup_or_die(txt);
-    cJSON_free(txt);
-    cJSON_Delete(root);
-    return out;
-fail:
-    cJSON_Delete(root);
-    return NULL;
-}
-
-static bool value_equal(const cfg *a, const cfg *b, const cfg_option *o) {
-    switch (o->type) {
-    case CFG_INT: return *CFIELD(a, o, int64_t) == *CFIELD(b, o, int64_t);
-    case CFG_DOUBLE: return *CFIELD(a, o, double) == *CFIELD(b, o, double);
-    case CFG_BOOL: return *CFIELD(a, o, bool) == *CFIELD(b, o, bool);
-    case CFG_ENUM: return *CFIELD(a, o, int) == *CFIELD(b, o, int);
-    case CFG_STRING: return strcmp(*CFIELD(a, o, char *), *CFIELD(b, o, char *)) == 0;
-    case CFG_STRLIST: {
-        const cfg_strlist *x = CFIELD(a, o, cfg_strlist), *y = CFIELD(b, o, cfg_strlist);
-        if (x->n != y->n) return false;
-        for (int i = 0; i < x->n; i++)
-            if (strcmp(x->v[i], y->v[i]) != 0) return false;
-        return true;
-    }
-    }
-    return false;
-}
-
-bool cfg_equal(const cfg *a, const cfg *b) {
-    for (size_t i = 0; i < cfg_noptions; i++)
-        if (!value_equal(a, b, &cfg_options[i])) return false;
-    return true;
-}
-
-/* The value of o in c as compact JSON text in buf (cut to len). */
-static void format_value(const cfg *c, const cfg_option *o, char *buf, size_t len) {
-    cJSON *v = value_json(c, o);
-    char *t = v ? cJSON_PrintUnformatted(v) : NULL;
-    snprintf(buf, len, "%s", t ? t : "?");
-    cJSON_free(t);
+    if (!v) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    char cwd[PATH_MAX];
+    cfg tmp;
+    cfg_copy(&tmp, c);
+    int rc = set_value(&tmp, o, v, getcwd(cwd, sizeof cwd), err);
     cJSON_Delete(v);
-}
-
-/* Append one line to a report buffer; a full buffer ends in "...". */
-static void append_line(char *buf, size_t size, const char *fmt, ...) {
-    size_t used = strlen(buf);
-    if (used + 5 >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + used, size - used, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= size - used) memcpy(buf + size - 5, "...\n", 5);
-}
-
-static void copy_value(cfg *dst, const cfg *src, const cfg_option *o) {
-    switch (o->type) {
-    case CFG_INT: *FIELD(dst, o, int64_t) = *CFIELD(src, o, int64_t); break;
-    case CFG_DOUBLE: *FIELD(dst, o, double) = *CFIELD(src, o, double); break;
-    case CFG_BOOL: *FIELD(dst, o, bool) = *CFIELD(src, o, bool); break;
-    case CFG_ENUM: *FIELD(dst, o, int) = *CFIELD(src, o, int); break;
-    case CFG_STRING: {
-        char **f = FIELD(dst, o, char *);
-        char *s = dup_or_die(*CFIELD(src, o, char *));
-        free(*f);
-        *f = s;
-        break;
+    if (rc != MS_OK) {
+        ms_err_prefix(err, "--set");
+        cfg_close(&tmp);
+        return rc;
     }
-    case CFG_STRLIST: {
-        const cfg_strlist *l = CFIELD(src, o, cfg_strlist);
-        list_copy(FIELD(dst, o, cfg_strlist), (const char *const *)l->v, l->n);
-        break;
-    }
-    }
-}
-
-int cfg_apply_reload(cfg *cur, const cfg *next, cfg_reload_report *rep) {
-    memset(rep, 0, sizeof *rep);
-    for (size_t i = 0; i < cfg_noptions; i++) {
-        const cfg_option *o = &cfg_options[i];
-        if (value_equal(cur, next, o)) continue;
-        char a[256], b[256];
-        format_value(cur, o, a, sizeof a);
-        format_value(next, o, b, sizeof b);
-        if (o->flags & CFG_F_RELOAD) {
-            append_line(rep->changed, sizeof rep->changed, "%s: %s -> %s\n", o->path, a, b);
-            copy_value(cur, next, o);
-            rep->n_changed++;
-        } else {
-            append_line(rep->refused, sizeof rep->refused, "%s: %s -> %s (needs a restart; keeping %s)\n", o->path,
-                        a, b, a);
-            rep->n_refused++;
-        }
-    }
-    return rep->n_refused;
-}
-
-int cfg_reload_file(cfg *cur, const char *path, cfg_reload_report *rep, ms_error *err) {
-    memset(rep, 0, sizeof *rep);
-    cfg next;
-    int rc = cfg_load_file(&next, path, err);
-    if (rc != MS_OK) return rc;
-    cfg_apply_reload(cur, &next, rep);
-    cfg_close(&next);
+    cfg_close(c);
+    *c = tmp;
     return MS_OK;
 }
+
+int cfg_validate(const cfg *c, ms_error *err) { return cfg_cross_check(c, err); }

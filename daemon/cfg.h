@@ -107,6 +107,23 @@ int cfg_load_buf(cfg *out, const char *text, size_t len, const char *name,
  * most CFG_MAX_FILE_BYTES), relative paths taken from path's directory. */
 int cfg_load_file(cfg *out, const char *path, ms_error *err);
 
+/* cfg_set: apply one "section.name=VALUE" assignment (the command line's
+ * --set) to c; call cfg_validate after the last one (rules between options
+ * such as "both TLS files or neither" are checked there). VALUE is taken as
+ * text for string and enum options (unless it starts with '"': then it is a
+ * JSON string), as JSON otherwise (8998, true, ["https://a.example"]).
+ * Relative paths are taken from the working directory (made absolute). On
+ * error c is
+ * unchanged and err names the option and the reason. */
+int cfg_set(cfg *c, const char *assignment, ms_error *err);
+
+/* cfg_validate: the rules between options (cfg_load_* apply them too). */
+int cfg_validate(const cfg *c, ms_error *err);
+
+/* cfg_copy: a deep copy of src into dst (dst's old contents are not
+ * freed: pass a closed or fresh cfg). dst needs cfg_close. */
+void cfg_copy(cfg *dst, const cfg *src);
+
 /* cfg_check_files: the checks that need the file system, run before
  * serving and by --check-config: required model paths set, files readable,
  * directories present. */

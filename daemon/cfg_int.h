@@ -45,4 +45,9 @@ extern const size_t cfg_noptions;
  * MS_OK or an error naming the options. */
 int cfg_cross_check(const cfg *c, ms_error *err);
 
+/* Helpers shared by cfg.c and cfg_dump.c: strdup and a list copy that
+ * assert on out-of-memory (a few bytes at start-up or reload). */
+char *cfg__strdup(const char *s);
+void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n);
+
 #endif

@@ -5,7 +5,7 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/cfg.c daemon/cfg_table.c daemon/cfg_doc.c
+DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_table.c daemon/cfg_doc.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson)

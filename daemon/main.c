@@ -21,11 +21,16 @@ enum {
     MAIN_EXIT_NOT_IMPLEMENTED = 3, /* serving is not written yet */
 };
 
+/* Most --set options on one command line. */
+#define MAIN_MAX_SETS 64
+
 static void usage(FILE *f) {
-    fputs("usage: moshid [--config FILE] [--check-config | --dump-config]\n"
+    fputs("usage: moshid [--config FILE] [--set section.name=VALUE]... [--check-config | --dump-config]\n"
           "       moshid --help | --version | --help-config\n"
           "\n"
           "  -c, --config FILE   configuration (JSON; see docs/configuration.md)\n"
+          "  -s, --set P=VALUE   override one option after the file, e.g. --set server.port=9000\n"
+          "                      (repeatable; VALUE is text for strings, JSON otherwise)\n"
           "      --check-config  load and validate the configuration, check that the\n"
           "                      files it names exist, then exit\n"
           "      --dump-config   print the effective configuration (defaults included)\n"
@@ -65,6 +70,7 @@ int main(int argc, char **argv) {
     enum { OPT_CHECK = 256, OPT_DUMP, OPT_HELP_CONFIG };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
+        {"set", required_argument, NULL, 's'},
         {"check-config", no_argument, NULL, OPT_CHECK},
         {"dump-config", no_argument, NULL, OPT_DUMP},
         {"help-config", no_argument, NULL, OPT_HELP_CONFIG},
@@ -73,10 +79,18 @@ int main(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     const char *path = NULL;
-    int check = 0, dump = 0, opt;
-    while ((opt = getopt_long(argc, argv, "c:Vh", longopts, NULL)) != -1) {
+    const char *sets[MAIN_MAX_SETS];
+    int nsets = 0, check = 0, dump = 0, opt;
+    while ((opt = getopt_long(argc, argv, "c:s:Vh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
+        case 's':
+            if (nsets == MAIN_MAX_SETS) {
+                fprintf(stderr, "moshid: more than %d --set options\n", MAIN_MAX_SETS);
+                return MAIN_EXIT_USAGE;
+            }
+            sets[nsets++] = optarg;
+            break;
         case OPT_CHECK: check = 1; break;
         case OPT_DUMP: dump = 1; break;
         case OPT_HELP_CONFIG: cfg_write_doc(stdout); return MAIN_EXIT_OK;
@@ -100,6 +114,18 @@ int main(int argc, char **argv) {
         }
     } else {
         cfg_init(&c);
+    }
+    for (int i = 0; i < nsets; i++) {
+        if (cfg_set(&c, sets[i], &err) != MS_OK) {
+            fprintf(stderr, "moshid: %s\n", err.msg);
+            cfg_close(&c);
+            return MAIN_EXIT_CONFIG;
+        }
+    }
+    if (nsets > 0 && cfg_validate(&c, &err) != MS_OK) {
+        fprintf(stderr, "moshid: --set: %s\n", err.msg);
+        cfg_close(&c);
+        return MAIN_EXIT_CONFIG;
     }
     ms_log_level = c.log.level;
     int rc = MAIN_EXIT_OK;

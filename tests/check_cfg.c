@@ -426,6 +426,50 @@ START_TEST(test_files) {
 }
 END_TEST
 
+START_TEST(test_set) {
+    cfg c;
+    ms_error e = {0};
+    cfg_init(&c);
+    ck_assert_int_eq(cfg_set(&c, "server.port=9000", &e), MS_OK);
+    ck_assert_int_eq(c.server.port, 9000);
+    ck_assert_int_eq(cfg_set(&c, "log.level=debug", &e), MS_OK); /* enum: plain text */
+    ck_assert_int_eq(c.log.level, MS_LOG_DEBUG);
+    ck_assert_int_eq(cfg_set(&c, "model.mimi=123", &e), MS_OK);  /* string: text, not a number */
+    ck_assert_str_eq(c.model.mimi + strlen(c.model.mimi) - 4, "/123"); /* relative: from the cwd */
+    ck_assert_int_eq(c.model.mimi[0], '/');
+    ck_assert_int_eq(cfg_set(&c, "model.tokenizer=\"/t \\\"q\\\"\"", &e), MS_OK); /* JSON string */
+    ck_assert_str_eq(c.model.tokenizer, "/t \"q\"");
+    ck_assert_int_eq(cfg_set(&c, "server.allowed_origins=[\"https://a.example\",\"*\"]", &e), MS_OK);
+    ck_assert_int_eq(c.server.allowed_origins.n, 2);
+    ck_assert_int_eq(cfg_set(&c, "server.metrics=false", &e), MS_OK);
+    ck_assert(!c.server.metrics);
+    ck_assert_int_eq(cfg_set(&c, "sampling.text_temperature=0.25", &e), MS_OK);
+    ck_assert(c.sampling.text_temperature == 0.25);
+
+    /* refusals leave c as it was */
+    cfg before;
+    cfg_copy(&before, &c);
+    ck_assert_int_eq(cfg_set(&c, "server.port=70000", &e), MS_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "--set: server.port: 70000 is out of range"), "%s", e.msg);
+    ck_assert_int_eq(cfg_set(&c, "server.port=x", &e), MS_ERR_FORMAT);
+    ck_assert_int_eq(cfg_set(&c, "server.prot=1", &e), MS_ERR_NOTFOUND);
+    ck_assert_msg(strstr(e.msg, "did you mean server.port?"), "%s", e.msg);
+    ck_assert_int_eq(cfg_set(&c, "server.port", &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "engine.backend=gpu", &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "server.allowed_origins=[1]", &e), MS_ERR_FORMAT);
+    ck_assert_int_eq(cfg_set(&c, "model.mimi=\"a\\u0000\"", &e), MS_ERR_FORMAT);
+    ck_assert(cfg_equal(&c, &before));
+    cfg_close(&before);
+
+    /* the rules between options are checked by cfg_validate, after all sets */
+    ck_assert_int_eq(cfg_set(&c, "server.tls_cert=/c.pem", &e), MS_OK);
+    ck_assert_int_eq(cfg_validate(&c, &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "server.tls_key=/k.pem", &e), MS_OK);
+    ck_assert_int_eq(cfg_validate(&c, &e), MS_OK);
+    cfg_close(&c);
+}
+END_TEST
+
 START_TEST(test_doc) {
     char *buf = NULL;
     size_t len = 0;
@@ -457,6 +501,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_dump_roundtrip);
     tcase_add_test(tc, test_reload);
     tcase_add_test(tc, test_files);
+    tcase_add_test(tc, test_set);
     tcase_add_test(tc, test_doc);
     suite_add_tcase(s, tc);
     return s;

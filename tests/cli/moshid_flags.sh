@@ -4,7 +4,7 @@
 
 run help "$MOSHID" --help
 expect_rc 0 "--help"
-for f in --config --check-config --dump-config --help-config --version; do expect_in "$out" "$f" "--help lists $f"; done
+for f in --config --set --check-config --dump-config --help-config --version; do expect_in "$out" "$f" "--help lists $f"; done
 
 run version "$MOSHID" --version
 expect_rc 0 "--version"
@@ -48,6 +48,18 @@ run dumpok "$MOSHID" -c "$TMP/m/ok.json" --dump-config
 expect_rc 0 "--dump-config with a file"
 expect_in "$out" "\"port\":	9100" "--dump-config shows the file's value"
 expect_in "$out" "\"lm_dir\":	\"$(cd "$TMP/m" && pwd -P)/lm\"" "--dump-config resolves relative paths"
+
+# --set overrides the file, in order; a bad one is refused with its path.
+run set "$MOSHID" -c "$TMP/m/ok.json" --set server.port=9200 --set log.level=debug -s server.port=9300 --dump-config
+expect_rc 0 "--set"
+expect_in "$out" "\"port\":	9300" "--set: the last one wins"
+expect_in "$out" "\"level\":	\"debug\"" "--set log.level"
+run setbad "$MOSHID" -c "$TMP/m/ok.json" --set sessions.max=0 --dump-config
+expect_rc 1 "--set out of range"
+expect_in "$err" "--set: sessions.max: 0 is out of range [1, 1024]" "--set out of range"
+run settls "$MOSHID" --set server.tls_cert=/c.pem --dump-config
+expect_rc 1 "--set half of TLS"
+expect_in "$err" "set both or neither" "--set half of TLS"
 
 # --check-config on defaults: the model paths are required.
 run checkdef "$MOSHID" --check-config
