@@ -60,7 +60,11 @@ fuzz: $(if $(FUZZ_OK),$(FUZZ_BINS))
 	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
 	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	        -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- $$dict \
-	        $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>&1 | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)' ; \
+	        $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>&1 | grep -E '^(Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)' ; \
 	    [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz_$$t failed: see $(FUZZ_BUILD)/artifacts/"; exit 1; }; \
 	done
 .PHONY: fuzz
+
+# The committed corpora grew by merging what `make fuzz` found:
+#   $(BUILD)/fuzz/fuzz_NAME -merge=1 tests/fuzz/corpus/NAME $(BUILD)/fuzz/corpus/NAME
+# (adds only inputs that reach new coverage; keep each corpus small).
