@@ -1,11 +1,11 @@
-/* cfg.c - the configuration walker: load (cJSON), check, dump, compare,
- * reload. The options themselves are in cfg_table.c.
+/* cfg.c - the configuration walker, loading side: defaults, the cJSON
+ * loader, --set, the file-system checks. Dump, compare, copy and reload are
+ * in cfg_dump.c; the options themselves in cfg_table.c.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,7 +14,6 @@
 #include <cjson/cJSON.h>
 
 #include "cfg_int.h"
-#include "log.h"
 
 /* Most options the walker handles (the size of its "seen" table). */
 #define CFG_MAX_OPTIONS 128
