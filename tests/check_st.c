@@ -103,6 +103,50 @@ START_TEST(test_hostile) {
 }
 END_TEST
 
+/* More header shapes: each refused for its own reason, or accepted where the
+ * format allows it (empty tensors sharing an offset, 8 dimensions, BOOL). */
+START_TEST(test_hostile_more) {
+    static const struct { const char *hdr; size_t ndata; int code; } cases[] = {
+        {"{\"a\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, MS_ERR_UNSUPPORTED}, /* case */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[18446744073709551615],\"data_offsets\":[0,4]}}", 4, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.0]}}", 4, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,4]}}", 4, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, MS_ERR_LIMIT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, MS_OK},
+        {"{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, MS_ERR_FORMAT},
+        {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, MS_ERR_FORMAT},
+        {"", 0, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, MS_OK},
+        {"{\"a\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}", 3, MS_OK},
+        {"  {}  ", 0, MS_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ms_error e = {0};
+        int ok = open_img(cases[i].hdr, cases[i].ndata, &e);
+        if (cases[i].code == MS_OK) ck_assert_msg(ok, "case %zu refused: %s", i, e.msg);
+        else {
+            ck_assert_msg(!ok, "case %zu accepted", i);
+            ck_assert_msg(e.code == cases[i].code, "case %zu: %s (%s)", i, ms_err_name(e.code), e.msg);
+            ck_assert(strstr(e.msg, "t.safetensors") != NULL);
+        }
+    }
+    /* a name longer than ST_MAX_NAME */
+    char *hdr = malloc(ST_MAX_NAME + 128);
+    memset(hdr, 'n', ST_MAX_NAME + 128);
+    hdr[0] = '{';
+    hdr[1] = '"';
+    snprintf(hdr + 2 + ST_MAX_NAME + 1, 100, "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}");
+    ms_error e = {0};
+    ck_assert(!open_img(hdr, 1, &e));
+    ck_assert_msg(e.code == MS_ERR_LIMIT, "%s", e.msg);
+    free(hdr);
+}
+END_TEST
+
 START_TEST(test_huge_header) {
     uint8_t b[16] = {0};
     uint64_t hl = ST_MAX_HEADER + 1;
@@ -146,6 +190,7 @@ static Suite *make_suite(void) {
     TCase *tc = tcase_new("core");
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_hostile);
+    tcase_add_test(tc, test_hostile_more);
     tcase_add_test(tc, test_huge_header);
     tcase_add_test(tc, test_half_conversions);
     suite_add_tcase(s, tc);

@@ -17,7 +17,9 @@ unit|all)
     while [ $# -gt 0 ] && [ "$1" != -- ]; do scripts+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     [ "$mode" = all ] && pydirs=("$@") ;;
-pytest) pydirs=("$@") ;;
+pytest)
+    pydirs=("$@")
+    [ ${#pydirs[@]} -eq 0 ] && echo "pytest: no integration test directories declared (PYTEST_DIRS is empty)" ;;
 *) echo "usage: $0 unit|pytest|all ..." >&2; exit 2 ;;
 esac
 

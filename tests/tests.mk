@@ -6,9 +6,11 @@
 #   CHECK_foo_LIBS := $(call pc_libs,ogg)     # extra libraries
 # and writes tests/check_foo.c (one Check suite, see tests/check_main.h).
 
-CHECK_SUITES += json st
+CHECK_SUITES += json st log err
 CHECK_json_DEPS = $(LIBENGINE)
 CHECK_st_DEPS = $(LIBENGINE)
+CHECK_log_DEPS = $(LIBENGINE)
+CHECK_err_DEPS = $(LIBENGINE)
 
 CHECK_CFLAGS := $(call pc_cflags,check)
 CHECK_LIBS := $(call pc_libs,check)
@@ -45,7 +47,10 @@ test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
 
 # Sanitizer build in its own tree; correctness only (no real-time pace).
 asan:
-	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-unit test-integration
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-unit
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 BUILD=build/asan SAN=1 OPT=-O1 MOSHID_ASAN=1 test-integration
+
+OPTIONAL_LINES += $(if $(shell pkg-config --exists openblas 2>/dev/null && echo 1),"✓ OpenBLAS (benchmark ceilings)","✗ OpenBLAS: not found; benchmarks cannot measure the BLAS ceiling (Debian: libopenblas-dev)")
 
 bench: $(PROGRAMS) $(BENCH_DEPS)
 	$(Q)set -e; $(if $(BENCHES),$(foreach b,$(BENCHES),echo "== $(b)"; $(b);),echo "no benchmarks yet")

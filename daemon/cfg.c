@@ -1,0 +1,527 @@
+/* cfg.c - the configuration walker, loading side: defaults, the cJSON
+ * loader, --set, the file-system checks. Dump, compare, copy and reload are
+ * in cfg_dump.c; the options themselves in cfg_table.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cfg_int.h"
+
+/* Most options the walker handles (the size of its "seen" table). */
+#define CFG_MAX_OPTIONS 128
+/* Longest key quoted in a message, bytes. */
+#define KEY_SHOWN_MAX 64
+
+#define FIELD(c, o, T) ((T *)((char *)(c) + (o)->offset))
+#define CFIELD(c, o, T) ((const T *)((const char *)(c) + (o)->offset))
+
+char *cfg__strdup(const char *s) {
+    char *d = strdup(s);
+    MS_ASSERT(d != NULL); /* a few bytes at start-up: out of memory is fatal */
+    return d;
+}
+
+static void list_free(cfg_strlist *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n) {
+    list_free(dst);
+    dst->v = calloc((size_t)(n > 0 ? n : 1), sizeof *dst->v);
+    MS_ASSERT(dst->v != NULL);
+    for (int i = 0; i < n; i++) dst->v[i] = cfg__strdup(src[i]);
+    dst->n = n;
+}
+
+static void set_default(cfg *c, const cfg_option *o) {
+    switch (o->type) {
+    case CFG_INT: *FIELD(c, o, int64_t) = o->idef; break;
+    case CFG_DOUBLE: *FIELD(c, o, double) = o->ddef; break;
+    case CFG_BOOL: *FIELD(c, o, bool) = o->idef != 0; break;
+    case CFG_ENUM: *FIELD(c, o, int) = (int)o->idef; break;
+    case CFG_STRING: *FIELD(c, o, char *) = cfg__strdup(o->sdef); break;
+    case CFG_STRLIST: {
+        int n = 0;
+        while (o->ldef && o->ldef[n]) n++;
+        cfg__list_copy(FIELD(c, o, cfg_strlist), o->ldef, n);
+        break;
+    }
+    }
+}
+
+void cfg_init(cfg *c) {
+    MS_ASSERT(cfg_noptions <= CFG_MAX_OPTIONS);
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < cfg_noptions; i++) set_default(c, &cfg_options[i]);
+}
+
+void cfg_close(cfg *c) {
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        if (o->type == CFG_STRING) {
+            free(*FIELD(c, o, char *));
+            *FIELD(c, o, char *) = NULL;
+        } else if (o->type == CFG_STRLIST) {
+            list_free(FIELD(c, o, cfg_strlist));
+        }
+    }
+}
+
+/* ---- messages --------------------------------------------------------- */
+
+/* A key from the file, safe to print: at most KEY_SHOWN_MAX bytes, bytes
+ * outside printable ASCII replaced by '?'. */
+static const char *shown(const char *key, char *buf, size_t len) {
+    size_t n = 0;
+    for (; key[n] && n < KEY_SHOWN_MAX && n + 4 < len; n++)
+        buf[n] = (key[n] >= 0x20 && key[n] < 0x7f) ? key[n] : '?';
+    if (key[n] && n + 4 <= len) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static const char *json_kind(const cJSON *v) {
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "an unknown value";
+}
+
+/* Edit distance of a and b (each cut at 64 bytes), for suggestions. */
+static int distance(const char *a, const char *b) {
+    size_t la = strnlen(a, 64), lb = strnlen(b, 64);
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The option path closest to key (a full "section.name" path, or a bare
+ * name met at the top level), or NULL when nothing is close. */
+static const char *suggest(const char *key) {
+    const char *best = NULL;
+    int bestd = 3;
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const char *p = cfg_options[i].path;
+        const char *leaf = strchr(p, '.') + 1;
+        int d = distance(key, p);
+        if (strcmp(key, leaf) == 0) d = 0; /* "port" at the top level */
+        if (d < bestd) {
+            bestd = d;
+            best = p;
+        }
+    }
+    return best;
+}
+
+static int section_len(const cfg_option *o) { return (int)(strchr(o->path, '.') - o->path); }
+
+static bool is_section(const char *key) {
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        if ((int)strlen(key) == section_len(o) && strncmp(key, o->path, (size_t)section_len(o)) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+/* Check a string value or list item: length, control characters, the
+ * option's validator. what is the key path for messages. */
+static int check_string(const cfg_option *o, const char *s, const char *what, ms_error *err) {
+    size_t n = strlen(s);
+    if (n > o->max_len)
+        return ms_err_set(err, MS_ERR_RANGE, "%s: %zu bytes, longer than the limit of %zu", what, n, o->max_len);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: control character at byte %zu", what, i);
+    char why[256];
+    if (o->check && o->check(s, why, sizeof why) != 0)
+        return ms_err_set(err, MS_ERR_ARG, "%s: %s", what, why);
+    return MS_OK;
+}
+
+/* Relative path s made relative to base_dir (when both are set). Returns an
+ * owned string. */
+static char *resolve(const char *s, const char *base_dir) {
+    if (!s[0] || s[0] == '/' || !base_dir || !base_dir[0]) return cfg__strdup(s);
+    size_t lb = strlen(base_dir), ls = strlen(s);
+    char *r = malloc(lb + 1 + ls + 1);
+    MS_ASSERT(r != NULL);
+    memcpy(r, base_dir, lb);
+    r[lb] = '/';
+    memcpy(r + lb + 1, s, ls + 1);
+    return r;
+}
+
+static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *base_dir, ms_error *err) {
+    const char *p = o->path;
+    switch (o->type) {
+    case CFG_INT: {
+        if (!cJSON_IsNumber(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an integer, got %s", p, json_kind(v));
+        double d = v->valuedouble;
+        if (!isfinite(d) || d != trunc(d))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an integer, got %.15g", p, d);
+        if (d < (double)o->imin || d > (double)o->imax)
+            return ms_err_set(err, MS_ERR_RANGE, "%s: %.15g is out of range [%lld, %lld]", p, d,
+                              (long long)o->imin, (long long)o->imax);
+        *FIELD(c, o, int64_t) = (int64_t)d;
+        return MS_OK;
+    }
+    case CFG_DOUBLE: {
+        if (!cJSON_IsNumber(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a number, got %s", p, json_kind(v));
+        double d = v->valuedouble;
+        if (!isfinite(d)) return ms_err_set(err, MS_ERR_RANGE, "%s: not a finite number", p);
+        if (d < o->dmin || d > o->dmax)
+            return ms_err_set(err, MS_ERR_RANGE, "%s: %.15g is out of range [%g, %g]", p, d, o->dmin, o->dmax);
+        *FIELD(c, o, double) = d;
+        return MS_OK;
+    }
+    case CFG_BOOL:
+        if (!cJSON_IsBool(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected true or false, got %s", p, json_kind(v));
+        *FIELD(c, o, bool) = cJSON_IsTrue(v);
+        return MS_OK;
+    case CFG_ENUM: {
+        if (!cJSON_IsString(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
+        for (int i = 0; o->names[i]; i++)
+            if (strcmp(v->valuestring, o->names[i]) == 0) {
+                *FIELD(c, o, int) = i;
+                return MS_OK;
+            }
+        char list[256] = "", kb[KEY_SHOWN_MAX + 8];
+        for (int i = 0; o->names[i]; i++) {
+            size_t u = strlen(list);
+            snprintf(list + u, sizeof list - u, "%s%s", i ? ", " : "", o->names[i]);
+        }
+        return ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not one of %s", p, shown(v->valuestring, kb, sizeof kb),
+                          list);
+    }
+    case CFG_STRING: {
+        if (!cJSON_IsString(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
+        char *s = (o->flags & CFG_F_PATH) ? resolve(v->valuestring, base_dir) : cfg__strdup(v->valuestring);
+        int rc = check_string(o, s, p, err);
+        if (rc != MS_OK) {
+            free(s);
+            return rc;
+        }
+        char **f = FIELD(c, o, char *);
+        free(*f);
+        *f = s;
+        return MS_OK;
+    }
+    case CFG_STRLIST: {
+        if (!cJSON_IsArray(v))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an array of strings, got %s", p, json_kind(v));
+        int n = cJSON_GetArraySize(v);
+        if (n > CFG_MAX_LIST)
+            return ms_err_set(err, MS_ERR_LIMIT, "%s: %d entries, more than the limit of %d", p, n, CFG_MAX_LIST);
+        const char *items[CFG_MAX_LIST];
+        int i = 0;
+        for (const cJSON *it = v->child; it; it = it->next, i++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s[%d]", p, i);
+            if (!cJSON_IsString(it))
+                return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", what, json_kind(it));
+            int rc = check_string(o, it->valuestring, what, err);
+            if (rc != MS_OK) return rc;
+            items[i] = it->valuestring;
+        }
+        cfg__list_copy(FIELD(c, o, cfg_strlist), items, n);
+        return MS_OK;
+    }
+    }
+    MS_ASSERT(0 && "unknown option type");
+    return MS_ERR_ARG;
+}
+
+/* A JSON string escape "\u0000" would be cut short by cJSON; refuse it
+ * before parsing. Scans strings only (tracks quotes and escapes). */
+static long find_nul_escape(const char *t, size_t len) {
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            if (t[i] == '"') in_str = true;
+        } else if (t[i] == '"') {
+            in_str = false;
+        } else if (t[i] == '\\' && i + 1 < len) {
+            if (t[i + 1] == 'u' && i + 5 < len && strncmp(t + i + 2, "0000", 4) == 0) return (long)i;
+            i++; /* skip the escaped byte */
+        }
+    }
+    return -1;
+}
+
+static void line_col(const char *t, size_t off, int *line, int *col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off; i++) {
+        if (t[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+/* Apply the members of one section object. seen[] marks options given. */
+static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *seen, ms_error *err) {
+    char kb[KEY_SHOWN_MAX + 8], path[2 * KEY_SHOWN_MAX + 20];
+    size_t sl = strlen(sec->string);
+    for (const cJSON *m = sec->child; m; m = m->next) {
+        const cfg_option *o = NULL;
+        size_t idx = 0;
+        for (; idx < cfg_noptions; idx++) {
+            const cfg_option *q = &cfg_options[idx];
+            if ((size_t)section_len(q) == sl && strncmp(q->path, sec->string, sl) == 0 &&
+                strcmp(q->path + sl + 1, m->string) == 0) {
+                o = q;
+                break;
+            }
+        }
+        snprintf(path, sizeof path, "%s.%s", sec->string, shown(m->string, kb, sizeof kb));
+        if (!o) {
+            const char *s = suggest(path);
+            if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown option (did you mean %s?)", path, s);
+            return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown option", path);
+        }
+        if (seen[idx]) return ms_err_set(err, MS_ERR_FORMAT, "%s: duplicate key", path);
+        seen[idx] = true;
+        int rc = set_value(c, o, m, base_dir, err);
+        if (rc != MS_OK) return rc;
+    }
+    return MS_OK;
+}
+
+static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *err) {
+    if (!cJSON_IsObject(root))
+        return ms_err_set(err, MS_ERR_FORMAT, "expected a JSON object at the top, got %s", json_kind(root));
+    bool seen[CFG_MAX_OPTIONS] = {0};
+    char kb[KEY_SHOWN_MAX + 8];
+    /* Sections seen, by name; there are few, so a short list. */
+    const char *sections[CFG_MAX_OPTIONS];
+    int nsec = 0;
+    for (const cJSON *sec = root->child; sec; sec = sec->next) {
+        if (!is_section(sec->string)) {
+            const char *s = suggest(sec->string);
+            shown(sec->string, kb, sizeof kb);
+            if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section (did you mean %s?)", kb, s);
+            return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section", kb);
+        }
+        for (int i = 0; i < nsec; i++)
+            if (strcmp(sections[i], sec->string) == 0)
+                return ms_err_set(err, MS_ERR_FORMAT, "%s: duplicate key", sec->string);
+        sections[nsec++] = sec->string;
+        if (!cJSON_IsObject(sec))
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an object of options, got %s", sec->string,
+                              json_kind(sec));
+        int rc = load_section(c, sec, base_dir, seen, err);
+        if (rc != MS_OK) return rc;
+    }
+    return cfg_cross_check(c, err);
+}
+
+int cfg_load_buf(cfg *out, const char *text, size_t len, const char *name, const char *base_dir, ms_error *err) {
+    cfg_init(out);
+    int rc;
+    cJSON *root = NULL;
+    char *buf = NULL;
+    if (len > CFG_MAX_FILE_BYTES) {
+        rc = ms_err_set(err, MS_ERR_LIMIT, "%zu bytes, larger than the limit of %d", len, CFG_MAX_FILE_BYTES);
+        goto fail;
+    }
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        rc = ms_err_set(err, MS_ERR_FORMAT, "NUL byte at offset %zu", (size_t)(nul - text));
+        goto fail;
+    }
+    long esc = find_nul_escape(text, len);
+    if (esc >= 0) {
+        int line, col;
+        line_col(text, (size_t)esc, &line, &col);
+        rc = ms_err_set(err, MS_ERR_FORMAT, "%d:%d: \\u0000 in a string is not accepted", line, col);
+        goto fail;
+    }
+    buf = malloc(len + 1);
+    if (!buf) {
+        rc = ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    const char *end = NULL;
+    /* len + 1: cJSON wants the terminating NUL inside the length when it
+     * is asked to refuse trailing bytes. */
+    root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
+    if (!root) {
+        size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
+        int line, col;
+        line_col(buf, off, &line, &col);
+        rc = ms_err_set(err, MS_ERR_FORMAT, "%d:%d: malformed JSON", line, col);
+        goto fail;
+    }
+    rc = load_tree(out, root, base_dir, err);
+    if (rc != MS_OK) goto fail;
+    cJSON_Delete(root);
+    free(buf);
+    return MS_OK;
+fail:
+    ms_err_prefix(err, "%s", name ? name : "config");
+    cJSON_Delete(root);
+    free(buf);
+    cfg_close(out);
+    return rc;
+}
+
+int cfg_load_file(cfg *out, const char *path, ms_error *err) {
+    cfg_init(out);
+    cfg_close(out); /* *out is valid (closed) on every failure below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ms_err_set(err, MS_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ms_err_set(err, MS_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size > CFG_MAX_FILE_BYTES) {
+        close(fd);
+        return ms_err_set(err, MS_ERR_LIMIT, "%s: %lld bytes, larger than the limit of %d", path,
+                          (long long)st.st_size, CFG_MAX_FILE_BYTES);
+    }
+    char *text = malloc(CFG_MAX_FILE_BYTES + 1);
+    if (!text) {
+        close(fd);
+        return ms_err_set(err, MS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t len = 0;
+    for (;;) { /* read until EOF; the file may have grown since fstat */
+        ssize_t r = read(fd, text + len, CFG_MAX_FILE_BYTES + 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(text);
+            close(fd);
+            return ms_err_set(err, MS_ERR_IO, "%s: %s", path, strerror(e));
+        }
+        if (r == 0 || (len += (size_t)r) > CFG_MAX_FILE_BYTES) break;
+    }
+    close(fd);
+    /* The directory of the file, absolute when it can be resolved. */
+    char dir[PATH_MAX], abs[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
+    else snprintf(dir, sizeof dir, ".");
+    const char *base = realpath(dir, abs) ? abs : dir;
+    int rc = cfg_load_buf(out, text, len, path, base, err);
+    free(text);
+    return rc;
+}
+
+/* ---- checks that need the file system ---------------------------------- */
+
+int cfg_check_files(const cfg *c, ms_error *err) {
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        if (o->type != CFG_STRING) continue;
+        const char *s = *CFIELD(c, o, char *);
+        if (!s[0]) {
+            if (o->flags & CFG_F_REQUIRED)
+                return ms_err_set(err, MS_ERR_ARG, "%s: required (%s)", o->path, o->doc);
+            continue;
+        }
+        if (!(o->flags & (CFG_F_FILE | CFG_F_DIR))) continue;
+        struct stat st;
+        if (stat(s, &st) != 0) return ms_err_set(err, MS_ERR_IO, "%s: %s: %s", o->path, s, strerror(errno));
+        if ((o->flags & CFG_F_DIR) && !S_ISDIR(st.st_mode))
+            return ms_err_set(err, MS_ERR_ARG, "%s: %s: not a directory", o->path, s);
+        if ((o->flags & CFG_F_FILE) && !S_ISREG(st.st_mode))
+            return ms_err_set(err, MS_ERR_ARG, "%s: %s: not a regular file", o->path, s);
+        if (access(s, (o->flags & CFG_F_DIR) ? R_OK | X_OK : R_OK) != 0)
+            return ms_err_set(err, MS_ERR_IO, "%s: %s: %s", o->path, s, strerror(errno));
+    }
+    return MS_OK;
+}
+
+/* Longest --set assignment accepted, bytes. */
+#define CFG_SET_MAX 8192
+
+int cfg_set(cfg *c, const char *assignment, ms_error *err) {
+    const char *eq = strchr(assignment, '=');
+    size_t alen = strnlen(assignment, CFG_SET_MAX + 1);
+    if (alen > CFG_SET_MAX) return ms_err_set(err, MS_ERR_LIMIT, "--set: longer than %d bytes", CFG_SET_MAX);
+    if (!eq) return ms_err_set(err, MS_ERR_ARG, "--set %s: expected section.name=VALUE", assignment);
+    char path[128], kb[KEY_SHOWN_MAX + 8];
+    size_t plen = (size_t)(eq - assignment);
+    snprintf(path, sizeof path, "%.*s", (int)(plen < sizeof path ? plen : sizeof path - 1), assignment);
+    const cfg_option *o = NULL;
+    for (size_t i = 0; i < cfg_noptions && !o; i++)
+        if (strlen(cfg_options[i].path) == plen && strncmp(cfg_options[i].path, assignment, plen) == 0)
+            o = &cfg_options[i];
+    if (!o) {
+        const char *s = suggest(path);
+        shown(path, kb, sizeof kb);
+        if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option (did you mean %s?)", kb, s);
+        return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option", kb);
+    }
+    const char *val = eq + 1;
+    size_t vlen = strlen(val);
+    cJSON *v;
+    if ((o->type == CFG_STRING || o->type == CFG_ENUM) && val[0] != '"') {
+        v = cJSON_CreateString(val);
+    } else {
+        if (find_nul_escape(val, vlen) >= 0)
+            return ms_err_set(err, MS_ERR_FORMAT, "--set: %s: \\u0000 in a string is not accepted", o->path);
+        v = cJSON_ParseWithLengthOpts(val, vlen + 1, NULL, 1);
+        if (!v) return ms_err_set(err, MS_ERR_FORMAT, "--set: %s: the value is not JSON", o->path);
+    }
+    if (!v) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    char cwd[PATH_MAX];
+    cfg tmp;
+    cfg_copy(&tmp, c);
+    int rc = set_value(&tmp, o, v, getcwd(cwd, sizeof cwd), err);
+    cJSON_Delete(v);
+    if (rc != MS_OK) {
+        ms_err_prefix(err, "--set");
+        cfg_close(&tmp);
+        return rc;
+    }
+    cfg_close(c);
+    *c = tmp;
+    return MS_OK;
+}
+
+int cfg_validate(const cfg *c, ms_error *err) { return cfg_cross_check(c, err); }

@@ -1,0 +1,180 @@
+/* cfg_table.c - every configuration option of moshid, in one table.
+ *
+ * Adding an option: a field in struct cfg (cfg.h), a row here. The loader,
+ * --dump-config, reload and docs/configuration.md (make config-doc) follow
+ * from the row. Keep rows grouped by section; the dump and the docs use
+ * this order.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg_int.h"
+#include "log.h"
+
+const char *const cfg_variant_names[] = {"auto", "kyutai", "personaplex", NULL};
+const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const cfg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
+
+static const char *const default_origins[] = {"*", NULL};
+
+/* Longest host name (RFC 1035) and path, bytes. */
+#define HOST_MAX 253
+#define PATH_MAX_BYTES 4095
+#define ORIGIN_MAX 1024
+
+static int is_hostname(const char *s, size_t n) {
+    if (n == 0 || n > HOST_MAX) return 0;
+    size_t label = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == '.') {
+            if (label == 0 || s[i - 1] == '-') return 0;
+            label = 0;
+            continue;
+        }
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || (ch == '-' && label > 0);
+        if (!ok || ++label > 63) return 0;
+    }
+    return s[n - 1] != '-';
+}
+
+/* server.listen: an IPv4 or IPv6 literal, or a host name. */
+static int check_listen(const char *s, char *why, size_t len) {
+    unsigned char buf[16];
+    if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1) return 0;
+    if (is_hostname(s, strlen(s))) return 0;
+    snprintf(why, len, "\"%s\" is not an IPv4/IPv6 address or a host name", s);
+    return 1;
+}
+
+/* server.allowed_origins item: "*" or scheme://host[:port] as browsers
+ * send it in the Origin header (no path, no trailing slash). */
+static int check_origin(const char *s, char *why, size_t len) {
+    if (strcmp(s, "*") == 0) return 0;
+    const char *h = NULL;
+    if (strncmp(s, "http://", 7) == 0) h = s + 7;
+    else if (strncmp(s, "https://", 8) == 0) h = s + 8;
+    if (!h) {
+        snprintf(why, len, "\"%s\" is not \"*\" or an origin like https://example.com[:port]", s);
+        return 1;
+    }
+    const char *end;
+    if (*h == '[') { /* [IPv6] */
+        const char *close = strchr(h, ']');
+        char a[64];
+        size_t n = close ? (size_t)(close - h - 1) : 0;
+        unsigned char buf[16];
+        if (!close || n == 0 || n >= sizeof a) goto bad;
+        memcpy(a, h + 1, n);
+        a[n] = '\0';
+        if (inet_pton(AF_INET6, a, buf) != 1) goto bad;
+        end = close + 1;
+    } else {
+        end = h + strcspn(h, ":/");
+        if (!is_hostname(h, (size_t)(end - h))) goto bad;
+    }
+    if (*end == ':') {
+        char *pe;
+        long port = strtol(end + 1, &pe, 10);
+        if (pe == end + 1 || port < 1 || port > 65535 || end[1] == '+' || end[1] == '-') goto bad;
+        end = pe;
+    }
+    if (*end == '\0') return 0;
+bad:
+    snprintf(why, len, "\"%s\" is not a valid origin (scheme://host[:port], no path)", s);
+    return 1;
+}
+
+#define OFF(field) offsetof(cfg, field)
+#define OPT_INT(p, f, fl, def, lo, hi, d) \
+    {.path = p, .type = CFG_INT, .offset = OFF(f), .flags = fl, .idef = def, .imin = lo, .imax = hi, .doc = d}
+#define OPT_DBL(p, f, fl, def, lo, hi, d) \
+    {.path = p, .type = CFG_DOUBLE, .offset = OFF(f), .flags = fl, .ddef = def, .dmin = lo, .dmax = hi, .doc = d}
+#define OPT_BOOL(p, f, fl, def, d) \
+    {.path = p, .type = CFG_BOOL, .offset = OFF(f), .flags = fl, .idef = def, .doc = d}
+#define OPT_STR(p, f, fl, def, maxlen, chk, d)                                                         \
+    {.path = p, .type = CFG_STRING, .offset = OFF(f), .flags = fl, .sdef = def, .max_len = maxlen, \
+     .check = chk, .doc = d}
+#define OPT_ENUM(p, f, fl, def, nm, d) \
+    {.path = p, .type = CFG_ENUM, .offset = OFF(f), .flags = fl, .idef = def, .names = nm, .doc = d}
+#define OPT_LIST(p, f, fl, def, maxlen, chk, d)                                                         \
+    {.path = p, .type = CFG_STRLIST, .offset = OFF(f), .flags = fl, .ldef = def, .max_len = maxlen, \
+     .check = chk, .doc = d}
+
+#define R CFG_F_RELOAD
+#define FILE_PATH (CFG_F_PATH | CFG_F_FILE)
+#define DIR_PATH (CFG_F_PATH | CFG_F_DIR)
+
+const cfg_option cfg_options[] = {
+    OPT_STR("server.listen", server.listen, 0, "127.0.0.1", HOST_MAX, check_listen,
+            "Address to listen on: an IPv4/IPv6 literal or a host name (\"0.0.0.0\" or \"::\" for every interface)."),
+    OPT_INT("server.port", server.port, 0, 8998, 0, 65535,
+            "TCP port for HTTP and WebSocket; 0 picks a free port (logged at start)."),
+    OPT_STR("server.tls_cert", server.tls_cert, FILE_PATH, "", PATH_MAX_BYTES, NULL,
+            "PEM certificate chain; with server.tls_key the daemon serves https/wss only."),
+    OPT_STR("server.tls_key", server.tls_key, FILE_PATH, "", PATH_MAX_BYTES, NULL,
+            "PEM private key of server.tls_cert (both or neither)."),
+    OPT_STR("server.static_dir", server.static_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
+            "Directory served at / (the browser client); empty serves no files."),
+    OPT_LIST("server.allowed_origins", server.allowed_origins, R, default_origins, ORIGIN_MAX, check_origin,
+             "WebSocket upgrades accepted from these Origin values (\"*\" = any); requests without Origin are accepted."),
+    OPT_BOOL("server.metrics", server.metrics, R, 1,
+             "Serve Prometheus metrics at /metrics (false: 404)."),
+
+    OPT_STR("model.lm_dir", model.lm_dir, DIR_PATH | CFG_F_REQUIRED, "", PATH_MAX_BYTES, NULL,
+            "LM checkpoint directory: model.safetensors and optional config.json (official names)."),
+    OPT_STR("model.mimi", model.mimi, FILE_PATH | CFG_F_REQUIRED, "", PATH_MAX_BYTES, NULL,
+            "Mimi codec weights (official safetensors)."),
+    OPT_STR("model.mimi_config", model.mimi_config, FILE_PATH, "", PATH_MAX_BYTES, NULL,
+            "Optional JSON overriding Mimi hyper-parameters (small test codecs); empty = official values."),
+    OPT_STR("model.tokenizer", model.tokenizer, FILE_PATH | CFG_F_REQUIRED, "", PATH_MAX_BYTES, NULL,
+            "SentencePiece tokenizer (.model)."),
+    OPT_ENUM("model.variant", model.variant, 0, CFG_VARIANT_AUTO, cfg_variant_names,
+             "Checkpoint family; auto decides from the LM's config and tensors."),
+
+    OPT_ENUM("engine.backend", engine.backend, 0, CFG_BACKEND_AUTO, cfg_backend_names,
+             "auto: CUDA when its plugin loads and a GPU is present, else CPU."),
+    OPT_INT("engine.gpu", engine.gpu, 0, 0, 0, 63,
+            "CUDA device index (CUDA backend only)."),
+    OPT_INT("engine.threads", engine.threads, 0, 0, 0, 256,
+            "Threads of the CPU backend; 0 = the number of online CPUs."),
+
+    OPT_INT("sessions.max", sessions.max, 0, 8, 1, 1024,
+            "Concurrent sessions (engine slots, allocated at start); one more is told the server is busy."),
+
+    OPT_DBL("sampling.text_temperature", sampling.text_temperature, R, 0.7, 0.0, 5.0,
+            "Default text temperature; 0 = greedy. Clients may override per session."),
+    OPT_INT("sampling.text_topk", sampling.text_topk, R, 25, 0, 65536,
+            "Default text top-k; 0 = the whole vocabulary."),
+    OPT_DBL("sampling.audio_temperature", sampling.audio_temperature, R, 0.8, 0.0, 5.0,
+            "Default audio temperature; 0 = greedy."),
+    OPT_INT("sampling.audio_topk", sampling.audio_topk, R, 250, 0, 65536,
+            "Default audio top-k; 0 = the whole codebook."),
+
+    OPT_INT("limits.max_message_bytes", limits.max_message_bytes, 0, 1 << 20, 4096, 64 << 20,
+            "Largest WebSocket message accepted from a client, bytes; larger ones get an error and a close."),
+    OPT_DBL("limits.input_buffer_s", limits.input_buffer_s, R, 4.0, 0.5, 60.0,
+            "Audio a client may send ahead of the engine, seconds (opusenc writes 1 s pages: keep >= 3)."),
+    OPT_DBL("limits.output_queue_s", limits.output_queue_s, R, 2.0, 0.2, 60.0,
+            "Unsent output audio that closes a slow client, seconds."),
+    OPT_INT("limits.idle_timeout_s", limits.idle_timeout_s, R, 60, 0, 86400,
+            "Close a session after this many seconds without a message from the client; 0 = never."),
+    OPT_INT("limits.max_steps", limits.max_steps, R, 0, 0, 1 << 24,
+            "Longest session in 80 ms steps; 0 = the model's context; query max_steps is capped by it."),
+    OPT_INT("limits.max_header_bytes", limits.max_header_bytes, 0, 16384, 4096, 65535,
+            "HTTP request header space, bytes (PersonaPlex prompts travel in the URL; libwebsockets keeps it in 16 bits)."),
+
+    OPT_ENUM("log.level", log.level, R, MS_LOG_INFO, cfg_log_level_names,
+             "Lowest level written to stderr."),
+};
+const size_t cfg_noptions = sizeof cfg_options / sizeof cfg_options[0];
+
+int cfg_cross_check(const cfg *c, ms_error *err) {
+    if (!c->server.tls_cert[0] != !c->server.tls_key[0])
+        return ms_err_set(err, MS_ERR_ARG, "server.tls_cert, server.tls_key: set both or neither (%s is empty)",
+                          c->server.tls_cert[0] ? "server.tls_key" : "server.tls_cert");
+    return MS_OK;
+}

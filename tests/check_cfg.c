@@ -1,0 +1,510 @@
+/* check_cfg.c - the configuration table and its walker: types, bounds,
+ * unknown and duplicate keys, files, dump -> load, reload. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cfg_int.h"
+#include "check_main.h"
+#include "log.h"
+
+static int load(cfg *c, const char *json, ms_error *e) {
+    return cfg_load_buf(c, json, strlen(json), "t.json", NULL, e);
+}
+
+/* Expect json to be refused with code and a message holding each of the
+ * NULL-terminated fragments. */
+static void refused(const char *json, int code, const char *frag1, const char *frag2) {
+    cfg c;
+    ms_error e = {0};
+    int rc = load(&c, json, &e);
+    ck_assert_msg(rc != MS_OK, "accepted: %s", json);
+    ck_assert_msg(rc == code, "%s: got %s (%s)", json, ms_err_name(rc), e.msg);
+    ck_assert_msg(strncmp(e.msg, "t.json: ", 8) == 0, "no file name: %s", e.msg);
+    ck_assert_msg(!frag1 || strstr(e.msg, frag1), "%s: message '%s' lacks '%s'", json, e.msg, frag1);
+    ck_assert_msg(!frag2 || strstr(e.msg, frag2), "%s: message '%s' lacks '%s'", json, e.msg, frag2);
+    cfg_close(&c); /* harmless after a failure */
+}
+
+START_TEST(test_table_coherent) {
+    /* paths unique with one dot, defaults inside bounds and valid, sections
+     * contiguous (the dump and the docs group by section) */
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        const char *dot = strchr(o->path, '.');
+        ck_assert_msg(dot && !strchr(dot + 1, '.'), "%s", o->path);
+        ck_assert_msg(o->doc && o->doc[0], "%s has no doc", o->path);
+        for (size_t j = 0; j < i; j++) {
+            ck_assert_str_ne(o->path, cfg_options[j].path);
+            size_t sl = (size_t)(dot - o->path);
+            if (strncmp(cfg_options[j].path, o->path, sl + 1) == 0)
+                for (size_t k = j + 1; k < i; k++)
+                    ck_assert_msg(strncmp(cfg_options[k].path, o->path, sl + 1) == 0, "section of %s split",
+                                  o->path);
+        }
+        char why[256];
+        switch (o->type) {
+        case CFG_INT: ck_assert(o->imin <= o->idef && o->idef <= o->imax); break;
+        case CFG_DOUBLE: ck_assert(o->dmin <= o->ddef && o->ddef <= o->dmax); break;
+        case CFG_ENUM: ck_assert(o->names && o->idef >= 0 && o->names[o->idef]); break;
+        case CFG_STRING:
+            ck_assert(o->sdef && strlen(o->sdef) <= o->max_len);
+            if (o->sdef[0] && o->check) ck_assert_msg(o->check(o->sdef, why, sizeof why) == 0, "%s", why);
+            break;
+        case CFG_STRLIST:
+            for (int k = 0; o->ldef && o->ldef[k]; k++)
+                if (o->check) ck_assert_msg(o->check(o->ldef[k], why, sizeof why) == 0, "%s", why);
+            break;
+        case CFG_BOOL: break;
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_defaults) {
+    cfg c, d;
+    ms_error e = {0};
+    cfg_init(&d);
+    ck_assert_int_eq(load(&c, "{}", &e), MS_OK);
+    ck_assert(cfg_equal(&c, &d));
+    ck_assert_str_eq(c.server.listen, "127.0.0.1");
+    ck_assert_int_eq(c.server.port, 8998);
+    ck_assert_int_eq(c.server.allowed_origins.n, 1);
+    ck_assert_str_eq(c.server.allowed_origins.v[0], "*");
+    ck_assert(c.server.metrics);
+    ck_assert_str_eq(c.model.lm_dir, "");
+    ck_assert_int_eq(c.engine.backend, CFG_BACKEND_AUTO);
+    ck_assert(c.sampling.text_temperature == 0.7 && c.sampling.audio_temperature == 0.8);
+    ck_assert_int_eq(c.sampling.text_topk, 25);
+    ck_assert_int_eq(c.sampling.audio_topk, 250);
+    ck_assert(c.limits.input_buffer_s >= 3.0); /* opusenc writes 1 s pages */
+    ck_assert(c.limits.output_queue_s == 2.0);
+    ck_assert_int_eq(c.limits.max_header_bytes, 16384);
+    ck_assert_int_eq(c.limits.max_steps, 0);
+    ck_assert_int_eq(c.log.level, MS_LOG_INFO);
+    cfg_close(&c);
+    cfg_close(&c); /* twice is harmless */
+    cfg_close(&d);
+}
+END_TEST
+
+START_TEST(test_every_type) {
+    cfg c;
+    ms_error e = {0};
+    const char *json =
+        "{\"server\": {\"listen\": \"::\", \"port\": 0, \"allowed_origins\": [\"https://a.example:8443\", "
+        "\"http://[::1]:80\", \"*\"], \"metrics\": false, \"static_dir\": \"/srv/www\"},\n"
+        " \"model\": {\"variant\": \"personaplex\", \"lm_dir\": \"rel/lm\"},\n"
+        " \"engine\": {\"backend\": \"cuda\", \"gpu\": 3},\n"
+        " \"sampling\": {\"text_temperature\": 0, \"audio_topk\": 1e3},\n"
+        " \"limits\": {\"input_buffer_s\": 3.5, \"max_header_bytes\": 65535},\n"
+        " \"log\": {\"level\": \"debug\"}}";
+    ck_assert_msg(load(&c, json, &e) == MS_OK, "%s", e.msg);
+    ck_assert_str_eq(c.server.listen, "::");
+    ck_assert_int_eq(c.server.port, 0);
+    ck_assert_int_eq(c.server.allowed_origins.n, 3);
+    ck_assert_str_eq(c.server.allowed_origins.v[1], "http://[::1]:80");
+    ck_assert(!c.server.metrics);
+    ck_assert_str_eq(c.server.static_dir, "/srv/www");
+    ck_assert_str_eq(c.model.lm_dir, "rel/lm"); /* no base dir: unchanged */
+    ck_assert_int_eq(c.model.variant, CFG_VARIANT_PERSONAPLEX);
+    ck_assert_int_eq(c.engine.backend, CFG_BACKEND_CUDA);
+    ck_assert_int_eq(c.engine.gpu, 3);
+    ck_assert(c.sampling.text_temperature == 0.0);
+    ck_assert_int_eq(c.sampling.audio_topk, 1000);
+    ck_assert(c.limits.input_buffer_s == 3.5);
+    ck_assert_int_eq(c.limits.max_header_bytes, 65535);
+    ck_assert_int_eq(c.log.level, MS_LOG_DEBUG);
+    ck_assert_int_eq(c.sessions.max, 8); /* untouched options keep defaults */
+    cfg_close(&c);
+
+    /* base_dir applies to relative paths only */
+    const char *rel = "{\"model\":{\"lm_dir\":\"lm\",\"mimi\":\"/abs/m\"}}";
+    ck_assert_msg(cfg_load_buf(&c, rel, strlen(rel), "x", "/etc/moshid", &e) == MS_OK, "%s", e.msg);
+    ck_assert_str_eq(c.model.lm_dir, "/etc/moshid/lm");
+    ck_assert_str_eq(c.model.mimi, "/abs/m");
+    cfg_close(&c);
+}
+END_TEST
+
+START_TEST(test_bad_types) {
+    refused("{\"server\":{\"port\":\"8998\"}}", MS_ERR_FORMAT, "server.port", "expected an integer, got a string");
+    refused("{\"server\":{\"port\":80.5}}", MS_ERR_FORMAT, "server.port", "expected an integer");
+    refused("{\"server\":{\"port\":null}}", MS_ERR_FORMAT, "server.port", "got null");
+    refused("{\"sampling\":{\"text_temperature\":\"hot\"}}", MS_ERR_FORMAT, "sampling.text_temperature",
+            "expected a number");
+    refused("{\"server\":{\"metrics\":1}}", MS_ERR_FORMAT, "server.metrics", "expected true or false");
+    refused("{\"engine\":{\"backend\":\"gpu\"}}", MS_ERR_ARG, "engine.backend", "not one of auto, cpu, cuda");
+    refused("{\"engine\":{\"backend\":2}}", MS_ERR_FORMAT, "engine.backend", "expected a string");
+    refused("{\"log\":{\"level\":\"INFO\"}}", MS_ERR_ARG, "log.level", "debug, info, warn, error");
+    refused("{\"model\":{\"mimi\":[\"a\"]}}", MS_ERR_FORMAT, "model.mimi", "got an array");
+    refused("{\"model\":{\"mimi\":\"a\\nb\"}}", MS_ERR_FORMAT, "model.mimi", "control character");
+    refused("{\"server\":{\"allowed_origins\":\"*\"}}", MS_ERR_FORMAT, "server.allowed_origins",
+            "expected an array of strings");
+    refused("{\"server\":{\"allowed_origins\":[\"*\",7]}}", MS_ERR_FORMAT, "server.allowed_origins[1]",
+            "expected a string");
+    refused("{\"server\":{\"allowed_origins\":[\"https://a.b/\"]}}", MS_ERR_ARG, "server.allowed_origins[0]",
+            "not a valid origin");
+    refused("{\"server\":{\"listen\":\"bad host!\"}}", MS_ERR_ARG, "server.listen", "not an IPv4/IPv6");
+    refused("{\"server\":5}", MS_ERR_FORMAT, "server: expected an object", NULL);
+    refused("[1]", MS_ERR_FORMAT, "expected a JSON object at the top", NULL);
+}
+END_TEST
+
+START_TEST(test_bounds) {
+    refused("{\"server\":{\"port\":65536}}", MS_ERR_RANGE, "server.port", "out of range [0, 65535]");
+    refused("{\"server\":{\"port\":-1}}", MS_ERR_RANGE, "server.port", NULL);
+    refused("{\"server\":{\"port\":1e300}}", MS_ERR_RANGE, "server.port", NULL);
+    refused("{\"sessions\":{\"max\":0}}", MS_ERR_RANGE, "sessions.max", "[1, 1024]");
+    refused("{\"sampling\":{\"audio_temperature\":5.01}}", MS_ERR_RANGE, "sampling.audio_temperature", NULL);
+    refused("{\"sampling\":{\"audio_temperature\":1e999}}", MS_ERR_RANGE, "sampling.audio_temperature", "finite");
+    refused("{\"limits\":{\"input_buffer_s\":0.1}}", MS_ERR_RANGE, "limits.input_buffer_s", NULL);
+    refused("{\"limits\":{\"max_header_bytes\":65536}}", MS_ERR_RANGE, "limits.max_header_bytes", NULL);
+    /* the ends of each range are accepted */
+    cfg c;
+    ms_error e = {0};
+    ck_assert_int_eq(load(&c, "{\"server\":{\"port\":65535},\"sessions\":{\"max\":1},"
+                              "\"sampling\":{\"audio_temperature\":5}}", &e), MS_OK);
+    cfg_close(&c);
+    /* strings and lists have length limits */
+    char big[5000 + 64];
+    int n = snprintf(big, sizeof big, "{\"model\":{\"mimi\":\"");
+    memset(big + n, 'a', 4096);
+    strcpy(big + n + 4096, "\"}}");
+    refused(big, MS_ERR_RANGE, "model.mimi", "longer than the limit of 4095");
+    char list[2048];
+    n = snprintf(list, sizeof list, "{\"server\":{\"allowed_origins\":[");
+    for (int i = 0; i <= CFG_MAX_LIST; i++) n += snprintf(list + n, sizeof list - (size_t)n, "%s\"*\"", i ? "," : "");
+    snprintf(list + n, sizeof list - (size_t)n, "]}}");
+    refused(list, MS_ERR_LIMIT, "server.allowed_origins", "more than the limit of 64");
+}
+END_TEST
+
+START_TEST(test_unknown_and_duplicate) {
+    refused("{\"server\":{\"prot\":1}}", MS_ERR_NOTFOUND, "server.prot: unknown option", "did you mean server.port?");
+    refused("{\"server\":{\"zzzzzzzz\":1}}", MS_ERR_NOTFOUND, "server.zzzzzzzz: unknown option", NULL);
+    refused("{\"sever\":{}}", MS_ERR_NOTFOUND, "sever: unknown section", NULL);
+    refused("{\"port\":8998}", MS_ERR_NOTFOUND, "port: unknown section", "did you mean server.port?");
+    refused("{\"server\":{\"port\":1,\"port\":2}}", MS_ERR_FORMAT, "server.port: duplicate key", NULL);
+    refused("{\"log\":{},\"log\":{}}", MS_ERR_FORMAT, "log: duplicate key", NULL);
+    /* a hostile key is shown cut and without control bytes */
+    refused("{\"server\":{\"a\\u0001bcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz\":1}}",
+            MS_ERR_NOTFOUND, "server.a?bcd", "...: unknown option");
+}
+END_TEST
+
+START_TEST(test_bad_json) {
+    refused("{\"server\":{\"port\":8998,}}", MS_ERR_FORMAT, "1:", "malformed JSON");
+    refused("{\n  \"server\": {\n    \"port\": 8998\n  \n", MS_ERR_FORMAT, "malformed JSON", NULL);
+    refused("", MS_ERR_FORMAT, "malformed JSON", NULL);
+    refused("{} {}", MS_ERR_FORMAT, "malformed JSON", NULL);
+    refused("{\"model\":{\"mimi\":\"a\\u0000b\"}}", MS_ERR_FORMAT, "1:20", "\\u0000");
+    /* the line and column point at the error */
+    cfg c;
+    ms_error e = {0};
+    ck_assert_int_ne(load(&c, "{\n\"log\": {\"level\": info}}", &e), MS_OK);
+    ck_assert_msg(strstr(e.msg, "t.json: 2:"), "%s", e.msg);
+    /* a NUL byte inside the text */
+    ck_assert_int_eq(cfg_load_buf(&c, "{}\0{}", 5, "t.json", NULL, &e), MS_ERR_FORMAT);
+    ck_assert(strstr(e.msg, "NUL byte at offset 2"));
+    /* size limit */
+    char *huge = malloc(CFG_MAX_FILE_BYTES + 2);
+    memset(huge, ' ', CFG_MAX_FILE_BYTES + 1);
+    huge[0] = '{';
+    huge[CFG_MAX_FILE_BYTES] = '}';
+    ck_assert_int_eq(cfg_load_buf(&c, huge, CFG_MAX_FILE_BYTES + 1, "t.json", NULL, &e), MS_ERR_LIMIT);
+    ck_assert_int_eq(cfg_load_buf(&c, huge, CFG_MAX_FILE_BYTES, "t.json", NULL, &e), MS_ERR_FORMAT);
+    huge[CFG_MAX_FILE_BYTES - 1] = '}';
+    ck_assert_msg(cfg_load_buf(&c, huge, CFG_MAX_FILE_BYTES, "t.json", NULL, &e) == MS_OK, "%s", e.msg);
+    cfg_close(&c);
+    free(huge);
+    /* deep nesting is refused, not a crash */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 32);
+    size_t n = (size_t)sprintf(deep, "{\"server\":");
+    memset(deep + n, '[', depth);
+    memset(deep + n + depth, ']', depth);
+    strcpy(deep + n + 2 * depth, "}");
+    ck_assert_int_eq(load(&c, deep, &e), MS_ERR_FORMAT);
+    free(deep);
+}
+END_TEST
+
+START_TEST(test_cross_check) {
+    refused("{\"server\":{\"tls_cert\":\"/c.pem\"}}", MS_ERR_ARG, "server.tls_cert, server.tls_key",
+            "server.tls_key is empty");
+    refused("{\"server\":{\"tls_key\":\"/k.pem\"}}", MS_ERR_ARG, "server.tls_cert is empty", NULL);
+    cfg c;
+    ms_error e = {0};
+    ck_assert_int_eq(load(&c, "{\"server\":{\"tls_cert\":\"/c\",\"tls_key\":\"/k\"}}", &e), MS_OK);
+    cfg_close(&c);
+}
+END_TEST
+
+/* A configuration that sets every option to a value other than its
+ * default (strings with quotes and non-ASCII to exercise the dump). */
+static const char *all_set =
+    "{\"server\":{\"listen\":\"host-1.example\",\"port\":9000,\"tls_cert\":\"/c \\\"q\\\".pem\",\"tls_key\":\"/k\","
+    "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false},"
+    "\"model\":{\"lm_dir\":\"/lm\",\"mimi\":\"/m\",\"mimi_config\":\"/mc\",\"tokenizer\":\"/t\",\"variant\":\"kyutai\"},"
+    "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2},\"sessions\":{\"max\":3},"
+    "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
+    "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
+    "\"max_steps\":100,\"max_header_bytes\":8192},\"log\":{\"level\":\"error\"}}";
+
+START_TEST(test_dump_roundtrip) {
+    cfg a, b, d;
+    ms_error e = {0};
+    ck_assert_msg(load(&a, all_set, &e) == MS_OK, "%s", e.msg);
+    cfg_init(&d);
+    { /* every option of all_set differs from its default */
+        cfg t;
+        cfg_reload_report rep;
+        cfg_init(&t);
+        cfg_apply_reload(&t, &a, &rep);
+        ck_assert_int_eq(rep.n_changed + rep.n_refused, (int)cfg_noptions);
+        cfg_close(&t);
+    }
+    char *txt = cfg_dump(&a);
+    ck_assert_ptr_nonnull(txt);
+    for (size_t i = 0; i < cfg_noptions; i++) /* every leaf name appears */
+        ck_assert_msg(strstr(txt, strchr(cfg_options[i].path, '.') + 1), "%s", cfg_options[i].path);
+    ck_assert_msg(load(&b, txt, &e) == MS_OK, "%s\n%s", e.msg, txt);
+    ck_assert(cfg_equal(&a, &b));
+    ck_assert(b.sampling.audio_temperature == 1.2345678901234567);
+    ck_assert_str_eq(b.server.tls_cert, "/c \"q\".pem");
+    ck_assert_int_eq(b.server.allowed_origins.n, 0);
+    ck_assert(!cfg_equal(&a, &d));
+    cfg_close(&b);
+    free(txt);
+    /* doubles come back bit-exact, also where 15 digits are not enough */
+    static const double hard[] = {0.30000000000000004, 0.7000000000000001, 4.999999999999999, 1e-300, 0.1};
+    for (size_t i = 0; i < sizeof hard / sizeof *hard; i++) {
+        a.sampling.audio_temperature = hard[i];
+        txt = cfg_dump(&a);
+        ck_assert_msg(load(&b, txt, &e) == MS_OK, "%s", e.msg);
+        ck_assert_msg(b.sampling.audio_temperature == hard[i], "%.17g came back as %.17g", hard[i],
+                      b.sampling.audio_temperature);
+        cfg_close(&b);
+        free(txt);
+    }
+    /* defaults dump and reload too */
+    txt = cfg_dump(&d);
+    ck_assert_int_eq(load(&b, txt, &e), MS_OK);
+    ck_assert(cfg_equal(&b, &d));
+    free(txt);
+    cfg_close(&a);
+    cfg_close(&b);
+    cfg_close(&d);
+}
+END_TEST
+
+START_TEST(test_reload) {
+    cfg cur, next;
+    ms_error e = {0};
+    ck_assert_int_eq(load(&cur, "{}", &e), MS_OK);
+    ck_assert_int_eq(load(&next, "{\"log\":{\"level\":\"debug\"},\"server\":{\"port\":9000,"
+                                  "\"allowed_origins\":[\"https://x.example\"]},"
+                                  "\"sampling\":{\"text_topk\":5},\"sessions\":{\"max\":2}}", &e), MS_OK);
+    cfg_reload_report rep;
+    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 2);
+    ck_assert_int_eq(rep.n_changed, 3);
+    ck_assert_int_eq(rep.n_refused, 2);
+    ck_assert_int_eq(cur.log.level, MS_LOG_DEBUG);
+    ck_assert_int_eq(cur.sampling.text_topk, 5);
+    ck_assert_str_eq(cur.server.allowed_origins.v[0], "https://x.example");
+    ck_assert_int_eq(cur.server.port, 8998);  /* needs a restart: kept */
+    ck_assert_int_eq(cur.sessions.max, 8);
+    ck_assert_msg(strstr(rep.changed, "log.level: \"info\" -> \"debug\"\n"), "%s", rep.changed);
+    ck_assert_msg(strstr(rep.changed, "sampling.text_topk: 25 -> 5\n"), "%s", rep.changed);
+    ck_assert_msg(strstr(rep.refused, "server.port: 8998 -> 9000 (needs a restart; keeping 8998)"), "%s",
+                  rep.refused);
+    ck_assert(strstr(rep.refused, "sessions.max"));
+    /* applying the same again changes nothing */
+    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 2);
+    ck_assert_int_eq(rep.n_changed, 0);
+    ck_assert_str_eq(rep.changed, "");
+    cfg_close(&next);
+
+    /* from a file; a bad file changes nothing */
+    char path[] = "/tmp/check_cfg_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char *bad = "{\"log\":{\"level\":\"warn\"},\"sampling\":{\"text_topk\":-1}}";
+    ck_assert(write(fd, bad, strlen(bad)) == (ssize_t)strlen(bad));
+    close(fd);
+    ck_assert_int_eq(cfg_reload_file(&cur, path, &rep, &e), MS_ERR_RANGE);
+    ck_assert(strstr(e.msg, path) && strstr(e.msg, "sampling.text_topk"));
+    ck_assert_int_eq(cur.log.level, MS_LOG_DEBUG);
+    ck_assert_int_eq(rep.n_changed, 0);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    const char *good = "{\"log\":{\"level\":\"warn\"}}";
+    ck_assert(write(fd, good, strlen(good)) == (ssize_t)strlen(good));
+    close(fd);
+    ck_assert_int_eq(cfg_reload_file(&cur, path, &rep, &e), MS_OK);
+    ck_assert_int_eq(cur.log.level, MS_LOG_WARN);
+    /* the file omits text_topk and allowed_origins: back to their defaults */
+    ck_assert_int_eq(cur.sampling.text_topk, 25);
+    ck_assert_int_eq(rep.n_changed, 3);
+    ck_assert_int_eq(rep.n_refused, 0);
+    unlink(path);
+    cfg_close(&cur);
+}
+END_TEST
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(test_files) {
+    char dir[] = "/tmp/check_cfg_dir_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char p[512], q[512];
+    snprintf(p, sizeof p, "%s/lm", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/mimi.safetensors", dir);
+    write_file(p, "x");
+    snprintf(p, sizeof p, "%s/tok.model", dir);
+    write_file(p, "x");
+    snprintf(p, sizeof p, "%s/moshid.json", dir);
+    write_file(p, "{\"model\":{\"lm_dir\":\"lm\",\"mimi\":\"mimi.safetensors\",\"tokenizer\":\"./tok.model\"}}");
+    cfg c;
+    ms_error e = {0};
+    ck_assert_msg(cfg_load_file(&c, p, &e) == MS_OK, "%s", e.msg);
+    snprintf(q, sizeof q, "%s/lm", dir);
+    ck_assert_str_eq(c.model.lm_dir, q); /* relative to the file's directory */
+    ck_assert_msg(cfg_check_files(&c, &e) == MS_OK, "%s", e.msg);
+    cfg_close(&c);
+
+    /* each kind of problem names the option */
+    write_file(p, "{\"model\":{\"lm_dir\":\"lm\",\"mimi\":\"nope\",\"tokenizer\":\"tok.model\"}}");
+    ck_assert_int_eq(cfg_load_file(&c, p, &e), MS_OK);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_IO);
+    ck_assert_msg(strstr(e.msg, "model.mimi: ") && strstr(e.msg, "No such file"), "%s", e.msg);
+    cfg_close(&c);
+    write_file(p, "{\"model\":{\"lm_dir\":\"tok.model\",\"mimi\":\"lm\",\"tokenizer\":\"tok.model\"}}");
+    ck_assert_int_eq(cfg_load_file(&c, p, &e), MS_OK);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "model.lm_dir: ") && strstr(e.msg, "not a directory"), "%s", e.msg);
+    cfg_close(&c);
+    write_file(p, "{\"model\":{\"lm_dir\":\"lm\",\"mimi\":\"lm\",\"tokenizer\":\"tok.model\"}}");
+    ck_assert_int_eq(cfg_load_file(&c, p, &e), MS_OK);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "model.mimi: ") && strstr(e.msg, "not a regular file"), "%s", e.msg);
+    cfg_close(&c);
+    write_file(p, "{}");
+    ck_assert_int_eq(cfg_load_file(&c, p, &e), MS_OK);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "model.lm_dir: required"), "%s", e.msg);
+    cfg_close(&c);
+
+    /* the file itself: missing, a directory, too big */
+    snprintf(q, sizeof q, "%s/missing.json", dir);
+    ck_assert_int_eq(cfg_load_file(&c, q, &e), MS_ERR_IO);
+    ck_assert(strstr(e.msg, q) && strstr(e.msg, "No such file"));
+    ck_assert_int_eq(cfg_load_file(&c, dir, &e), MS_ERR_IO);
+    ck_assert(strstr(e.msg, "not a regular file"));
+    ck_assert_int_eq(truncate(p, CFG_MAX_FILE_BYTES + 1), 0);
+    ck_assert_int_eq(cfg_load_file(&c, p, &e), MS_ERR_LIMIT);
+    ck_assert(strstr(e.msg, "larger than the limit"));
+    cfg_close(&c);
+
+    unlink(p);
+    snprintf(p, sizeof p, "%s/mimi.safetensors", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/tok.model", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lm", dir);
+    rmdir(p);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_set) {
+    cfg c;
+    ms_error e = {0};
+    cfg_init(&c);
+    ck_assert_int_eq(cfg_set(&c, "server.port=9000", &e), MS_OK);
+    ck_assert_int_eq(c.server.port, 9000);
+    ck_assert_int_eq(cfg_set(&c, "log.level=debug", &e), MS_OK); /* enum: plain text */
+    ck_assert_int_eq(c.log.level, MS_LOG_DEBUG);
+    ck_assert_int_eq(cfg_set(&c, "model.mimi=123", &e), MS_OK);  /* string: text, not a number */
+    ck_assert_str_eq(c.model.mimi + strlen(c.model.mimi) - 4, "/123"); /* relative: from the cwd */
+    ck_assert_int_eq(c.model.mimi[0], '/');
+    ck_assert_int_eq(cfg_set(&c, "model.tokenizer=\"/t \\\"q\\\"\"", &e), MS_OK); /* JSON string */
+    ck_assert_str_eq(c.model.tokenizer, "/t \"q\"");
+    ck_assert_int_eq(cfg_set(&c, "server.allowed_origins=[\"https://a.example\",\"*\"]", &e), MS_OK);
+    ck_assert_int_eq(c.server.allowed_origins.n, 2);
+    ck_assert_int_eq(cfg_set(&c, "server.metrics=false", &e), MS_OK);
+    ck_assert(!c.server.metrics);
+    ck_assert_int_eq(cfg_set(&c, "sampling.text_temperature=0.25", &e), MS_OK);
+    ck_assert(c.sampling.text_temperature == 0.25);
+
+    /* refusals leave c as it was */
+    cfg before;
+    cfg_copy(&before, &c);
+    ck_assert_int_eq(cfg_set(&c, "server.port=70000", &e), MS_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "--set: server.port: 70000 is out of range"), "%s", e.msg);
+    ck_assert_int_eq(cfg_set(&c, "server.port=x", &e), MS_ERR_FORMAT);
+    ck_assert_int_eq(cfg_set(&c, "server.prot=1", &e), MS_ERR_NOTFOUND);
+    ck_assert_msg(strstr(e.msg, "did you mean server.port?"), "%s", e.msg);
+    ck_assert_int_eq(cfg_set(&c, "server.port", &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "engine.backend=gpu", &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "server.allowed_origins=[1]", &e), MS_ERR_FORMAT);
+    ck_assert_int_eq(cfg_set(&c, "model.mimi=\"a\\u0000\"", &e), MS_ERR_FORMAT);
+    ck_assert(cfg_equal(&c, &before));
+    cfg_close(&before);
+
+    /* the rules between options are checked by cfg_validate, after all sets */
+    ck_assert_int_eq(cfg_set(&c, "server.tls_cert=/c.pem", &e), MS_OK);
+    ck_assert_int_eq(cfg_validate(&c, &e), MS_ERR_ARG);
+    ck_assert_int_eq(cfg_set(&c, "server.tls_key=/k.pem", &e), MS_OK);
+    ck_assert_int_eq(cfg_validate(&c, &e), MS_OK);
+    cfg_close(&c);
+}
+END_TEST
+
+START_TEST(test_doc) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cfg_write_doc(f);
+    fclose(f);
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "| `%s` |", cfg_options[i].path);
+        ck_assert_msg(strstr(buf, want), "doc lacks %s", cfg_options[i].path);
+    }
+    ck_assert(strstr(buf, "| `server.port` | integer | `8998` | 0 .. 65535 | restart |"));
+    ck_assert(strstr(buf, "| `log.level` | string (one of) | `\"info\"` |"));
+    free(buf);
+}
+END_TEST
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("cfg");
+    TCase *tc = tcase_new("core");
+    tcase_add_test(tc, test_table_coherent);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_every_type);
+    tcase_add_test(tc, test_bad_types);
+    tcase_add_test(tc, test_bounds);
+    tcase_add_test(tc, test_unknown_and_duplicate);
+    tcase_add_test(tc, test_bad_json);
+    tcase_add_test(tc, test_cross_check);
+    tcase_add_test(tc, test_dump_roundtrip);
+    tcase_add_test(tc, test_reload);
+    tcase_add_test(tc, test_files);
+    tcase_add_test(tc, test_set);
+    tcase_add_test(tc, test_doc);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+CHECK_MAIN
