@@ -14,11 +14,17 @@ $(BUILD)/moshi-run: $(BUILD)/obj/engine/cli/moshi_run.o $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
 
-CHECK_SUITES += lm samp lmgen
-CHECK_lm_DEPS = $(LIBENGINE)
+CHECK_SUITES += lm samp
 CHECK_samp_DEPS = $(LIBENGINE)
+CHECK_SUITES += lmgen
 CHECK_lmgen_DEPS = $(LIBENGINE)
-TEST_SCRIPTS += tests/lm_run.sh
+# drives build/moshi-run (built by make test before the suites run)
+CHECK_SUITES += lm_run
+CHECK_lm_run_DEPS = $(LIBENGINE)
+ifneq ($(wildcard engine/spm.h),)
+CHECK_lm_run_CFLAGS = -DMOSHID_HAVE_SPM
+endif
+CHECK_lm_DEPS = $(LIBENGINE)
 
 # Benchmarks (make bench): matvec bandwidth vs read references, one 7B layer.
 $(BUILD)/bench_lm: tests/bench/bench_lm.c $(LIBENGINE)
