@@ -171,6 +171,27 @@ void kern_rope(float *v, int heads, int head_dim, int64_t pos, float max_period)
     }
 }
 
+static inline float dot(const float *a, const float *b, int n) {
+    int d = 0;
+    float s = 0;
+#ifdef KERN_AVX2
+    __m256 acc = _mm256_setzero_ps();
+    for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    s = hsum(acc);
+#endif
+    for (; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int n) {
+    int d = 0;
+#ifdef KERN_AVX2
+    __m256 av = _mm256_set1_ps(a);
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
+#endif
+    for (; d < n; d++) y[d] += a * x[d];
+}
+
 void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
                  int heads, int head_dim, int stride) {
     float scale = 1.0f / sqrtf((float)head_dim);
@@ -178,10 +199,7 @@ void kern_attend(float *out, const float *q, const float *k, const float *v, flo
         const float *qh = q + (size_t)h * head_dim;
         float mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
-            const float *kj = k + (size_t)j * stride + (size_t)h * head_dim;
-            float s = 0;
-            for (int d = 0; d < head_dim; d++) s += qh[d] * kj[d];
-            s *= scale;
+            float s = dot(qh, k + (size_t)j * stride + (size_t)h * head_dim, head_dim) * scale;
             scratch[j] = s;
             if (s > mx) mx = s;
         }
@@ -193,12 +211,33 @@ void kern_attend(float *out, const float *q, const float *k, const float *v, flo
         float inv = 1.0f / sum;
         float *oh = out + (size_t)h * head_dim;
         memset(oh, 0, sizeof(float) * (size_t)head_dim);
-        for (int j = 0; j < nk; j++) {
-            const float *vj = v + (size_t)j * stride + (size_t)h * head_dim;
-            float p = scratch[j] * inv;
-            for (int d = 0; d < head_dim; d++) oh[d] += p * vj[d];
-        }
+        for (int j = 0; j < nk; j++) axpy(oh, scratch[j] * inv, v + (size_t)j * stride + (size_t)h * head_dim, head_dim);
     }
+}
+
+typedef struct {
+    float *out;
+    const float *q, *k, *v;
+    float *scratch;
+    int nk, heads, head_dim, stride;
+} attend_job;
+
+static void attend_part(void *ctx, int i, int nt) {
+    attend_job *j = ctx;
+    int h0 = j->heads * i / nt, h1 = j->heads * (i + 1) / nt;
+    size_t off = (size_t)h0 * j->head_dim;
+    if (h1 > h0)
+        kern_attend(j->out + off, j->q + off, j->k + off, j->v + off, j->scratch + (size_t)i * j->nk, j->nk, h1 - h0,
+                    j->head_dim, j->stride);
+}
+
+void kern_attend_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
+                      int heads, int head_dim, int stride, kern_pool *pool) {
+    attend_job j = {out, q, k, v, scratch, nk, heads, head_dim, stride};
+    if ((long)nk * heads * head_dim < 65536)
+        attend_part(&j, 0, 1);
+    else
+        kern_pool_run(pool, attend_part, &j);
 }
 
 void kern_silu_gate(float *h, const float *u, int H) {
