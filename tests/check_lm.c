@@ -256,6 +256,49 @@ START_TEST(test_mapped) {
 }
 END_TEST
 
+/* kern_matmul in every dtype, odd sizes (vector tails), n = 1..9 rows and
+ * 1 or 2 threads, against a double-precision product of the same widened
+ * weights: float32 summation error only (rel 1e-5). */
+START_TEST(test_matmul_kernel) {
+    static const int shapes[][2] = {{1, 1}, {37, 5}, {64, 16}, {33, 44}, {100, 96}, {130, 200}, {300, 1000}};
+    static const st_dtype dts[] = {ST_F32, ST_BF16, ST_F16};
+    kern_pool *pool = kern_pool_create(2);
+    uint32_t seed = 17;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t di = 0; di < 3; di++)
+            for (int n = 1; n <= 9; n += 4) {
+                int R = shapes[si][0], C = shapes[si][1];
+                size_t es = st_dtype_size(dts[di]);
+                void *w = malloc((size_t)R * C * es);
+                float *wf = malloc(sizeof(float) * R * C), *x = malloc(sizeof(float) * n * C);
+                float *y = malloc(sizeof(float) * n * R);
+                for (int i = 0; i < R * C; i++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    float f = ((float)(seed >> 8) / 16777216.0f - 0.5f);
+                    if (dts[di] == ST_F32) { ((float *)w)[i] = f; wf[i] = f; }
+                    else if (dts[di] == ST_BF16) { ((uint16_t *)w)[i] = st_f32_to_bf16(f); wf[i] = st_bf16_to_f32(st_f32_to_bf16(f)); }
+                    else { ((uint16_t *)w)[i] = st_f32_to_f16(f); wf[i] = st_f16_to_f32(st_f32_to_f16(f)); }
+                }
+                for (int i = 0; i < n * C; i++) x[i] = (float)sin(i * 0.37 + si);
+                kern_mat m = {w, dts[di], R, C};
+                kern_matmul(y, x, &m, n, pool);
+                for (int j = 0; j < n; j++)
+                    for (int r = 0; r < R; r++) {
+                        double ref = 0, mag = 0;
+                        for (int c = 0; c < C; c++) {
+                            ref += (double)wf[r * C + c] * x[j * C + c];
+                            mag += fabs((double)wf[r * C + c] * x[j * C + c]);
+                        }
+                        ck_assert_msg(fabs(y[j * R + r] - ref) <= 1e-5 * mag + 1e-30,
+                                      "%s %dx%d n=%d: y[%d][%d] = %.8g, ref %.8g", st_dtype_name(dts[di]), R, C, n, j,
+                                      r, y[j * R + r], ref);
+                    }
+                free(w); free(wf); free(x); free(y);
+            }
+    kern_pool_free(pool);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("lm");
     TCase *tc = tcase_new("core");
@@ -264,6 +307,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_hostile_weights);
     tcase_add_test(tc, test_mapped);
+    tcase_add_test(tc, test_matmul_kernel);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,7 +21,7 @@
 
 #define BENCH_MAT_ROWS 32768
 #define BENCH_MAT_COLS 4096                       /* 256 MiB of bf16 */
-#define BENCH_REPS 7
+#define BENCH_REPS 15
 #define L_DIM 4096
 #define L_HEADS 32
 #define L_HIDDEN 11264
