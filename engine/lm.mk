@@ -7,6 +7,9 @@ ENGINE_SRCS += engine/lm_config.c engine/lm.c engine/kern_cpu.c engine/kern_pool
 # moshi-run prints text pieces only when it is there.
 ifneq ($(wildcard engine/spm.h),)
 EXTRA_CFLAGS_engine_cli_ += -DMOSHID_HAVE_SPM
+OPTIONAL_LINES += "✓ moshi-run: text pieces (engine/spm.h)"
+else
+OPTIONAL_LINES += "✗ moshi-run: no text pieces (engine/spm.h not present in this tree)"
 endif
 
 PROGRAMS += $(BUILD)/moshi-run
