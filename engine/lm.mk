@@ -12,6 +12,9 @@ else
 OPTIONAL_LINES += "✗ moshi-run: no text pieces (engine/spm.h not present in this tree)"
 endif
 
+# rebuild when engine/spm.h appears (merge), not only when it changes
+$(BUILD)/obj/engine/cli/moshi_run.o $(BUILD)/tests/check_lm_run: $(wildcard engine/spm.h)
+
 PROGRAMS += $(BUILD)/moshi-run
 $(BUILD)/moshi-run: $(BUILD)/obj/engine/cli/moshi_run.o $(LIBENGINE)
 	@echo "  LD      $@"
