@@ -87,72 +87,80 @@ int lm_config_finish(lm_config *c, ms_error *err) {
 /* How a config.json key is treated. */
 enum { K_INT, K_NUM, K_DELAYS, K_INT_OR_NULL, K_IGNORE, K_REQ_STR, K_REQ_BOOL, K_REQ_NULL, K_REQ_NULL_OR_INT };
 
+/* What an absent key means: the official LMModel constructor default
+ * applies (the loader passes config.json as its keyword arguments). */
+enum { A_OK, A_REFUSE, A_REQUIRED };
+
 typedef struct {
     const char *key;
     int kind;
     size_t off;          /* K_INT, K_NUM, K_INT_OR_NULL */
     const char *want;    /* K_REQ_STR: the only value implemented; K_REQ_BOOL: "true"/"false" */
+    int absent;          /* A_OK: the official default is what moshid computes (or the
+                            field's base value below is that default); A_REFUSE: the
+                            default is not implemented; A_REQUIRED: no usable default */
+    const char *dflt;    /* the official default, for messages */
 } key_rule;
 
 #define OFF(f) offsetof(lm_config, f)
 static const key_rule rules[] = {
-    {"dim", K_INT, OFF(dim), NULL},
-    {"num_heads", K_INT, OFF(num_heads), NULL},
-    {"num_layers", K_INT, OFF(num_layers), NULL},
-    {"hidden_scale", K_NUM, OFF(hidden_scale), NULL},
-    {"context", K_INT, OFF(context), NULL},
-    {"max_period", K_NUM, OFF(max_period), NULL},
-    {"n_q", K_INT, OFF(n_q), NULL},
-    {"dep_q", K_INT, OFF(dep_q), NULL},
-    {"card", K_INT, OFF(card), NULL},
-    {"text_card", K_INT, OFF(text_card), NULL},
-    {"delays", K_DELAYS, 0, NULL},
-    {"existing_text_padding_id", K_INT, OFF(existing_text_padding_id), NULL},
-    {"depformer_dim", K_INT, OFF(depformer_dim), NULL},
-    {"depformer_num_heads", K_INT, OFF(depformer_num_heads), NULL},
-    {"depformer_num_layers", K_INT, OFF(depformer_num_layers), NULL},
-    {"depformer_dim_feedforward", K_INT_OR_NULL, OFF(depformer_dim_feedforward), NULL},
+    {"dim", K_INT, OFF(dim), NULL, A_OK, NULL},
+    {"num_heads", K_INT, OFF(num_heads), NULL, A_OK, NULL},
+    {"num_layers", K_INT, OFF(num_layers), NULL, A_REQUIRED, "(none: LMModel needs it)"},
+    {"hidden_scale", K_NUM, OFF(hidden_scale), NULL, A_OK, NULL},
+    {"context", K_INT, OFF(context), NULL, A_REQUIRED, "None: unbounded, no streaming K/V"},
+    {"max_period", K_NUM, OFF(max_period), NULL, A_OK, NULL},
+    {"n_q", K_INT, OFF(n_q), NULL, A_OK, NULL},
+    {"dep_q", K_INT, OFF(dep_q), NULL, A_OK, NULL},
+    {"card", K_INT, OFF(card), NULL, A_OK, NULL},
+    {"text_card", K_INT, OFF(text_card), NULL, A_OK, NULL},
+    {"delays", K_DELAYS, 0, NULL, A_REQUIRED, "[0]"},
+    {"existing_text_padding_id", K_INT, OFF(existing_text_padding_id), NULL, A_OK, NULL},
+    {"depformer_dim", K_INT, OFF(depformer_dim), NULL, A_OK, NULL},
+    {"depformer_num_heads", K_INT, OFF(depformer_num_heads), NULL, A_OK, NULL},
+    {"depformer_num_layers", K_INT, OFF(depformer_num_layers), NULL, A_OK, NULL},
+    {"depformer_dim_feedforward", K_INT_OR_NULL, OFF(depformer_dim_feedforward), NULL, A_OK, NULL},
     /* what moshid computes: any other value is refused */
-    {"gating", K_REQ_STR, 0, "silu"},
-    {"depformer_gating", K_REQ_STR, 0, "silu"},
-    {"norm", K_REQ_STR, 0, "rms_norm_f32"},
-    {"positional_embedding", K_REQ_STR, 0, "rope"},
-    {"depformer_pos_emb", K_REQ_STR, 0, "none"},
-    {"causal", K_REQ_BOOL, 0, "true"},
-    {"depformer_multi_linear", K_REQ_BOOL, 0, "true"},
-    {"depformer_weights_per_step", K_REQ_BOOL, 0, "true"},
-    {"norm_emb", K_REQ_BOOL, 0, "false"},
-    {"bias_proj", K_REQ_BOOL, 0, "false"},
-    {"demux_second_text_stream", K_REQ_BOOL, 0, "false"},
-    {"demux_second_stream", K_REQ_BOOL, 0, "false"},
-    {"quantize", K_REQ_BOOL, 0, "false"},
-    {"lora", K_REQ_BOOL, 0, "false"},
-    {"cross_attention", K_REQ_BOOL, 0, "false"},
-    {"layer_scale", K_REQ_NULL, 0, NULL},
-    {"depformer_layer_scale", K_REQ_NULL, 0, NULL},
-    {"depformer_weights_per_step_schedule", K_REQ_NULL, 0, NULL},
-    {"depformer_low_rank_embeddings", K_REQ_NULL, 0, NULL},
-    {"depformer_norm", K_REQ_NULL, 0, NULL},
-    {"conditioners", K_REQ_NULL, 0, NULL},
-    {"fuser", K_REQ_NULL, 0, NULL},
-    {"text_card_out", K_REQ_NULL_OR_INT, 0, NULL},
-    {"kv_repeat", K_REQ_NULL_OR_INT, 0, NULL},
+    {"gating", K_REQ_STR, 0, "silu", A_REFUSE, "\"none\""},
+    {"depformer_gating", K_REQ_STR, 0, "silu", A_OK, NULL},
+    {"norm", K_REQ_STR, 0, "rms_norm_f32", A_REFUSE, "\"layer_norm\""},
+    {"positional_embedding", K_REQ_STR, 0, "rope", A_REFUSE, "\"sin\""},
+    {"depformer_pos_emb", K_REQ_STR, 0, "none", A_REFUSE, "\"sin\""},
+    {"causal", K_REQ_BOOL, 0, "true", A_OK, NULL},
+    {"depformer_multi_linear", K_REQ_BOOL, 0, "true", A_REFUSE, "false"},
+    {"depformer_weights_per_step", K_REQ_BOOL, 0, "true", A_REFUSE, "false"},
+    {"norm_emb", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"bias_proj", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"demux_second_text_stream", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"demux_second_stream", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"quantize", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"lora", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"cross_attention", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"layer_scale", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"depformer_layer_scale", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"depformer_weights_per_step_schedule", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"depformer_low_rank_embeddings", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"depformer_norm", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"conditioners", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"fuser", K_REQ_NULL, 0, NULL, A_OK, NULL},
+    {"text_card_out", K_REQ_NULL_OR_INT, 0, NULL, A_OK, NULL},
+    {"kv_repeat", K_REQ_NULL_OR_INT, 0, NULL, A_OK, NULL},
     /* loader keys and options with no effect on the step */
-    {"moshi_name", K_IGNORE, 0, NULL},
-    {"mimi_name", K_IGNORE, 0, NULL},
-    {"tokenizer_name", K_IGNORE, 0, NULL},
-    {"model_type", K_IGNORE, 0, NULL},
-    {"lm_gen_config", K_IGNORE, 0, NULL},
-    {"lora_name", K_IGNORE, 0, NULL},
-    {"lora_rank", K_IGNORE, 0, NULL},
-    {"lora_scaling", K_IGNORE, 0, NULL},
-    {"existing_text_end_padding_id", K_IGNORE, 0, NULL},
-    {"extra_heads_num_heads", K_IGNORE, 0, NULL},
-    {"extra_heads_dim", K_IGNORE, 0, NULL},
-    {"depformer_context", K_IGNORE, 0, NULL},       /* the official code overrides it with None */
-    {"depformer_max_period", K_IGNORE, 0, NULL},    /* no positional embedding in the depformer */
-    {"depformer_causal", K_IGNORE, 0, NULL},        /* deprecated, popped by the loader */
-    {"gradient_checkpointing", K_IGNORE, 0, NULL},
+    {"moshi_name", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"mimi_name", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"tokenizer_name", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"model_type", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"lm_gen_config", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"lora_name", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"lora_rank", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"lora_scaling", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"existing_text_end_padding_id", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"extra_heads_num_heads", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"extra_heads_dim", K_IGNORE, 0, NULL, A_OK, NULL},
+    {"depformer_context", K_IGNORE, 0, NULL, A_OK, NULL},       /* the official code overrides it with None */
+    {"depformer_max_period", K_IGNORE, 0, NULL, A_OK, NULL},    /* no positional embedding in the depformer */
+    {"depformer_causal", K_IGNORE, 0, NULL, A_OK, NULL},        /* deprecated, popped by the loader */
+    {"gradient_checkpointing", K_IGNORE, 0, NULL, A_OK, NULL},
 };
 #undef OFF
 
@@ -163,16 +171,15 @@ static int get_int(const js_value *v, const char *name, const char *key, int *ou
     return MS_OK;
 }
 
-static int apply_rule(lm_config *c, const key_rule *r, const js_value *v, const char *name, ms_error *err) {
+/* apply_rule: MS_OK or an error code; *ndelays set for "delays" */
+static int apply_rule(lm_config *c, const key_rule *r, const js_value *v, const char *name, int *ndelays,
+                      ms_error *err) {
     char *base = (char *)c;
     switch (r->kind) {
     case K_INT:
         return get_int(v, name, r->key, (int *)(base + r->off), err);
     case K_INT_OR_NULL:
-        if (v->type == JS_NULL) {  /* official default: int(hidden_scale * depformer_dim) */
-            *(int *)(base + r->off) = -1;
-            return MS_OK;
-        }
+        if (v->type == JS_NULL) return MS_OK;   /* official default: int(hidden_scale * depformer_dim) */
         if (v->type == JS_ARRAY)
             return ms_err_set(err, MS_ERR_UNSUPPORTED, "%s: key \"%s\": per-step widths are not implemented",
                               name, r->key);
@@ -186,9 +193,12 @@ static int apply_rule(lm_config *c, const key_rule *r, const js_value *v, const 
         if (v->type != JS_ARRAY || v->len < 1 || v->len > LM_MAX_STREAMS)
             return ms_err_set(err, MS_ERR_FORMAT, "%s: key \"delays\": expected an array of 1..%d integers", name,
                               LM_MAX_STREAMS);
-        for (size_t i = 0; i < v->len; i++)
-            if (get_int(js_at(v, i), name, "delays", &c->delays[i], err)) return err ? err->code : MS_ERR_FORMAT;
-        return (int)v->len;  /* > 0: the count, checked against n_q by the caller */
+        for (size_t i = 0; i < v->len; i++) {
+            int rc = get_int(js_at(v, i), name, "delays", &c->delays[i], err);
+            if (rc != MS_OK) return rc;
+        }
+        *ndelays = (int)v->len;   /* checked against n_q by the caller */
+        return MS_OK;
     case K_REQ_STR:
         if (v->type != JS_STRING || strcmp(v->str, r->want) != 0)
             return ms_err_set(err, MS_ERR_UNSUPPORTED, "%s: key \"%s\": only \"%s\" is implemented", name, r->key,
@@ -217,7 +227,28 @@ static int apply_rule(lm_config *c, const key_rule *r, const js_value *v, const 
     }
 }
 
+/* the official LMModel / StreamingTransformer constructor defaults of the
+ * fields moshid reads (moshi 0.2.13) */
+static void lmmodel_defaults(lm_config *c) {
+    memset(c, 0, sizeof *c);
+    c->dim = 128;
+    c->num_heads = 8;
+    c->hidden_scale = 4;
+    c->max_period = 10000;
+    c->n_q = 8;
+    c->dep_q = 8;
+    c->card = 1024;
+    c->text_card = 32000;
+    c->existing_text_padding_id = 3;
+    c->depformer_dim = 256;
+    c->depformer_num_heads = -1;    /* absent: the main transformer's */
+    c->depformer_num_layers = -1;
+    c->variant = LM_VARIANT_AUTO;
+}
+
 int lm_config_parse(lm_config *c, const char *text, size_t len, const char *name, ms_error *err) {
+    lmmodel_defaults(c);
+    uint8_t seen[sizeof rules / sizeof rules[0]] = {0};
     js_value *root = js_parse(text, len, err);
     if (!root) {
         ms_err_prefix(err, "%s", name);
@@ -239,23 +270,34 @@ int lm_config_parse(lm_config *c, const char *text, size_t len, const char *name
     for (const js_value *m = root->child; m; m = m->next) {
         const key_rule *r = NULL;
         for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-            if (strcmp(rules[i].key, m->key) == 0) r = &rules[i];
+            if (strcmp(rules[i].key, m->key) == 0) {
+                r = &rules[i];
+                seen[i] = 1;
+            }
         if (!r) {
             LOGW("lm_config_unknown_key", "file=%s key=%s note=ignored", name, m->key);
             continue;
         }
-        int x = apply_rule(c, r, m, name, err);
-        if (r->kind == K_DELAYS && x > 0) {
-            ndelays = x;
-            continue;
-        }
+        int x = apply_rule(c, r, m, name, &ndelays, err);
         if (x != MS_OK) {
             rc = x;
             goto out;
         }
-        if (r->kind == K_INT_OR_NULL) ff_given = 1;
+        if (r->kind == K_INT_OR_NULL) ff_given = m->type != JS_NULL;
     }
-    if (ff_given && c->depformer_dim_feedforward == -1) ff_given = 0;
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        if (seen[i] || rules[i].absent == A_OK) continue;
+        if (rules[i].absent == A_REQUIRED)
+            rc = ms_err_set(err, MS_ERR_FORMAT, "%s: key \"%s\" missing (official default %s)",
+                            name, rules[i].key, rules[i].dflt);
+        else
+            rc = ms_err_set(err, MS_ERR_UNSUPPORTED, "%s: key \"%s\" missing: the official default %s is not "
+                            "implemented", name, rules[i].key, rules[i].dflt);
+        goto out;
+    }
+    /* the depformer inherits the main transformer's heads and layers */
+    if (c->depformer_num_heads == -1) c->depformer_num_heads = c->num_heads;
+    if (c->depformer_num_layers == -1) c->depformer_num_layers = c->num_layers;
     if (!ff_given) {
         /* the official default: int(hidden_scale * depformer_dim) */
         c->depformer_dim_feedforward = (int)(c->hidden_scale * c->depformer_dim);
@@ -264,11 +306,7 @@ int lm_config_parse(lm_config *c, const char *text, size_t len, const char *name
         rc = ms_err_set(err, MS_ERR_RANGE, "%s: n_q %d out of range (1..%d)", name, c->n_q, LM_MAX_NQ);
         goto out;
     }
-    if (ndelays == 0 && c->n_q != 16) {
-        rc = ms_err_set(err, MS_ERR_FORMAT, "%s: key \"delays\" is required when n_q != 16", name);
-        goto out;
-    }
-    if (ndelays && ndelays != c->n_q + 1) {
+    if (ndelays != c->n_q + 1) {
         rc = ms_err_set(err, MS_ERR_FORMAT, "%s: key \"delays\": %d entries, expected n_q + 1 = %d", name, ndelays,
                         c->n_q + 1);
         goto out;

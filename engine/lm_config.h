@@ -62,9 +62,15 @@ typedef struct lm_config {
  * derived sizes included. */
 void lm_config_default(lm_config *c);
 
-/* lm_config_parse: overlay the keys of config.json text[0..len) on c
- * (start from lm_config_default), validate, and derive the sizes. `name`
- * is used in messages. Returns MS_OK, or an error naming the key. */
+/* lm_config_parse: the configuration of config.json text[0..len) into c.
+ * As the official loader passes the file as LMModel's keyword arguments, an
+ * absent key means the LMModel constructor default (moshi 0.2.13): where
+ * that default is not implemented (norm "layer_norm", gating "none",
+ * positional embeddings "sin", no multi-linear or per-step depformer) or
+ * not usable (num_layers, context, delays) the file is refused; the
+ * depformer's heads and layers default to the main transformer's. Then
+ * validated and the sizes derived. `name` is used in messages. Returns
+ * MS_OK, or an error naming the key. */
 int lm_config_parse(lm_config *c, const char *text, size_t len, const char *name,
                     ms_error *err);
 

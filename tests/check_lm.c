@@ -236,25 +236,52 @@ START_TEST(test_bf16_runtime) {
 END_TEST
 
 /* config.json: what moshid does not compute is refused, naming the key */
+/* the keys without a usable official default, and those whose default is
+ * not what moshid computes */
+#define REQ "\"num_layers\": 2, \"context\": 8, \"n_q\": 16, \"delays\": [0,0,1,1,1,1,1,1,1,0,1,1,1,1,1,1,1]"
+#define G "\"gating\": \"silu\""
+#define N "\"norm\": \"rms_norm_f32\""
+#define PE "\"positional_embedding\": \"rope\""
+#define DP "\"depformer_pos_emb\": \"none\""
+#define ML "\"depformer_multi_linear\": true, \"depformer_weights_per_step\": true"
+#define IMPL G ", " N ", " PE ", " DP ", " ML
+
 START_TEST(test_config) {
     static const struct { const char *json; int code; const char *needle; } cases[] = {
-        {"{}", MS_OK, NULL},
-        {"{\"dim\": 512, \"num_heads\": 8, \"moshi_name\": \"x\", \"lm_gen_config\": {\"a\": 1}, \"whatever\": 3}", MS_OK, NULL},
-        {"{\"gating\": \"gelu\"}", MS_ERR_UNSUPPORTED, "gating"},
-        {"{\"norm\": \"layer_norm\"}", MS_ERR_UNSUPPORTED, "norm"},
-        {"{\"positional_embedding\": \"sin\"}", MS_ERR_UNSUPPORTED, "positional_embedding"},
-        {"{\"conditioners\": {\"description\": {}}}", MS_ERR_UNSUPPORTED, "conditioners"},
-        {"{\"lora\": true}", MS_ERR_UNSUPPORTED, "lora"},
-        {"{\"layer_scale\": 0.01}", MS_ERR_UNSUPPORTED, "layer_scale"},
-        {"{\"depformer_multi_linear\": false}", MS_ERR_UNSUPPORTED, "depformer_multi_linear"},
-        {"{\"depformer_dim_feedforward\": [10, 20]}", MS_ERR_UNSUPPORTED, "depformer_dim_feedforward"},
-        {"{\"text_card_out\": 100}", MS_ERR_UNSUPPORTED, "text_card_out"},
-        {"{\"delays\": [0, 1, 2]}", MS_ERR_FORMAT, "delays"},
-        {"{\"n_q\": 4}", MS_ERR_FORMAT, "delays"},
-        {"{\"dim\": 100, \"num_heads\": 3}", MS_ERR_RANGE, "num_heads"},
-        {"{\"dim\": \"big\"}", MS_ERR_FORMAT, "dim"},
-        {"{\"dim\": 1e99}", MS_ERR_FORMAT, "dim"},
-        {"{\"context\": -5}", MS_ERR_RANGE, "context"},
+        {"{" REQ ", " IMPL "}", MS_OK, NULL},
+        {"{" REQ ", " IMPL ", \"dim\": 512, \"num_heads\": 8, \"moshi_name\": \"x\", \"lm_gen_config\": {\"a\": 1}, \"whatever\": 3}", MS_OK, NULL},
+        {"{}", MS_ERR_FORMAT, "num_layers"},
+        /* absent keys take LMModel's defaults: refused where not implemented */
+        {"{" REQ ", " N ", " PE ", " DP ", " ML "}", MS_ERR_UNSUPPORTED, "\"gating\" missing"},
+        {"{" REQ ", " G ", " PE ", " DP ", " ML "}", MS_ERR_UNSUPPORTED, "\"norm\" missing"},
+        {"{" REQ ", " G ", " N ", " DP ", " ML "}", MS_ERR_UNSUPPORTED, "positional_embedding"},
+        {"{" REQ ", " G ", " N ", " PE ", " ML "}", MS_ERR_UNSUPPORTED, "depformer_pos_emb"},
+        {"{" REQ ", " G ", " N ", " PE ", " DP ", \"depformer_weights_per_step\": true}", MS_ERR_UNSUPPORTED, "depformer_multi_linear"},
+        {"{\"num_layers\": 2, \"n_q\": 16, \"delays\": [0,0,1,1,1,1,1,1,1,0,1,1,1,1,1,1,1], " IMPL "}", MS_ERR_FORMAT, "context"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL "}", MS_ERR_FORMAT, "delays"},
+        /* present keys with values moshid does not compute */
+        {"{" REQ ", " N ", " PE ", " DP ", " ML ", \"gating\": \"gelu\"}", MS_ERR_UNSUPPORTED, "gating"},
+        {"{" REQ ", " G ", " PE ", " DP ", " ML ", \"norm\": \"layer_norm\"}", MS_ERR_UNSUPPORTED, "norm"},
+        {"{" REQ ", " G ", " N ", " DP ", " ML ", \"positional_embedding\": \"sin\"}", MS_ERR_UNSUPPORTED, "positional_embedding"},
+        {"{" REQ ", " IMPL ", \"conditioners\": {\"description\": {}}}", MS_ERR_UNSUPPORTED, "conditioners"},
+        {"{" REQ ", " IMPL ", \"lora\": true}", MS_ERR_UNSUPPORTED, "lora"},
+        {"{" REQ ", " IMPL ", \"layer_scale\": 0.01}", MS_ERR_UNSUPPORTED, "layer_scale"},
+        {"{" REQ ", " IMPL ", \"depformer_gating\": \"relu\"}", MS_ERR_UNSUPPORTED, "depformer_gating"},
+        {"{" REQ ", " IMPL ", \"depformer_dim_feedforward\": [10, 20]}", MS_ERR_UNSUPPORTED, "depformer_dim_feedforward"},
+        {"{" REQ ", " IMPL ", \"depformer_dim_feedforward\": -1}", MS_ERR_RANGE, "depformer_dim_feedforward"},
+        {"{" REQ ", " IMPL ", \"text_card_out\": 100}", MS_ERR_UNSUPPORTED, "text_card_out"},
+        {"{" REQ ", " IMPL ", \"kv_repeat\": 2}", MS_ERR_UNSUPPORTED, "kv_repeat"},
+        /* malformed values */
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"delays\": [0, 1, 2]}", MS_ERR_FORMAT, "delays"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"n_q\": 2, \"dep_q\": 1, \"delays\": [0, \"a\", 1]}", MS_ERR_FORMAT, "delays"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"n_q\": 2, \"dep_q\": 1, \"delays\": [0, 1.5, 1]}", MS_ERR_FORMAT, "delays"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"n_q\": 2, \"dep_q\": 1, \"delays\": []}", MS_ERR_FORMAT, "delays"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"n_q\": 2, \"dep_q\": 1, \"delays\": [0, 9, 1]}", MS_ERR_RANGE, "delays"},
+        {"{\"num_layers\": 2, \"context\": 8, " IMPL ", \"n_q\": 2, \"dep_q\": 1, \"delays\": [0, 2, 1]}", MS_OK, NULL},
+        {"{" REQ ", " IMPL ", \"dim\": 100, \"num_heads\": 3}", MS_ERR_RANGE, "num_heads"},
+        {"{" REQ ", " IMPL ", \"dim\": \"big\"}", MS_ERR_FORMAT, "dim"},
+        {"{" REQ ", " IMPL ", \"dim\": 1e99}", MS_ERR_FORMAT, "dim"},
+        {"{\"num_layers\": 2, " IMPL ", \"n_q\": 16, \"delays\": [0,0,1,1,1,1,1,1,1,0,1,1,1,1,1,1,1], \"context\": -5}", MS_ERR_RANGE, "context"},
         {"{\"dim\": 64, \"dim\": 64}", MS_ERR_FORMAT, "twice"},
         {"[1]", MS_ERR_FORMAT, "object"},
         {"{\"dim\": ", MS_ERR_FORMAT, NULL},
@@ -267,6 +294,21 @@ START_TEST(test_config) {
         ck_assert_msg(rc == cases[i].code, "case %zu (%s): rc %d (%s), expected %d", i, cases[i].json, rc, e.msg,
                       cases[i].code);
         if (cases[i].needle) ck_assert_msg(strstr(e.msg, cases[i].needle), "case %zu: message \"%s\"", i, e.msg);
+    }
+    /* absent depformer sizes: heads and layers of the main transformer,
+     * depformer_dim 256 (LMModel default), F = int(hidden_scale * 256) */
+    {
+        const char *j = "{" REQ ", " IMPL ", \"num_heads\": 4, \"dim\": 64}";
+        lm_config c;
+        ms_error e = {0};
+        ck_assert_msg(lm_config_parse(&c, j, strlen(j), "config.json", &e) == MS_OK, "%s", e.msg);
+        ck_assert_int_eq(c.depformer_num_heads, 4);
+        ck_assert_int_eq(c.depformer_num_layers, 2);
+        ck_assert_int_eq(c.depformer_dim, 256);
+        ck_assert_int_eq(c.depformer_dim_feedforward, 1024);
+        ck_assert_int_eq(c.dep_hidden, 672);   /* F == 4 * 256: 21 * 256 / 8 */
+        ck_assert_int_eq(c.card, 1024);
+        ck_assert_int_eq(c.hidden, 168);       /* hidden_scale 4 by default: 21 * 64 / 8 */
     }
     /* derived sizes follow moshi/modules/gating.py */
     lm_config c;

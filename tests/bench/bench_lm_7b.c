@@ -94,7 +94,17 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) { fprintf(stderr, "%s: %s\n", path, strerror(errno)); return 1; }
-    fprintf(f, "{\"num_layers\": %d}\n", layers);
+    /* the 7B keyword arguments (moshi's loaders._lm_kwargs), num_layers as asked */
+    fprintf(f,
+            "{\"dim\": 4096, \"text_card\": 32000, \"existing_text_padding_id\": 3, \"n_q\": 16, \"dep_q\": 8,\n"
+            " \"card\": 2048, \"num_heads\": 32, \"num_layers\": %d, \"hidden_scale\": 4.125, \"causal\": true,\n"
+            " \"layer_scale\": null, \"context\": 3000, \"max_period\": 10000, \"gating\": \"silu\",\n"
+            " \"norm\": \"rms_norm_f32\", \"positional_embedding\": \"rope\", \"depformer_dim\": 1024,\n"
+            " \"depformer_dim_feedforward\": 4224, \"depformer_num_heads\": 16, \"depformer_num_layers\": 6,\n"
+            " \"depformer_layer_scale\": null, \"depformer_multi_linear\": true, \"depformer_context\": 8,\n"
+            " \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\", \"depformer_pos_emb\": \"none\",\n"
+            " \"depformer_weights_per_step\": true, \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n",
+            layers);
     fclose(f);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int D = c.dim, dd = c.depformer_dim;
