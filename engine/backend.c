@@ -1,0 +1,172 @@
+/* backend.c - the dispatcher: argument checks in front of a backend table. */
+#include "backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "samp.h"
+
+void lm_samp_defaults(lm_samp *s, uint64_t seed) {
+    s->text_temp = SAMP_TEXT_TEMP;
+    s->text_topk = SAMP_TEXT_TOPK;
+    s->audio_temp = SAMP_AUDIO_TEMP;
+    s->audio_topk = SAMP_AUDIO_TOPK;
+    s->seed = seed;
+}
+
+void lm_samp_greedy(lm_samp *s) {
+    s->text_temp = 0;
+    s->audio_temp = 0;
+}
+
+lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, const lm_backend_opts *opts,
+                            ms_error *err) {
+    if (!ops || !ops->open || !ops->close || !ops->config || !model_dir || !opts) {
+        ms_err_set(err, MS_ERR_ARG, "backend open: missing argument or entry");
+        return NULL;
+    }
+    if (opts->max_slots < 1 || opts->max_slots > LM_MAX_SLOTS) {
+        ms_err_set(err, MS_ERR_RANGE, "backend open: max_slots %d out of range (1..%d)", opts->max_slots,
+                   LM_MAX_SLOTS);
+        return NULL;
+    }
+    lm_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    b->ops = ops;
+    b->max_slots = opts->max_slots;
+    if (ops->open(&b->ctx, model_dir, opts, err) != MS_OK) {
+        free(b);
+        return NULL;
+    }
+    b->cfg = *ops->config(b->ctx);
+    return b;
+}
+
+void lm_backend_close(lm_backend *b) {
+    if (!b) return;
+    b->ops->close(b->ctx);
+    free(b);
+}
+
+static int check_slot(const lm_backend *b, int slot, ms_error *err) {
+    if (slot < 0 || slot >= b->max_slots)
+        return ms_err_set(err, MS_ERR_RANGE, "slot %d out of range (0..%d)", slot, b->max_slots - 1);
+    return MS_OK;
+}
+
+#define NEED_ENTRY(e) \
+    do { if (!b->ops->e) return ms_err_set(err, MS_ERR_UNSUPPORTED, "backend %s: no " #e, b->ops->name); } while (0)
+
+int lm_backend_reset_slot(lm_backend *b, int slot, ms_error *err) {
+    NEED_ENTRY(reset_slot);
+    if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
+    return b->ops->reset_slot(b->ctx, slot, err);
+}
+
+int64_t lm_backend_pos(lm_backend *b, int slot) {
+    MS_ASSERT(slot >= 0 && slot < b->max_slots && b->ops->pos);
+    return b->ops->pos(b->ctx, slot);
+}
+
+static int check_tokens(const lm_config *c, const int *tok, int n, const char *what, int idx, ms_error *err) {
+    for (int s = 0; s < n; s++) {
+        int hi = s == 0 ? c->text_card : c->card;   /* the initial token is card / text_card */
+        if (tok[s] < -1 || tok[s] > hi)
+            return ms_err_set(err, MS_ERR_RANGE, "step slot #%d: %s stream %d: token %d out of range (-1..%d)", idx,
+                              what, s, tok[s], hi);
+    }
+    return MS_OK;
+}
+
+int lm_backend_step(lm_backend *b, lm_step_slot *slots, int n, ms_error *err) {
+    NEED_ENTRY(step);
+    const lm_config *c = &b->cfg;
+    if (n < 0 || n > b->max_slots || (n > 0 && !slots))
+        return ms_err_set(err, MS_ERR_ARG, "step: %d slots (max %d)", n, b->max_slots);
+    uint8_t seen[LM_MAX_SLOTS] = {0};
+    for (int i = 0; i < n; i++) {
+        lm_step_slot *s = &slots[i];
+        if (check_slot(b, s->slot, err)) return err ? err->code : MS_ERR_RANGE;
+        if (seen[s->slot]) return ms_err_set(err, MS_ERR_ARG, "step: slot %d given twice", s->slot);
+        seen[s->slot] = 1;
+        if (check_tokens(c, s->tokens, c->n_streams, "input", i, err)) return err ? err->code : MS_ERR_RANGE;
+        if ((s->target == NULL) != (s->provided == NULL))
+            return ms_err_set(err, MS_ERR_ARG, "step slot #%d: target and provided go together", i);
+        if (s->target) {
+            for (int k = 0; k <= c->dep_q; k++)
+                if (s->provided[k] && (s->target[k] < 0 || s->target[k] > (k == 0 ? c->text_card : c->card)))
+                    return ms_err_set(err, MS_ERR_RANGE, "step slot #%d: target %d: token %d out of range", i, k,
+                                      s->target[k]);
+        }
+        if (s->dep_steps < -1 || s->dep_steps > c->dep_q)
+            return ms_err_set(err, MS_ERR_RANGE, "step slot #%d: dep_steps %d out of range (-1..%d)", i, s->dep_steps,
+                              c->dep_q);
+        if (!isfinite(s->samp.text_temp) || !isfinite(s->samp.audio_temp))
+            return ms_err_set(err, MS_ERR_RANGE, "step slot #%d: temperature not finite", i);
+    }
+    return b->ops->step(b->ctx, slots, n, err);
+}
+
+int lm_backend_prefill(lm_backend *b, int slot, int64_t pos0, int P, const int *tokens, const float *embs,
+                       ms_error *err) {
+    NEED_ENTRY(prefill);
+    if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
+    if (P < 1) return ms_err_set(err, MS_ERR_ARG, "prefill: %d positions", P);
+    if ((tokens == NULL) == (embs == NULL))
+        return ms_err_set(err, MS_ERR_ARG, "prefill: give exactly one of tokens and embeddings");
+    if (pos0 != b->ops->pos(b->ctx, slot))
+        return ms_err_set(err, MS_ERR_STATE, "prefill: pos0 %lld is not slot %d's next position %lld",
+                          (long long)pos0, slot, (long long)b->ops->pos(b->ctx, slot));
+    if (tokens)
+        for (int p = 0; p < P; p++)
+            if (check_tokens(&b->cfg, tokens + (size_t)p * b->cfg.n_streams, b->cfg.n_streams, "prefill", p, err))
+                return err ? err->code : MS_ERR_RANGE;
+    return b->ops->prefill(b->ctx, slot, pos0, P, tokens, embs, err);
+}
+
+int lm_backend_kv_snapshot(lm_backend *b, int slot, int P, lm_kv_snap **out, ms_error *err) {
+    NEED_ENTRY(kv_snapshot);
+    if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
+    if (!out) return ms_err_set(err, MS_ERR_ARG, "kv_snapshot: no output");
+    if (P < 0 || P > b->ops->pos(b->ctx, slot) || P > b->cfg.context)
+        return ms_err_set(err, MS_ERR_RANGE, "kv_snapshot: %d positions, slot %d holds %lld (context %d)", P, slot,
+                          (long long)b->ops->pos(b->ctx, slot), b->cfg.context);
+    return b->ops->kv_snapshot(b->ctx, slot, P, out, err);
+}
+
+int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_error *err) {
+    NEED_ENTRY(kv_restore);
+    if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
+    if (!snap) return ms_err_set(err, MS_ERR_ARG, "kv_restore: no snapshot");
+    return b->ops->kv_restore(b->ctx, slot, snap, err);
+}
+
+void lm_backend_kv_snap_free(lm_backend *b, lm_kv_snap *snap) {
+    if (snap && b->ops->kv_snap_free) b->ops->kv_snap_free(b->ctx, snap);
+}
+
+int lm_backend_mimi_encode(lm_backend *b, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
+                           ms_error *err) {
+    NEED_ENTRY(mimi_encode);
+    if (n < 0 || n > LM_MAX_SLOTS || (n && (!streams || !pcm || !codes)))
+        return ms_err_set(err, MS_ERR_ARG, "mimi_encode: bad arguments");
+    return b->ops->mimi_encode(b->ctx, streams, n, pcm, codes, err);
+}
+
+int lm_backend_mimi_decode(lm_backend *b, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
+                           ms_error *err) {
+    NEED_ENTRY(mimi_decode);
+    if (n < 0 || n > LM_MAX_SLOTS || (n && (!streams || !pcm || !codes)))
+        return ms_err_set(err, MS_ERR_ARG, "mimi_decode: bad arguments");
+    return b->ops->mimi_decode(b->ctx, streams, n, codes, pcm, err);
+}
+
+int lm_backend_stats_get(lm_backend *b, lm_backend_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!b->ops->stats) return MS_ERR_UNSUPPORTED;
+    return b->ops->stats(b->ctx, st);
+}

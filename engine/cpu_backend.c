@@ -1,0 +1,352 @@
+/* cpu_backend.c - the CPU reference backend (see backend.h).
+ *
+ * Weights: lm_model (stored precision, mapped). K/V: per slot and layer a
+ * ring of `context` rows of float32 keys (after RoPE) and values, row
+ * pos % context holding absolute position pos; the query at position q sees
+ * the rows of positions max(0, q - context + 1) .. q. Activations float32.
+ * A step or a prefill chunk runs each matrix product once over all its rows
+ * (slots, or positions of one slot), so the weights stream once per call.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "kern_cpu.h"
+#include "lm.h"
+#include "log.h"
+#include "samp.h"
+
+/* Positions of one prefill pass (bounds the scratch memory). */
+#define CPU_PREFILL_CHUNK 64
+
+typedef struct cpu_slot {
+    int64_t pos;     /* next temporal position */
+    float *k, *v;    /* (num_layers, context, dim) each */
+} cpu_slot;
+
+struct lm_kv_snap {
+    int P, num_layers, dim;
+    float *k, *v;    /* (num_layers, P, dim) */
+};
+
+typedef struct cpu_ctx {
+    lm_model *m;
+    kern_pool *pool;
+    int nslots, maxrows;
+    cpu_slot *slots;
+    /* scratch, maxrows rows each */
+    float *x, *xn, *qkv, *att, *o, *u, *h;   /* (rows, dim) (rows, dim) (rows, 3dim) (rows, dim) (rows, dim) (rows, 2H) (rows, H) */
+    float *scores;                            /* (threads, context + LM_MAX_DEP_Q) */
+    float *logits;                            /* (rows, max(text_card, card)) */
+    int *samp_scratch;                        /* (max(text_card, card)) */
+    int *row_slot, *row_prev;                 /* (rows) */
+    int64_t *row_pos;                         /* (rows) */
+    /* depformer scratch */
+    float *dy, *dyn, *dqkv, *datt, *do_, *du, *dh;   /* per row, ddim-based */
+    float *dk, *dv;                           /* (rows, dep_layers, dep_q, ddim) */
+    lm_backend_stats st;
+} cpu_ctx;
+
+static void cpu_close(void *vctx) {
+    cpu_ctx *c = vctx;
+    if (!c) return;
+    for (int i = 0; c->slots && i < c->nslots; i++) {
+        free(c->slots[i].k);
+        free(c->slots[i].v);
+    }
+    free(c->slots);
+    float *bufs[] = {c->x, c->xn, c->qkv, c->att, c->o, c->u, c->h, c->scores, c->logits,
+                     c->dy, c->dyn, c->dqkv, c->datt, c->do_, c->du, c->dh, c->dk, c->dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->samp_scratch);
+    free(c->row_slot);
+    free(c->row_prev);
+    free(c->row_pos);
+    kern_pool_free(c->pool);
+    lm_model_free(c->m);
+    free(c);
+}
+
+static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_error *err) {
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    c->m = lm_model_load(dir, opts->variant, err);
+    if (!c->m) {
+        free(c);
+        return err ? err->code : MS_ERR_FORMAT;
+    }
+    const lm_config *g = &c->m->cfg;
+    c->pool = kern_pool_create(opts->threads);
+    c->nslots = opts->max_slots;
+    c->maxrows = opts->max_slots > CPU_PREFILL_CHUNK ? opts->max_slots : CPU_PREFILL_CHUNK;
+    size_t R = (size_t)c->maxrows, D = (size_t)g->dim, dd = (size_t)g->depformer_dim;
+    size_t V = (size_t)(g->text_card > g->card ? g->text_card : g->card);
+    c->slots = calloc((size_t)c->nslots, sizeof *c->slots);
+    int ok = c->pool && c->slots;
+    size_t kvn = (size_t)g->num_layers * (size_t)g->context * D;
+    for (int i = 0; ok && i < c->nslots; i++) {
+        c->slots[i].k = falloc(kvn);   /* calloc: pages become resident when written */
+        c->slots[i].v = falloc(kvn);
+        ok = c->slots[i].k && c->slots[i].v;
+    }
+    ok = ok && (c->x = falloc(R * D)) && (c->xn = falloc(R * D)) && (c->qkv = falloc(R * 3 * D)) &&
+         (c->att = falloc(R * D)) && (c->o = falloc(R * D)) && (c->u = falloc(R * 2 * (size_t)g->hidden)) &&
+         (c->h = falloc(R * (size_t)g->hidden)) && (c->scores = falloc((size_t)kern_pool_threads(c->pool) * ((size_t)g->context + LM_MAX_DEP_Q))) &&
+         (c->logits = falloc(R * V)) && (c->samp_scratch = calloc(V, sizeof(int))) &&
+         (c->row_slot = calloc(R, sizeof(int))) && (c->row_prev = calloc(R, sizeof(int))) &&
+         (c->row_pos = calloc(R, sizeof(int64_t))) &&
+         (c->dy = falloc(R * dd)) && (c->dyn = falloc(R * dd)) && (c->dqkv = falloc(R * 3 * dd)) &&
+         (c->datt = falloc(R * dd)) && (c->do_ = falloc(R * dd)) &&
+         (c->du = falloc(R * 2 * (size_t)g->dep_hidden)) && (c->dh = falloc(R * (size_t)g->dep_hidden)) &&
+         (c->dk = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd)) &&
+         (c->dv = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd));
+    if (!ok) {
+        cpu_close(c);
+        return ms_err_set(err, MS_ERR_NOMEM, "cpu backend: out of memory for %d slots (K/V %.1f MiB each)",
+                          opts->max_slots, 2.0 * kvn * sizeof(float) / 1048576.0);
+    }
+    c->st.weight_bytes = c->m->weight_bytes;
+    c->st.kv_bytes = (size_t)c->nslots * 2 * kvn * sizeof(float);
+    c->st.threads = kern_pool_threads(c->pool);
+    *out = c;
+    return MS_OK;
+}
+
+static const lm_config *cpu_config(void *vctx) { return &((cpu_ctx *)vctx)->m->cfg; }
+
+static int cpu_reset_slot(void *vctx, int slot, ms_error *err) {
+    (void)err;
+    ((cpu_ctx *)vctx)->slots[slot].pos = 0;   /* stale rows are never read: see the ring rule */
+    return MS_OK;
+}
+
+static int64_t cpu_pos(void *vctx, int slot) { return ((cpu_ctx *)vctx)->slots[slot].pos; }
+
+/* x (n, dim): embeddings in; out_norm(h) out. Row r is position pos[r] of
+ * slot slot[r]; rows of one slot must come in increasing position order. */
+static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
+    const lm_model *m = c->m;
+    const lm_config *g = &m->cfg;
+    int D = g->dim, H = g->hidden, ctx = g->context;
+    for (int l = 0; l < g->num_layers; l++) {
+        const lm_layer_w *L = &m->layers[l];
+        kern_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS);
+        kern_matmul(c->qkv, c->xn, &L->attn_in, n, c->pool);
+        for (int r = 0; r < n; r++) {
+            float *q = c->qkv + (size_t)r * 3 * D, *k = q + D, *v = q + 2 * D;
+            kern_rope(q, g->num_heads, g->head_dim, pos[r], (float)g->max_period);
+            kern_rope(k, g->num_heads, g->head_dim, pos[r], (float)g->max_period);
+            cpu_slot *s = &c->slots[slot[r]];
+            size_t base = (size_t)l * ctx * D;
+            size_t row = (size_t)(pos[r] % ctx);
+            memcpy(s->k + base + row * D, k, sizeof(float) * D);
+            memcpy(s->v + base + row * D, v, sizeof(float) * D);
+            int nk = pos[r] + 1 < ctx ? (int)pos[r] + 1 : ctx;
+            kern_attend_pool(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, nk, g->num_heads,
+                             g->head_dim, D, c->pool);
+        }
+        kern_matmul(c->o, c->att, &L->attn_out, n, c->pool);
+        kern_add(c->x, c->o, n * D);
+        kern_rmsnorm(c->xn, c->x, L->norm2, n, D, LM_NORM_EPS);
+        kern_matmul(c->u, c->xn, &L->ffn_in, n, c->pool);
+        for (int r = 0; r < n; r++) kern_silu_gate(c->h + (size_t)r * H, c->u + (size_t)r * 2 * H, H);
+        kern_matmul(c->o, c->h, &L->ffn_out, n, c->pool);
+        kern_add(c->x, c->o, n * D);
+    }
+    kern_rmsnorm(c->x, c->x, m->out_norm, n, D, LM_NORM_EPS);
+}
+
+static void embed(const lm_model *m, float *x, const int *tok) {
+    const lm_config *g = &m->cfg;
+    memset(x, 0, sizeof(float) * g->dim);
+    for (int q = 0; q < g->n_q; q++) kern_embed_add(x, &m->emb[q], tok[1 + q]);
+    kern_embed_add(x, &m->text_emb, tok[0]);
+}
+
+/* depformer sub-step k for n rows: dy in (n, ddim), logits out (n, card) */
+static void dep_substep(cpu_ctx *c, int n, int k) {
+    const lm_model *m = c->m;
+    const lm_config *g = &m->cfg;
+    int dd = g->depformer_dim, Hd = g->dep_hidden;
+    size_t per_row = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd;
+    for (int l = 0; l < g->depformer_num_layers; l++) {
+        const lm_dep_layer_w *L = &m->dep_layers[l];
+        kern_rmsnorm(c->dyn, c->dy, L->norm1, n, dd, LM_NORM_EPS);
+        kern_matmul(c->dqkv, c->dyn, &L->attn_in[k], n, c->pool);
+        for (int r = 0; r < n; r++) {
+            float *q = c->dqkv + (size_t)r * 3 * dd;
+            float *kc = c->dk + r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
+            float *vc = c->dv + r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
+            memcpy(kc + (size_t)k * dd, q + dd, sizeof(float) * dd);
+            memcpy(vc + (size_t)k * dd, q + 2 * dd, sizeof(float) * dd);
+            kern_attend(c->datt + (size_t)r * dd, q, kc, vc, c->scores, k + 1, g->depformer_num_heads,
+                        g->dep_head_dim, dd);
+        }
+        kern_matmul(c->do_, c->datt, &L->attn_out[k], n, c->pool);
+        kern_add(c->dy, c->do_, n * dd);
+        kern_rmsnorm(c->dyn, c->dy, L->norm2, n, dd, LM_NORM_EPS);
+        kern_matmul(c->du, c->dyn, &L->ffn_in[k], n, c->pool);
+        for (int r = 0; r < n; r++) kern_silu_gate(c->dh + (size_t)r * Hd, c->du + (size_t)r * 2 * Hd, Hd);
+        kern_matmul(c->do_, c->dh, &L->ffn_out[k], n, c->pool);
+        kern_add(c->dy, c->do_, n * dd);
+    }
+    kern_matmul(c->logits, c->dy, &m->linears[k], n, c->pool);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cpu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
+    (void)err;
+    cpu_ctx *c = vctx;
+    const lm_model *m = c->m;
+    const lm_config *g = &m->cfg;
+    if (n == 0) return MS_OK;
+    double t0 = now_s();
+    int D = g->dim, dd = g->depformer_dim;
+    int *sl = c->row_slot, *prev = c->row_prev;
+    int64_t *ps = c->row_pos;
+    for (int r = 0; r < n; r++) {
+        sl[r] = slots[r].slot;
+        ps[r] = c->slots[sl[r]].pos;
+        embed(m, c->x + (size_t)r * D, slots[r].tokens);
+    }
+    temporal(c, n, sl, ps);
+    kern_matmul(c->logits, c->x, &m->text_linear, n, c->pool);
+    int maxdep = 0;
+    for (int r = 0; r < n; r++) {
+        lm_step_slot *s = &slots[r];
+        const float *lg = c->logits + (size_t)r * g->text_card;
+        if (s->text_logits) memcpy(s->text_logits, lg, sizeof(float) * g->text_card);
+        s->out_text = samp_topk(lg, g->text_card, s->samp.text_temp, s->samp.text_topk, s->samp.seed, s->step,
+                                SAMP_STREAM_TEXT, c->samp_scratch);
+        prev[r] = s->target && s->provided[0] ? s->target[0] : s->out_text;
+        int nd = s->dep_steps < 0 ? g->dep_q : s->dep_steps;
+        if (nd > maxdep) maxdep = nd;
+        for (int k = 0; k < LM_MAX_DEP_Q; k++) s->out_audio[k] = -1;
+        c->slots[sl[r]].pos++;
+    }
+    /* depformer: all rows run each sub-step up to the largest dep_steps
+     * asked for (rows past their own count are computed and dropped) */
+    for (int k = 0; k < maxdep; k++) {
+        kern_matmul(c->dy, c->x, &m->dep_in[k], n, c->pool);   /* reads out_norm(h), not the residual */
+        for (int r = 0; r < n; r++)
+            kern_embed_add(c->dy + (size_t)r * dd, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], prev[r]);
+        dep_substep(c, n, k);
+        for (int r = 0; r < n; r++) {
+            lm_step_slot *s = &slots[r];
+            int nd = s->dep_steps < 0 ? g->dep_q : s->dep_steps;
+            if (k >= nd) continue;
+            const float *lg = c->logits + (size_t)r * g->card;
+            if (s->audio_logits) memcpy(s->audio_logits + (size_t)k * g->card, lg, sizeof(float) * g->card);
+            s->out_audio[k] = samp_topk(lg, g->card, s->samp.audio_temp, s->samp.audio_topk, s->samp.seed, s->step,
+                                        SAMP_STREAM_AUDIO(k), c->samp_scratch);
+            prev[r] = s->target && s->provided[1 + k] ? s->target[1 + k] : s->out_audio[k];
+        }
+    }
+    c->st.steps += (uint64_t)n;
+    c->st.step_calls++;
+    c->st.step_seconds += now_s() - t0;
+    return MS_OK;
+}
+
+static int cpu_prefill(void *vctx, int slot, int64_t pos0, int P, const int *tokens, const float *embs,
+                       ms_error *err) {
+    (void)err;
+    cpu_ctx *c = vctx;
+    const lm_config *g = &c->m->cfg;
+    int D = g->dim;
+    int *sl = c->row_slot;
+    int64_t *ps = c->row_pos;
+    for (int p0 = 0; p0 < P; p0 += CPU_PREFILL_CHUNK) {
+        int n = P - p0 < CPU_PREFILL_CHUNK ? P - p0 : CPU_PREFILL_CHUNK;
+        for (int r = 0; r < n; r++) {
+            sl[r] = slot;
+            ps[r] = pos0 + p0 + r;
+            if (tokens)
+                embed(c->m, c->x + (size_t)r * D, tokens + (size_t)(p0 + r) * g->n_streams);
+            else
+                memcpy(c->x + (size_t)r * D, embs + (size_t)(p0 + r) * D, sizeof(float) * D);
+        }
+        temporal(c, n, sl, ps);
+    }
+    c->slots[slot].pos = pos0 + P;
+    c->st.prefill_positions += (uint64_t)P;
+    return MS_OK;
+}
+
+static int cpu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_error *err) {
+    cpu_ctx *c = vctx;
+    const lm_config *g = &c->m->cfg;
+    lm_kv_snap *s = calloc(1, sizeof *s);
+    size_t per = (size_t)P * g->dim;
+    if (!s || !(s->k = falloc((size_t)g->num_layers * per)) || !(s->v = falloc((size_t)g->num_layers * per))) {
+        if (s) free(s->k);
+        free(s);
+        return ms_err_set(err, MS_ERR_NOMEM, "kv_snapshot: out of memory for %d positions", P);
+    }
+    s->P = P;
+    s->num_layers = g->num_layers;
+    s->dim = g->dim;
+    const cpu_slot *cs = &c->slots[slot];
+    for (int l = 0; l < g->num_layers; l++) {
+        size_t base = (size_t)l * g->context * g->dim;   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
+        memcpy(s->k + l * per, cs->k + base, sizeof(float) * per);
+        memcpy(s->v + l * per, cs->v + base, sizeof(float) * per);
+    }
+    *out = s;
+    return MS_OK;
+}
+
+static int cpu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, ms_error *err) {
+    cpu_ctx *c = vctx;
+    const lm_config *g = &c->m->cfg;
+    if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
+        return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
+    size_t per = (size_t)s->P * g->dim;
+    cpu_slot *cs = &c->slots[slot];
+    for (int l = 0; l < g->num_layers; l++) {
+        size_t base = (size_t)l * g->context * g->dim;
+        memcpy(cs->k + base, s->k + l * per, sizeof(float) * per);
+        memcpy(cs->v + base, s->v + l * per, sizeof(float) * per);
+    }
+    cs->pos = s->P;
+    return MS_OK;
+}
+
+static void cpu_kv_snap_free(void *vctx, lm_kv_snap *s) {
+    (void)vctx;
+    if (!s) return;
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+static int cpu_stats(void *vctx, lm_backend_stats *st) {
+    *st = ((cpu_ctx *)vctx)->st;
+    return MS_OK;
+}
+
+const lm_backend_ops lm_cpu_backend = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .config = cpu_config,
+    .reset_slot = cpu_reset_slot,
+    .pos = cpu_pos,
+    .step = cpu_step,
+    .prefill = cpu_prefill,
+    .kv_snapshot = cpu_kv_snapshot,
+    .kv_restore = cpu_kv_restore,
+    .kv_snap_free = cpu_kv_snap_free,
+    .mimi_encode = NULL,   /* wired by the lead to engine/mimi.h */
+    .mimi_decode = NULL,
+    .stats = cpu_stats,
+};
