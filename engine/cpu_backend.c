@@ -38,7 +38,7 @@ typedef struct cpu_ctx {
     cpu_slot *slots;
     /* scratch, maxrows rows each */
     float *x, *xn, *qkv, *att, *o, *u, *h;   /* (rows, dim) (rows, dim) (rows, 3dim) (rows, dim) (rows, dim) (rows, 2H) (rows, H) */
-    float *scores;                            /* (context) */
+    float *scores;                            /* (threads, context + LM_MAX_DEP_Q) */
     float *logits;                            /* (rows, max(text_card, card)) */
     int *samp_scratch;                        /* (max(text_card, card)) */
     int *row_slot, *row_prev;                 /* (rows) */
@@ -95,7 +95,7 @@ static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms
     }
     ok = ok && (c->x = falloc(R * D)) && (c->xn = falloc(R * D)) && (c->qkv = falloc(R * 3 * D)) &&
          (c->att = falloc(R * D)) && (c->o = falloc(R * D)) && (c->u = falloc(R * 2 * (size_t)g->hidden)) &&
-         (c->h = falloc(R * (size_t)g->hidden)) && (c->scores = falloc((size_t)g->context + LM_MAX_DEP_Q)) &&
+         (c->h = falloc(R * (size_t)g->hidden)) && (c->scores = falloc((size_t)kern_pool_threads(c->pool) * ((size_t)g->context + LM_MAX_DEP_Q))) &&
          (c->logits = falloc(R * V)) && (c->samp_scratch = calloc(V, sizeof(int))) &&
          (c->row_slot = calloc(R, sizeof(int))) && (c->row_prev = calloc(R, sizeof(int))) &&
          (c->row_pos = calloc(R, sizeof(int64_t))) &&
@@ -146,8 +146,8 @@ static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
             memcpy(s->k + base + row * D, k, sizeof(float) * D);
             memcpy(s->v + base + row * D, v, sizeof(float) * D);
             int nk = pos[r] + 1 < ctx ? (int)pos[r] + 1 : ctx;
-            kern_attend(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, nk, g->num_heads,
-                        g->head_dim, D);
+            kern_attend_pool(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, nk, g->num_heads,
+                             g->head_dim, D, c->pool);
         }
         kern_matmul(c->o, c->att, &L->attn_out, n, c->pool);
         kern_add(c->x, c->o, n * D);

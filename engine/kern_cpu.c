@@ -35,9 +35,6 @@ static inline float hsum(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-static inline __m256 load_bf16(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
 #ifdef __F16C__
 static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 #endif
@@ -84,7 +81,78 @@ static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_lo
         }                                                                                         \
     }
 DEF_ROWS(rows_f32, float, _mm256_loadu_ps)
-DEF_ROWS(rows_bf16, uint16_t, load_bf16)
+
+/* bf16 rows: a 256-bit load holds 16 weights; as 32-bit lanes, (lane << 16)
+ * is the even weight and (lane & 0xffff0000) the odd one, both exact
+ * float32. x is split once into its even and odd elements so each load
+ * feeds two FMAs with two ALU operations (no widening shuffles). */
+static void rows_bf16(float *y, const float *x, const uint16_t *w, int n, int rows, int cols, int r0, int r1,
+                      st_dtype dt) {
+    int c16 = cols & ~15, h = c16 / 2;
+    if (c16 == 0) {
+        for (int r = r0; r < r1; r++)
+            for (int j = 0; j < n; j++) {
+                float s = 0;
+                for (int c = 0; c < cols; c++) s += wget(w, dt, (size_t)r * cols + c) * x[(size_t)j * cols + c];
+                y[(size_t)j * rows + r] = s;
+            }
+        return;
+    }
+    float *xs = aligned_alloc(32, sizeof(float) * (size_t)n * c16);   /* (n, [even h | odd h]) */
+    MS_ASSERT(xs != NULL);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < h; i++) {
+            xs[(size_t)j * c16 + i] = x[(size_t)j * cols + 2 * i];
+            xs[(size_t)j * c16 + h + i] = x[(size_t)j * cols + 2 * i + 1];
+        }
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *wr = w + (size_t)r * cols;
+        if (n == 1) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int c = 0;
+            for (; c + 32 <= c16; c += 32) {
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(wr + c));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(wr + c + 16));
+                a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_load_ps(xs + c / 2), a0);
+                a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, hi)), _mm256_load_ps(xs + h + c / 2), a1);
+                a2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)), _mm256_loadu_ps(xs + c / 2 + 8), a2);
+                a3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v1, hi)), _mm256_loadu_ps(xs + h + c / 2 + 8), a3);
+            }
+            for (; c < c16; c += 16) {
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(wr + c));
+                a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_loadu_ps(xs + c / 2), a0);
+                a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, hi)), _mm256_loadu_ps(xs + h + c / 2), a1);
+            }
+            float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+            for (c = c16; c < cols; c++) s += st_bf16_to_f32(wr[c]) * x[c];
+            y[r] = s;
+            continue;
+        }
+        for (int j0 = 0; j0 < n; j0 += 4) {
+            int nj = n - j0 < 4 ? n - j0 : 4;
+            __m256 ae[4], ao[4];
+            for (int j = 0; j < 4; j++) ae[j] = ao[j] = _mm256_setzero_ps();
+            for (int c = 0; c < c16; c += 16) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(wr + c));
+                __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+                for (int j = 0; j < nj; j++) {
+                    const float *xj = xs + (size_t)(j0 + j) * c16;
+                    ae[j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xj + c / 2), ae[j]);
+                    ao[j] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xj + h + c / 2), ao[j]);
+                }
+            }
+            for (int j = 0; j < nj; j++) {
+                float s = hsum(_mm256_add_ps(ae[j], ao[j]));
+                const float *xj = x + (size_t)(j0 + j) * cols;
+                for (int c = c16; c < cols; c++) s += st_bf16_to_f32(wr[c]) * xj[c];
+                y[(size_t)(j0 + j) * rows + r] = s;
+            }
+        }
+    }
+    free(xs);
+}
 #ifdef __F16C__
 DEF_ROWS(rows_f16, uint16_t, load_f16)
 #endif
@@ -171,6 +239,27 @@ void kern_rope(float *v, int heads, int head_dim, int64_t pos, float max_period)
     }
 }
 
+static inline float dot(const float *a, const float *b, int n) {
+    int d = 0;
+    float s = 0;
+#ifdef KERN_AVX2
+    __m256 acc = _mm256_setzero_ps();
+    for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    s = hsum(acc);
+#endif
+    for (; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int n) {
+    int d = 0;
+#ifdef KERN_AVX2
+    __m256 av = _mm256_set1_ps(a);
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
+#endif
+    for (; d < n; d++) y[d] += a * x[d];
+}
+
 void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
                  int heads, int head_dim, int stride) {
     float scale = 1.0f / sqrtf((float)head_dim);
@@ -178,10 +267,7 @@ void kern_attend(float *out, const float *q, const float *k, const float *v, flo
         const float *qh = q + (size_t)h * head_dim;
         float mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
-            const float *kj = k + (size_t)j * stride + (size_t)h * head_dim;
-            float s = 0;
-            for (int d = 0; d < head_dim; d++) s += qh[d] * kj[d];
-            s *= scale;
+            float s = dot(qh, k + (size_t)j * stride + (size_t)h * head_dim, head_dim) * scale;
             scratch[j] = s;
             if (s > mx) mx = s;
         }
@@ -193,12 +279,33 @@ void kern_attend(float *out, const float *q, const float *k, const float *v, flo
         float inv = 1.0f / sum;
         float *oh = out + (size_t)h * head_dim;
         memset(oh, 0, sizeof(float) * (size_t)head_dim);
-        for (int j = 0; j < nk; j++) {
-            const float *vj = v + (size_t)j * stride + (size_t)h * head_dim;
-            float p = scratch[j] * inv;
-            for (int d = 0; d < head_dim; d++) oh[d] += p * vj[d];
-        }
+        for (int j = 0; j < nk; j++) axpy(oh, scratch[j] * inv, v + (size_t)j * stride + (size_t)h * head_dim, head_dim);
     }
+}
+
+typedef struct {
+    float *out;
+    const float *q, *k, *v;
+    float *scratch;
+    int nk, heads, head_dim, stride;
+} attend_job;
+
+static void attend_part(void *ctx, int i, int nt) {
+    attend_job *j = ctx;
+    int h0 = j->heads * i / nt, h1 = j->heads * (i + 1) / nt;
+    size_t off = (size_t)h0 * j->head_dim;
+    if (h1 > h0)
+        kern_attend(j->out + off, j->q + off, j->k + off, j->v + off, j->scratch + (size_t)i * j->nk, j->nk, h1 - h0,
+                    j->head_dim, j->stride);
+}
+
+void kern_attend_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
+                      int heads, int head_dim, int stride, kern_pool *pool) {
+    attend_job j = {out, q, k, v, scratch, nk, heads, head_dim, stride};
+    if ((long)nk * heads * head_dim < 65536)
+        attend_part(&j, 0, 1);
+    else
+        kern_pool_run(pool, attend_part, &j);
 }
 
 void kern_silu_gate(float *h, const float *u, int H) {

@@ -66,6 +66,11 @@ void kern_rope(float *v, int heads, int head_dim, int64_t pos, float max_period)
 void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
                  int heads, int head_dim, int stride);
 
+/* kern_attend_pool: kern_attend with the heads split over the pool's
+ * threads; scratch (threads, nk) floats. */
+void kern_attend_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
+                      int heads, int head_dim, int stride, kern_pool *pool);
+
 /* kern_silu_gate: h = silu(u[0:H]) * u[H:2H].  h (H), u (2H). */
 void kern_silu_gate(float *h, const float *u, int H);
 

@@ -7,7 +7,13 @@ ENGINE_SRCS += engine/lm_config.c engine/lm.c engine/kern_cpu.c engine/kern_pool
 # moshi-run prints text pieces only when it is there.
 ifneq ($(wildcard engine/spm.h),)
 EXTRA_CFLAGS_engine_cli_ += -DMOSHID_HAVE_SPM
+OPTIONAL_LINES += "✓ moshi-run: text pieces (engine/spm.h)"
+else
+OPTIONAL_LINES += "✗ moshi-run: no text pieces (engine/spm.h not present in this tree)"
 endif
+
+# rebuild when engine/spm.h appears (merge), not only when it changes
+$(BUILD)/obj/engine/cli/moshi_run.o $(BUILD)/tests/check_lm_run: $(wildcard engine/spm.h)
 
 PROGRAMS += $(BUILD)/moshi-run
 $(BUILD)/moshi-run: $(BUILD)/obj/engine/cli/moshi_run.o $(LIBENGINE)

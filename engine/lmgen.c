@@ -30,6 +30,15 @@ void lmgen_init(lmgen_slot *g, const lm_config *c, int slot, const lm_samp *samp
     lmgen_reset(g);
 }
 
+void lmgen_restore(lmgen_slot *dst, const lmgen_slot *saved) {
+    int slot = dst->slot, dep_steps = dst->dep_steps;
+    lm_samp samp = dst->samp;
+    *dst = *saved;
+    dst->slot = slot;
+    dst->samp = samp;
+    dst->dep_steps = dep_steps;
+}
+
 int lmgen_prepare(lmgen_slot *g, const int *user, int card, lm_step_slot *s, ms_error *err) {
     if (g->variant != LM_VARIANT_KYUTAI)
         return ms_err_set(err, MS_ERR_UNSUPPORTED, "the %s step is not implemented yet",

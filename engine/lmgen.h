@@ -48,6 +48,14 @@ void lmgen_init(lmgen_slot *g, const lm_config *c, int slot, const lm_samp *samp
  * lm_backend_reset_slot). */
 void lmgen_reset(lmgen_slot *g);
 
+/* lmgen_restore: make dst continue from the bookkeeping saved in `saved`
+ * (a plain copy of an lmgen_slot taken at snapshot time: token ring,
+ * provided flags, offset), keeping dst's backend slot, sampling and
+ * dep_steps. With Kyutai's LMGen the slot's temporal position equals the
+ * offset, so a K/V snapshot of [0, offset) restores the rest
+ * (lm_backend_kv_restore). */
+void lmgen_restore(lmgen_slot *dst, const lmgen_slot *saved);
+
 /* lmgen_prepare: take one frame of user codes (n_user of them, each in
  * [0, card); borrowed) and fill the backend step request s for this slot.
  * Returns MS_OK, or an error for a code out of range or a variant not

@@ -133,6 +133,33 @@ START_TEST(test_hostile_codes) {
     snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", tmpd);
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "longer than"), "%s", err_txt);
+    /* a NUL byte, and a last line without its newline (accepted) */
+    {
+        char pth[256];
+        snprintf(pth, sizeof pth, "%s/c.txt", tmpd);
+        FILE *f = fopen(pth, "w");
+        fwrite("1 2 3 4 5 6 7 8\n1 2\0003 4 5 6 7 8\n", 1, 33, f);
+        fclose(f);
+        snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", tmpd);
+        ck_assert_int_eq(run(args), 1);
+        ck_assert_msg(strstr(err_txt, "c.txt:2: NUL byte"), "%s", err_txt);
+        /* the fixture's first 3 frames, the last without newline: the
+         * official trace's first 3 lines */
+        size_t n;
+        char *codes = slurp(LM_FIX_DIR "/ring_f32/codes.txt", &n), *ref = slurp(LM_FIX_DIR "/ring_f32/trace.jsonl", &n);
+        ck_assert(codes && ref);
+        char *e3 = codes;
+        for (int k = 0; k < 3; k++) e3 = strchr(e3, '\n') + 1;
+        e3[-1] = 0;
+        write_file("c.txt", codes);
+        char *r3 = ref;
+        for (int k = 0; k < 3; k++) r3 = strchr(r3, '\n') + 1;
+        *r3 = 0;
+        ck_assert_int_eq(run(args), 0);
+        ck_assert_str_eq(out_txt, ref);
+        free(codes);
+        free(ref);
+    }
     /* unreadable codes file: missing, a directory */
     snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/none.txt --greedy", tmpd);
     ck_assert_int_eq(run(args), 1);
@@ -200,6 +227,76 @@ START_TEST(test_bad_options) {
 }
 END_TEST
 
+#ifdef MOSHID_HAVE_SPM
+/* protobuf varint */
+static size_t put_varint(unsigned char *b, size_t v) {
+    size_t n = 0;
+    do {
+        b[n] = (unsigned char)(v & 0x7f);
+        v >>= 7;
+        if (v) b[n] |= 0x80;
+        n++;
+    } while (v);
+    return n;
+}
+
+/* --tokenizer: a SentencePiece model of 48 pieces "\u2581wN" written here
+ * (ModelProto field 1 = SentencePiece{piece = 1}); each step's "text" is
+ * the piece of its out[0] with U+2581 as a space, "" for PAD 3 / EPAD 0 */
+START_TEST(test_tokenizer) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/t.model", tmpd);
+    FILE *f = fopen(path, "wb");
+    ck_assert(f != NULL);
+    for (int i = 0; i < 48; i++) {
+        char piece[32];
+        int pl = snprintf(piece, sizeof piece, "\xe2\x96\x81w%d", i);
+        unsigned char msg[64], out[80];
+        size_t m = 0, o = 0;
+        msg[m++] = 0x0a;
+        m += put_varint(msg + m, (size_t)pl);
+        memcpy(msg + m, piece, (size_t)pl);
+        m += (size_t)pl;
+        out[o++] = 0x0a;
+        o += put_varint(out + o, m);
+        memcpy(out + o, msg, m);
+        o += m;
+        fwrite(out, 1, o, f);
+    }
+    fclose(f);
+    char args[512];
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy --tokenizer %s", path);
+    ck_assert_msg(run(args) == 0, "%s", err_txt);
+    int lines = 0, texts = 0;
+    for (char *l = out_txt, *nl; *l; l = nl + 1) {
+        nl = strchr(l, '\n');
+        ms_error e = {0};
+        js_value *j = js_parse(l, (size_t)(nl - l), &e);
+        ck_assert(j != NULL);
+        const js_value *o = js_get(j, "out"), *t = js_get(j, "text");
+        if (o->type == JS_NULL) {
+            ck_assert_ptr_null(t);
+        } else {
+            int id = (int)js_at(o, 0)->i;
+            char want[32];
+            if (id == 0 || id == 3) want[0] = 0;
+            else snprintf(want, sizeof want, " w%d", id);
+            ck_assert_msg(t && !strcmp(t->str, want), "step %d: text for id %d", lines, id);
+            texts++;
+        }
+        js_free(j);
+        lines++;
+    }
+    ck_assert_int_eq(lines, 24);
+    ck_assert_int_eq(texts, 23);
+    /* an unreadable tokenizer file */
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --tokenizer %s/none.model", tmpd);
+    ck_assert_int_eq(run(args), 1);
+    ck_assert_msg(strstr(err_txt, "none.model"), "%s", err_txt);
+}
+END_TEST
+#endif
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("lm_run");
     TCase *tc = tcase_new("core");
@@ -209,6 +306,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_hostile_codes);
     tcase_add_test(tc, test_hostile_model);
     tcase_add_test(tc, test_bad_options);
+#ifdef MOSHID_HAVE_SPM
+    tcase_add_test(tc, test_tokenizer);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }

@@ -195,6 +195,43 @@ START_TEST(test_snapshot) {
 }
 END_TEST
 
+/* a whole-slot snapshot (K/V of [0, offset) + the bookkeeping) taken after
+ * 6 live steps continues in another slot exactly as the original */
+START_TEST(test_slot_snapshot) {
+    lm_backend *b = open_b(2);
+    const lm_config *c = &b->cfg;
+    lm_samp samp;
+    lm_samp_defaults(&samp, 21);
+    lmgen_slot g0, g1;
+    lmgen_init(&g0, c, 0, &samp);
+    lmgen_init(&g1, c, 1, &samp);
+    lmgen_slot *p0 = &g0, *p1 = &g1;
+    int user[LM_MAX_NQ], out0[1 + LM_MAX_DEP_Q], out1[1 + LM_MAX_DEP_Q], h0, h1;
+    uint32_t s = 8;
+    ms_error e = {0};
+    for (int t = 0; t < 6; t++) {
+        for (int k = 0; k < c->n_user; k++) user[k] = (int)(lcg(&s) >> 8) % c->card;
+        ck_assert_int_eq(lmgen_step_batch(b, &p0, 1, user, out0, &h0, NULL, NULL, &e), MS_OK);
+    }
+    lmgen_slot saved = g0;
+    lm_kv_snap *kv;
+    ck_assert_int_eq((int)lm_backend_pos(b, 0), (int)g0.offset);
+    ck_assert_msg(lm_backend_kv_snapshot(b, 0, (int)g0.offset, &kv, &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(lm_backend_kv_restore(b, 1, kv, &e), MS_OK);
+    lmgen_restore(&g1, &saved);
+    ck_assert_int_eq(g1.slot, 1);
+    for (int t = 6; t < 20; t++) {   /* past the ring size 8 */
+        for (int k = 0; k < c->n_user; k++) user[k] = (int)(lcg(&s) >> 8) % c->card;
+        ck_assert_int_eq(lmgen_step_batch(b, &p0, 1, user, out0, &h0, NULL, NULL, &e), MS_OK);
+        ck_assert_int_eq(lmgen_step_batch(b, &p1, 1, user, out1, &h1, NULL, NULL, &e), MS_OK);
+        ck_assert_int_eq(h0, h1);
+        ck_assert_mem_eq(out0, out1, sizeof(int) * (1 + c->dep_q));
+    }
+    lm_backend_kv_snap_free(b, kv);
+    lm_backend_close(b);
+}
+END_TEST
+
 START_TEST(test_depformer_options) {
     lm_backend *b = open_b(2);
     const lm_config *c = &b->cfg;
@@ -301,6 +338,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_batch_independent);
     tcase_add_test(tc, test_prefill);
     tcase_add_test(tc, test_snapshot);
+    tcase_add_test(tc, test_slot_snapshot);
     tcase_add_test(tc, test_depformer_options);
     tcase_add_test(tc, test_dispatcher);
     suite_add_tcase(s, tc);

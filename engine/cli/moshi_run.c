@@ -84,6 +84,24 @@ static int parse_codes(char *line, int n, int card, int *codes, const char *file
     return MS_OK;
 }
 
+/* read_line: one line (without its newline) into buf[0..max], bounded.
+ * Returns 1 for a line, 0 at end of file, -1 when longer than max, -2 on
+ * a NUL byte, -3 on a read error. */
+static int read_line(FILE *f, char *buf, size_t max, size_t *len) {
+    size_t n = 0;
+    int ch, nul = 0;
+    while ((ch = getc(f)) != EOF && ch != '\n') {
+        if (ch == 0) nul = 1;
+        if (n == max) return -1;
+        buf[n++] = (char)ch;
+    }
+    if (ch == EOF && ferror(f)) return -3;
+    if (ch == EOF && n == 0) return 0;
+    buf[n] = 0;
+    *len = n;
+    return nul ? -2 : 1;
+}
+
 static void json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -204,7 +222,7 @@ int main(int argc, char **argv) {
     lmgen_slot g;
     lmgen_init(&g, c, 0, &o.samp);
     lmgen_slot *gp = &g;
-    line = malloc(RUN_MAX_LINE + 2);
+    line = malloc(RUN_MAX_LINE + 1);
     int codes[LM_MAX_NQ], frame[1 + LM_MAX_DEP_Q], has;
     size_t tl_cap = 0;
     long lineno = 0;
@@ -212,15 +230,21 @@ int main(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!line) { ms_err_set(&err, MS_ERR_NOMEM, "out of memory"); goto fail; }
-    while (fgets(line, RUN_MAX_LINE + 2, in)) {
+    for (;;) {
+        size_t len;
+        int lr = read_line(in, line, RUN_MAX_LINE, &len);
+        if (lr == 0) break;
         lineno++;
-        size_t len = strlen(line);
-        if (len > RUN_MAX_LINE || (len == RUN_MAX_LINE + 1 && line[len - 1] != '\n')) {
+        if (lr == -1) {
             ms_err_set(&err, MS_ERR_LIMIT, "%s:%ld: line longer than %d bytes", o.codes, lineno, RUN_MAX_LINE);
             goto fail;
         }
-        if (memchr(line, 0, len) != NULL || (len && line[len - 1] != '\n' && !feof(in))) {
+        if (lr == -2) {
             ms_err_set(&err, MS_ERR_FORMAT, "%s:%ld: NUL byte in line", o.codes, lineno);
+            goto fail;
+        }
+        if (lr == -3) {
+            ms_err_set(&err, MS_ERR_IO, "%s:%ld: read error: %s", o.codes, lineno, strerror(errno));
             goto fail;
         }
         if (parse_codes(line, c->n_user, c->card, codes, o.codes, lineno, &err)) goto fail;
@@ -263,10 +287,6 @@ int main(int argc, char **argv) {
         }
         fputs("}\n", out);
         step++;
-    }
-    if (ferror(in)) {
-        ms_err_set(&err, MS_ERR_IO, "%s: read error after line %ld", o.codes, lineno);
-        goto fail;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
