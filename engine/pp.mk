@@ -13,3 +13,7 @@ $(BUILD)/bench_prime: tests/bench/bench_prime.c $(LIBENGINE)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 BENCH_DEPS += $(BUILD)/bench_prime
 BENCHES += '$(BUILD)/bench_prime'
+
+# drives build/moshi-run (built by make test before the suites run)
+CHECK_SUITES += pp_run
+CHECK_pp_run_DEPS = $(LIBENGINE)

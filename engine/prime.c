@@ -218,13 +218,8 @@ int pp_persona_load(lm_backend *b, const pp_persona *p, lmgen_slot *g, ms_error 
         return ms_err_set(err, MS_ERR_ARG, "persona: not a PersonaPlex snapshot of this model");
     int rc = lm_backend_kv_restore(b, g->slot, p->kv, err);
     if (rc) return rc;
-    int slot = g->slot, dep_steps = g->dep_steps;
-    lm_samp samp = g->samp;
-    *g = p->st;
-    g->slot = slot;
-    g->samp = samp;
-    g->dep_steps = dep_steps;
-    MS_ASSERT(lm_backend_pos(b, slot) == p->pos);
+    lmgen_restore(g, &p->st);   /* keeps g's slot, sampling, dep_steps */
+    MS_ASSERT(lm_backend_pos(b, g->slot) == p->pos);
     return MS_OK;
 }
 
