@@ -352,6 +352,7 @@ START_TEST(test_prime_prefill_vs_steps) {
     check_state(name, &gp);
     double kv = kv_rel(b, 1, 0);
     ck_assert_msg(kv <= KV_TOL, "%s: K/V rel err %.3g", name, kv);
+    if (getenv("CHECK_PP_VERBOSE")) fprintf(stderr, "%s: prefill vs steps: K/V max rel err %.3g\n", name, kv);
     /* the next live steps, both slots in one call */
     int T;
     int *codes = load_codes(name, &T);
@@ -461,6 +462,38 @@ START_TEST(test_persona) {
     cmp_trace("persona restored twice", &got1, &ref);
     pp_persona_close(b, &per);
     pp_prompt_buf_free(&pb);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* the daemon's entry (lmgen_step_batch) steps PersonaPlex slots their way:
+ * two fresh slots in one batch, each the reference live trace */
+START_TEST(test_lmgen_dispatch) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 2);
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, got[2];
+    load_trace(name, "live.jsonl", &ref);
+    lmgen_slot g0, g1;
+    init_slot(b, &g0, 0, 1, 0);
+    init_slot(b, &g1, 1, 1, 0);
+    lmgen_slot *gg[2] = {&g1, &g0};
+    ms_error e = {0};
+    for (int t = 0; t < T; t++) {
+        int u[2 * PP_SIDE_CODEBOOKS], out[2 * PP_OUT_TOKENS], has[2];
+        memcpy(u, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        memcpy(u + PP_SIDE_CODEBOOKS, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        ck_assert_msg(lmgen_step_batch(b, gg, 2, u, out, has, NULL, NULL, &e) == MS_OK, "%s", e.msg);
+        for (int s = 0; s < 2; s++) {
+            got[s].has[t] = has[s];
+            memcpy(got[s].out[t], out + s * PP_OUT_TOKENS, sizeof(int) * PP_OUT_TOKENS);
+        }
+    }
+    got[0].n = got[1].n = T;
+    cmp_trace("lmgen_step_batch slot 1", &got[0], &ref);
+    cmp_trace("lmgen_step_batch slot 0", &got[1], &ref);
     free(codes);
     lm_backend_close(b);
 }
@@ -589,6 +622,7 @@ static Suite *make_suite(void) {
     tcase_add_loop_test(tc, test_prime_prefill_vs_steps, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_replay, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_persona, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_lmgen_dispatch, 0, PP_NCASES);
     tcase_add_test(tc, test_hostile);
 
     suite_add_tcase(s, tc);
