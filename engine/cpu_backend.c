@@ -134,7 +134,7 @@ static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
     int D = g->dim, H = g->hidden, ctx = g->context;
     for (int l = 0; l < g->num_layers; l++) {
         const lm_layer_w *L = &m->layers[l];
-        for (int r = 0; r < n; r++) kern_rmsnorm(c->xn + (size_t)r * D, c->x + (size_t)r * D, L->norm1, D, LM_NORM_EPS);
+        kern_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS);
         kern_matmul(c->qkv, c->xn, &L->attn_in, n, c->pool);
         for (int r = 0; r < n; r++) {
             float *q = c->qkv + (size_t)r * 3 * D, *k = q + D, *v = q + 2 * D;
@@ -151,13 +151,13 @@ static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
         }
         kern_matmul(c->o, c->att, &L->attn_out, n, c->pool);
         kern_add(c->x, c->o, n * D);
-        for (int r = 0; r < n; r++) kern_rmsnorm(c->xn + (size_t)r * D, c->x + (size_t)r * D, L->norm2, D, LM_NORM_EPS);
+        kern_rmsnorm(c->xn, c->x, L->norm2, n, D, LM_NORM_EPS);
         kern_matmul(c->u, c->xn, &L->ffn_in, n, c->pool);
         for (int r = 0; r < n; r++) kern_silu_gate(c->h + (size_t)r * H, c->u + (size_t)r * 2 * H, H);
         kern_matmul(c->o, c->h, &L->ffn_out, n, c->pool);
         kern_add(c->x, c->o, n * D);
     }
-    for (int r = 0; r < n; r++) kern_rmsnorm(c->x + (size_t)r * D, c->x + (size_t)r * D, m->out_norm, D, LM_NORM_EPS);
+    kern_rmsnorm(c->x, c->x, m->out_norm, n, D, LM_NORM_EPS);
 }
 
 static void embed(const lm_model *m, float *x, const int *tok) {
@@ -175,7 +175,7 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
     size_t per_row = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd;
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const lm_dep_layer_w *L = &m->dep_layers[l];
-        for (int r = 0; r < n; r++) kern_rmsnorm(c->dyn + (size_t)r * dd, c->dy + (size_t)r * dd, L->norm1, dd, LM_NORM_EPS);
+        kern_rmsnorm(c->dyn, c->dy, L->norm1, n, dd, LM_NORM_EPS);
         kern_matmul(c->dqkv, c->dyn, &L->attn_in[k], n, c->pool);
         for (int r = 0; r < n; r++) {
             float *q = c->dqkv + (size_t)r * 3 * dd;
@@ -188,7 +188,7 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
         }
         kern_matmul(c->do_, c->datt, &L->attn_out[k], n, c->pool);
         kern_add(c->dy, c->do_, n * dd);
-        for (int r = 0; r < n; r++) kern_rmsnorm(c->dyn + (size_t)r * dd, c->dy + (size_t)r * dd, L->norm2, dd, LM_NORM_EPS);
+        kern_rmsnorm(c->dyn, c->dy, L->norm2, n, dd, LM_NORM_EPS);
         kern_matmul(c->du, c->dyn, &L->ffn_in[k], n, c->pool);
         for (int r = 0; r < n; r++) kern_silu_gate(c->dh + (size_t)r * Hd, c->du + (size_t)r * 2 * Hd, Hd);
         kern_matmul(c->do_, c->dh, &L->ffn_out[k], n, c->pool);

@@ -214,12 +214,21 @@ void kern_embed_add(float *x, const kern_mat *table, int token) {
     for (int c = 0; c < table->cols; c++) x[c] += wget(table->w, table->dtype, base + c);
 }
 
-void kern_rmsnorm(float *y, const float *x, const float *alpha, int dim, float eps) {
-    double ss = 0;
-    for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
-    float var = eps + (float)(ss / dim);
-    float r = 1.0f / sqrtf(var);
-    for (int i = 0; i < dim; i++) y[i] = x[i] * (alpha[i] * r);
+void kern_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, float eps) {
+    for (int b = 0; b < B; b++) {
+        const float *xb = x + (size_t)b * C;
+        float *yb = y + (size_t)b * C;
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += (double)xb[i] * xb[i];
+        float var = eps + (float)(ss / C);
+        float r = 1.0f / sqrtf(var);
+        for (int i = 0; i < C; i++) yb[i] = xb[i] * (alpha[i] * r);
+    }
+}
+
+void kern_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K, kern_pool *pool) {
+    kern_mat m = {w, ST_BF16, N, K};
+    kern_matmul(y, x, &m, B, pool);
 }
 
 void kern_rope(float *v, int heads, int head_dim, int64_t pos, float max_period) {

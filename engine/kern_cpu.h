@@ -43,6 +43,10 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *ctx, int i, int n), void *ctx)
  * (rows split over the pool's threads).
  *   y (n, w->rows), x (n, w->cols); y must not alias x. */
 void kern_matmul(float *y, const float *x, const kern_mat *w, int n, kern_pool *pool);
+/* kern_matvec_bf16: kern_matmul on a bf16 matrix, in the argument order of
+ * the CUDA cu_matvec_bf16.  y (B, N), x (B, K), w (N, K) bf16. */
+void kern_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K, kern_pool *pool);
+
 /* kern_matmul_rows: the same for output rows [r0, r1) only (one thread). */
 void kern_matmul_rows(float *y, const float *x, const kern_mat *w, int n, int r0, int r1);
 
@@ -50,9 +54,10 @@ void kern_matmul_rows(float *y, const float *x, const kern_mat *w, int n, int r0
  *   x (dim), table (card, dim). The caller checks 0 <= token < rows. */
 void kern_embed_add(float *x, const kern_mat *table, int token);
 
-/* kern_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps), float32.
- *   y (dim), x (dim), alpha (dim). y may alias x. */
-void kern_rmsnorm(float *y, const float *x, const float *alpha, int dim, float eps);
+/* kern_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row, float32
+ * (eps inside the root). Same arguments as the CUDA cu_rmsnorm.
+ *   y (B, C), x (B, C), alpha (C). y may alias x. */
+void kern_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, float eps);
 
 /* kern_rope: rotate interleaved pairs (2i, 2i+1) of each head by
  * pos * max_period^(-2i/head_dim), in float32 as the official code.

@@ -9,8 +9,16 @@
  * Top-k + temperature: among the k largest logits (ties: lower index first),
  * argmax(logit_i / T + G_i) with G_i = -log(-log(u_i)) ~ Gumbel(0, 1): the
  * same distribution as the official exponential race argmax(p_i / E_i) over
- * p = softmax(top-k logits / T). T <= 0 means greedy; k <= 0 or k >= n means
- * the whole vocabulary.
+ * p = softmax(top-k logits / T). T <= 0 (or NaN) means greedy; k <= 0 or
+ * k >= n means the whole vocabulary.
+ *
+ * The arithmetic is the one the CUDA sampler uses (docs/cuda.md, "Same
+ * logits, same token"), so both pick the same index from the same logits:
+ * logits rank by value (NaN as -inf, -0 as +0) then lower index; the
+ * quotient logit / T is an IEEE float division (a NaN quotient scores
+ * -inf); u = (top 24 bits of rng_bits + 0.5) / 2^24 exactly in double;
+ * G and the score (double)(logit / T) + G in double; the best score wins,
+ * then the lower index.
  */
 #ifndef MOSHID_SAMP_H
 #define MOSHID_SAMP_H
@@ -27,7 +35,7 @@
 #define SAMP_AUDIO_TOPK 250
 
 /* samp_greedy: index of the largest of logits[0..n); the lowest index wins
- * a tie; NaN never wins unless all are NaN (then 0). */
+ * a tie; NaN ranks as -inf. */
 int samp_greedy(const float *logits, int n);
 
 /* samp_topk: draw from logits (n) as described above. scratch must hold n
@@ -35,7 +43,16 @@ int samp_greedy(const float *logits, int n);
 int samp_topk(const float *logits, int n, float temp, int topk, uint64_t seed, uint64_t step, uint32_t stream,
               int *scratch);
 
-/* samp_gumbel: the Gumbel noise used for (seed, step, stream, index). */
-float samp_gumbel(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index);
+/* samp_bits_unit: 32 random bits to u in (0, 1): (top 24 bits + 0.5) /
+ * 2^24, exact in double. */
+static inline double samp_bits_unit(uint32_t bits) { return ((double)(bits >> 8) + 0.5) * (1.0 / 16777216.0); }
+
+/* samp_uniform01: u in (0, 1) for (seed, step, stream, index), exact in
+ * double (never 0 or 1). */
+double samp_uniform01(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index);
+
+/* samp_gumbel: the Gumbel noise -log(-log(u)) used for (seed, step, stream,
+ * index), in double; |G| < 17.4. */
+double samp_gumbel(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index);
 
 #endif

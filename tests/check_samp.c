@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "rng.h"
 #include "samp.h"
 
 START_TEST(test_greedy_ties) {
@@ -14,6 +15,10 @@ START_TEST(test_greedy_ties) {
     ck_assert_int_eq(samp_greedy(b, 3), 0);
     float c[] = {NAN, -1, 7, 7};
     ck_assert_int_eq(samp_greedy(c, 4), 2);
+    float e[] = {NAN, -INFINITY, NAN};   /* NaN ranks as -inf: tie, lowest index */
+    ck_assert_int_eq(samp_greedy(e, 3), 0);
+    float z[] = {-0.0f, 0.0f};           /* -0 ranks as +0 */
+    ck_assert_int_eq(samp_greedy(z, 2), 0);
     float d[] = {-INFINITY, -INFINITY};
     ck_assert_int_eq(samp_greedy(d, 2), 0);
     int scratch[4];
@@ -96,6 +101,14 @@ START_TEST(test_keyed_noise) {
     }
     ck_assert_int_lt(same_stream, 100);   /* about 50 expected (1/8) */
     ck_assert_int_lt(same_seed, 100);
+    /* u is never 0 or 1, even at the extreme random words, so G is finite
+     * (rng_uniform in float rounded the top values to 1.0) */
+    ck_assert(samp_bits_unit(0) > 0 && samp_bits_unit(0xFFFFFFFFu) < 1);
+    ck_assert(isfinite(-log(-log(samp_bits_unit(0)))) && isfinite(-log(-log(samp_bits_unit(0xFFFFFFFFu)))));
+    for (uint32_t i = 0; i < 100000; i++) {
+        double u = samp_uniform01(3, 4, 5, i);
+        ck_assert(u > 0 && u < 1 && u == samp_bits_unit(rng_bits(3, 4, 5, i)));
+    }
     /* the Gumbel noise itself: mean ~ Euler-Mascheroni 0.5772 */
     double m = 0;
     for (uint32_t i = 0; i < 100000; i++) m += samp_gumbel(9, 1, 2, i);

@@ -147,7 +147,7 @@ int main(void) {
     double best = 1e9, best_attn = 1e9;
     for (int r = 0; r < BENCH_REPS; r++) {
         double t0 = now();
-        kern_rmsnorm(xn, xv, alpha, L_DIM, 1e-8f);
+        kern_rmsnorm(xn, xv, alpha, 1, L_DIM, 1e-8f);
         kern_matmul(qkv, xn, &ain, 1, pool);
         kern_rope(qkv, L_HEADS, L_DIM / L_HEADS, 2999 + r, 10000);
         kern_rope(qkv + L_DIM, L_HEADS, L_DIM / L_HEADS, 2999 + r, 10000);
@@ -158,7 +158,7 @@ int main(void) {
         double tb = now();
         kern_matmul(o, att, &aout, 1, pool);
         kern_add(xv, o, L_DIM);
-        kern_rmsnorm(xn, xv, alpha, L_DIM, 1e-8f);
+        kern_rmsnorm(xn, xv, alpha, 1, L_DIM, 1e-8f);
         kern_matmul(u, xn, &fin, 1, pool);
         kern_silu_gate(h, u, L_HIDDEN);
         kern_matmul(o, h, &fout, 1, pool);
