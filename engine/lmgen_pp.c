@@ -109,12 +109,14 @@ int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in
     if (n < 1 || n > LM_MAX_SLOTS || n > b->max_slots || !g || !in || !out || !has_out)
         return ms_err_set(err, MS_ERR_ARG, "PersonaPlex step: %d slots (max %d) or missing argument", n, b->max_slots);
     if (pp_check_config(c, err)) return err ? err->code : MS_ERR_UNSUPPORTED;
+    uint8_t seen[LM_MAX_SLOTS] = {0};
     for (int i = 0; i < n; i++) {
         if (g[i]->variant != LM_VARIANT_PERSONAPLEX || g[i]->ring != c->max_delay + 3)
             return ms_err_set(err, MS_ERR_STATE, "PersonaPlex step: slot %d is not set up for PersonaPlex",
                               g[i]->slot);
         if (g[i]->slot < 0 || g[i]->slot >= b->max_slots)
             return ms_err_set(err, MS_ERR_RANGE, "PersonaPlex step: slot %d out of range", g[i]->slot);
+        if (seen[g[i]->slot]++) return ms_err_set(err, MS_ERR_ARG, "PersonaPlex step: slot %d given twice", g[i]->slot);
         int64_t want = g[i]->offset > 0 ? g[i]->offset - 1 : 0;
         if (lm_backend_pos(b, g[i]->slot) != want)
             return ms_err_set(err, MS_ERR_STATE,

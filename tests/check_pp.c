@@ -529,6 +529,10 @@ START_TEST(test_hostile) {
     pp_input in = {.user = user, .agent = NULL, .text = c->text_card};
     user[7] = 0;
     ck_assert_int_eq(pp_step_batch(b, (lmgen_slot *[]){&g}, 1, &in, out, &has, NULL, NULL, &e), MS_ERR_RANGE);
+    lmgen_slot twin = g;   /* the same backend slot twice in one call */
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g, &twin}, 2, (int[16]){0}, (int[34]){0}, (int[2]){0}, NULL,
+                                   NULL, &e),
+                     MS_ERR_ARG);
     g.dep_steps = 5;
     ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_ERR_RANGE);
     g.dep_steps = -1;
