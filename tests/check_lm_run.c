@@ -79,6 +79,38 @@ START_TEST(test_greedy_traces) {
 }
 END_TEST
 
+/* --logits-out: the logits of every step, as the official ones (1e-4) */
+START_TEST(test_logits_out) {
+    char args[512], path[256];
+    snprintf(path, sizeof path, "%s/l.safetensors", tmpd);
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/hs4_f32 --codes-in " LM_FIX_DIR "/hs4_f32/codes.txt --greedy --logits-out %s", path);
+    ck_assert_msg(run(args) == 0, "%s", err_txt);
+    ms_error e = {0};
+    st_file *ours = st_open(path, &e), *ref = st_open(LM_FIX_DIR "/hs4_f32/logits.safetensors", &e);
+    ck_assert_msg(ours && ref, "%s", e.msg);
+    const char *names[] = {"text_logits", "audio_logits"};
+    for (int k = 0; k < 2; k++) {
+        const st_tensor *a = st_find(ours, names[k]), *b = st_find(ref, names[k]);
+        ck_assert(a && b && a->nel == b->nel && a->ndim == b->ndim);
+        float *x = malloc(sizeof(float) * a->nel), *y = malloc(sizeof(float) * b->nel);
+        st_to_f32(a, 0, a->nel, x);
+        st_to_f32(b, 0, b->nel, y);
+        double md = 0, mr = 0;
+        for (uint64_t i = 0; i < a->nel; i++) {
+            double d = x[i] - (double)y[i];
+            if (d < 0) d = -d;
+            if (!(d <= md)) md = d;
+            if ((y[i] < 0 ? -y[i] : y[i]) > mr) mr = y[i] < 0 ? -y[i] : y[i];
+        }
+        ck_assert_msg(md <= 1e-4 * mr, "%s: max diff %.3g of %.3g", names[k], md, mr);
+        free(x);
+        free(y);
+    }
+    st_close(ours);
+    st_close(ref);
+}
+END_TEST
+
 START_TEST(test_sampling) {
     const char *a1 = "--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --seed 5 --temp 0.8 --temp-text 0.7 --topk 10 --topk-text 5";
     ck_assert_msg(run(a1) == 0, "%s", err_txt);
@@ -302,6 +334,7 @@ static Suite *make_suite(void) {
     TCase *tc = tcase_new("core");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, test_greedy_traces, 0, LM_FIX_NCASES);
+    tcase_add_test(tc, test_logits_out);
     tcase_add_test(tc, test_sampling);
     tcase_add_test(tc, test_hostile_codes);
     tcase_add_test(tc, test_hostile_model);
