@@ -86,6 +86,7 @@ BENCHES :=          # commands run by `make bench`
 
 include engine/core.mk
 -include engine/lm.mk
+-include engine/pp.mk
 -include engine/mimi.mk
 -include proto/proto.mk
 -include daemon/daemon.mk

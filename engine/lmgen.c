@@ -1,5 +1,6 @@
 /* lmgen.c - LMGen bookkeeping over a batch of slots (see lmgen.h). */
 #include "lmgen.h"
+#include "lmgen_pp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,8 @@ int lmgen_commit(lmgen_slot *g, const lm_step_slot *s, int *out) {
 
 int lmgen_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const int *user, int *out, int *has_out,
                      float *text_logits, float *audio_logits, ms_error *err) {
+    if (b->cfg.variant == LM_VARIANT_PERSONAPLEX)   /* its own step: user (n, 8), lmgen_pp.h */
+        return pp_step_users(b, g, n, user, out, has_out, text_logits, audio_logits, err);
     const lm_config *c = &b->cfg;
     if (n < 1 || n > LM_MAX_SLOTS) return ms_err_set(err, MS_ERR_ARG, "lmgen: %d slots", n);
     lm_step_slot *req = calloc((size_t)n, sizeof *req);

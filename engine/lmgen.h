@@ -11,8 +11,8 @@
  *   nothing while t <= max_delay, else stream s of slot (t - max_delay +
  *   delay[s]) % R for s in 0..dep_q.
  * PersonaPlex (personas.md) keeps a ring of max_delay + 3 slots with
- * provided flags; its step is issue 5: the fields are here, the step
- * refuses LM_VARIANT_PERSONAPLEX with MS_ERR_UNSUPPORTED for now.
+ * provided flags; its step is lmgen_pp.h (lmgen_step_batch dispatches to
+ * it; lmgen_prepare/lmgen_commit are Kyutai's only).
  */
 #ifndef MOSHID_LMGEN_H
 #define MOSHID_LMGEN_H
@@ -70,7 +70,8 @@ int lmgen_commit(lmgen_slot *g, const lm_step_slot *s, int *out);
 /* lmgen_step_batch: prepare, one backend step over all n slots, commit.
  *   user (n, n_user) codes, out (n, 1 + dep_q), has_out (n): 1 when out row
  *   holds a frame. logits (optional, may be NULL): text (n, text_card) and
- *   audio (n, dep_q, card) of this step. */
+ *   audio (n, dep_q, card) of this step. A PersonaPlex model is stepped its
+ *   own way instead (pp_step_users, lmgen_pp.h): user (n, 8), out (n, 17). */
 int lmgen_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const int *user, int *out, int *has_out,
                      float *text_logits, float *audio_logits, ms_error *err);
 

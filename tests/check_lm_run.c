@@ -206,7 +206,7 @@ START_TEST(test_hostile_model) {
     static const struct { mutation mu; const char *extra; const char *needle; } cases[] = {
         {{.drop = "depformer_emb.2.weight"}, "", "tensor depformer_emb.2.weight"},
         {{.reshape = "transformer.layers.0.gating.linear_out.weight"}, "", "transformer.layers.0.gating.linear_out.weight"},
-        {{.dep_steps = 16}, "", "not implemented yet"},
+        {{.dep_steps = 16}, "--variant kyutai", "has 16 steps"},   /* 16 steps = PersonaPlex, forced to Kyutai */
         {{.dep_steps = 0}, "--variant personaplex", "PersonaPlex"},
     };
     char args[512], d[256];

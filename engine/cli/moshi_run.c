@@ -4,8 +4,13 @@
  *             --temp-text T --topk K --topk-text K] [--tokenizer FILE]
  *             [--out FILE] [--variant kyutai|personaplex] [--threads N]
  *             [--logits-out FILE.safetensors]
+ *   PersonaPlex checkpoints (prime before the live steps, engine/prime.h):
+ *             [--voice-codes FILE | --voice-saved FILE.safetensors]
+ *             [--text-ids FILE] [--silence-tokens FILE] [--sine-tokens FILE]
+ *             [--silence-frames N] [--prime-mode prefill|steps]
  *
- * FILE: one frame per line, n_q - dep_q (8) whitespace-separated user codes.
+ * FILE: one frame per line, n_q - dep_q (8) whitespace-separated user codes
+ * (PersonaPlex: the 8 user codes, streams 9..16).
  * Output: JSON Lines, one object per step and nothing else:
  *   {"step": 0, "out": null}
  *   {"step": 1, "out": [text, audio_0, ..., audio_{dep_q-1}], "text": "piece"}
@@ -25,6 +30,7 @@
 #include "lm.h"
 #include "lmgen.h"
 #include "log.h"
+#include "prime_io.h"
 #include "samp.h"
 #include "st.h"
 #ifdef MOSHID_HAVE_SPM
@@ -40,7 +46,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moshi-run --lm DIR --codes-in FILE [--greedy | --seed N --temp T --temp-text T\n"
             "                 --topk K --topk-text K] [--tokenizer FILE] [--out FILE]\n"
-            "                 [--variant kyutai|personaplex] [--threads N] [--logits-out FILE]\n");
+            "                 [--variant kyutai|personaplex] [--threads N] [--logits-out FILE]\n"
+            "  PersonaPlex prime: [--voice-codes FILE | --voice-saved FILE] [--text-ids FILE]\n"
+            "                 [--silence-tokens FILE] [--sine-tokens FILE] [--silence-frames N]\n"
+            "                 [--prime-mode prefill|steps]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -117,11 +126,15 @@ typedef struct {
     int greedy, threads, have_samp;
     lm_variant variant;
     lm_samp samp;
+    pp_prompt_paths pp;       /* PersonaPlex prime */
+    int have_prime, prime_mode;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o) {
     lm_samp_defaults(&o->samp, 0);
     o->variant = LM_VARIANT_AUTO;
+    o->pp.silence_frames = -1;
+    o->prime_mode = PP_PRIME_PREFILL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -152,6 +165,16 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             if (!strcmp(v, "kyutai")) o->variant = LM_VARIANT_KYUTAI;
             else if (!strcmp(v, "personaplex")) o->variant = LM_VARIANT_PERSONAPLEX;
             else BAD(); }
+        else if (!strcmp(a, "--voice-codes")) { NEEDV(); o->pp.voice_codes = v; o->have_prime = 1; }
+        else if (!strcmp(a, "--voice-saved")) { NEEDV(); o->pp.voice_saved = v; o->have_prime = 1; }
+        else if (!strcmp(a, "--text-ids")) { NEEDV(); o->pp.text_ids = v; o->have_prime = 1; }
+        else if (!strcmp(a, "--silence-tokens")) { NEEDV(); o->pp.silence = v; o->have_prime = 1; }
+        else if (!strcmp(a, "--sine-tokens")) { NEEDV(); o->pp.sine = v; o->have_prime = 1; }
+        else if (!strcmp(a, "--silence-frames")) { NEEDV(); if (parse_long(v, 0, 1000, &l)) BAD(); o->pp.silence_frames = (int)l; o->have_prime = 1; }
+        else if (!strcmp(a, "--prime-mode")) { NEEDV();
+            if (!strcmp(v, "prefill")) o->prime_mode = PP_PRIME_PREFILL;
+            else if (!strcmp(v, "steps")) o->prime_mode = PP_PRIME_STEPS;
+            else BAD(); }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         else { fprintf(stderr, "moshi-run: unknown option %s\n", a); usage(stderr); return -1; }
 #undef NEEDV
@@ -179,6 +202,8 @@ int main(int argc, char **argv) {
     FILE *in = NULL, *out = stdout;
     float *tl = NULL, *al = NULL;
     char *line = NULL;
+    pp_prompt_buf pb;
+    memset(&pb, 0, sizeof pb);
 #ifdef MOSHID_HAVE_SPM
     spm_model *spm = NULL;
 #endif
@@ -200,12 +225,16 @@ int main(int argc, char **argv) {
     b = lm_backend_open(&lm_cpu_backend, o.lm, &bo, &err);
     if (!b) goto fail;
     const lm_config *c = &b->cfg;
+    int n_codes = c->n_user;   /* user codes per line */
     if (c->variant == LM_VARIANT_PERSONAPLEX) {
-        ms_err_set(&err, MS_ERR_UNSUPPORTED, "%s: PersonaPlex checkpoint (16 depformer steps): the PersonaPlex step "
-                   "is not implemented yet", o.lm);
+        if (pp_check_config(c, &err)) goto fail;
+        n_codes = PP_SIDE_CODEBOOKS;
+    } else if (o.have_prime) {
+        ms_err_set(&err, MS_ERR_ARG, "%s: prime options need a PersonaPlex checkpoint (variant %s)", o.lm,
+                   lm_variant_name(c->variant));
         goto fail;
     }
-    if (c->n_user < 1) {
+    if (n_codes < 1) {
         ms_err_set(&err, MS_ERR_UNSUPPORTED, "%s: n_q = dep_q = %d: this model takes no user input", o.lm, c->n_q);
         goto fail;
     }
@@ -222,6 +251,16 @@ int main(int argc, char **argv) {
     lmgen_slot g;
     lmgen_init(&g, c, 0, &o.samp);
     lmgen_slot *gp = &g;
+    if (o.have_prime) {
+        struct timespec p0, p1;
+        clock_gettime(CLOCK_MONOTONIC, &p0);
+        if (pp_prompt_load(&pb, &o.pp, c, &err) || pp_prime(b, &g, &pb.p, (pp_prime_mode)o.prime_mode, &err))
+            goto fail;
+        clock_gettime(CLOCK_MONOTONIC, &p1);
+        fprintf(stderr, "moshi-run: primed by %s: offset %lld, %lld positions in %.3f s\n",
+                o.prime_mode == PP_PRIME_PREFILL ? "prefill" : "steps", (long long)g.offset,
+                (long long)lm_backend_pos(b, 0), (p1.tv_sec - p0.tv_sec) + (p1.tv_nsec - p0.tv_nsec) * 1e-9);
+    }
     line = malloc(RUN_MAX_LINE + 1);
     int codes[LM_MAX_NQ], frame[1 + LM_MAX_DEP_Q], has;
     size_t tl_cap = 0;
@@ -247,7 +286,7 @@ int main(int argc, char **argv) {
             ms_err_set(&err, MS_ERR_IO, "%s:%ld: read error: %s", o.codes, lineno, strerror(errno));
             goto fail;
         }
-        if (parse_codes(line, c->n_user, c->card, codes, o.codes, lineno, &err)) goto fail;
+        if (parse_codes(line, n_codes, c->card, codes, o.codes, lineno, &err)) goto fail;
         float *tlp = NULL, *alp = NULL;
         if (o.logits_out) {
             if (step >= RUN_MAX_LOGIT_STEPS) {
@@ -319,6 +358,7 @@ fail:
     free(line);
     free(tl);
     free(al);
+    pp_prompt_buf_free(&pb);
     lm_backend_close(b);
 #ifdef MOSHID_HAVE_SPM
     spm_free(spm);

@@ -1,0 +1,19 @@
+# engine/pp.mk - PersonaPlex: its own step (host bookkeeping shared by every
+# backend), priming by steps or by prefill, voice-embedding replay, persona
+# snapshots; parity fixtures in tests/fixtures/pp (gen_pp.py).
+ENGINE_SRCS += engine/lmgen_pp.c engine/prime.c engine/prime_io.c
+
+CHECK_SUITES += pp
+CHECK_pp_DEPS = $(LIBENGINE)
+
+# make bench: a 300-position prime by prefill vs by single steps (CPU).
+$(BUILD)/bench_prime: tests/bench/bench_prime.c $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+BENCH_DEPS += $(BUILD)/bench_prime
+BENCHES += '$(BUILD)/bench_prime'
+
+# drives build/moshi-run (built by make test before the suites run)
+CHECK_SUITES += pp_run
+CHECK_pp_run_DEPS = $(LIBENGINE)

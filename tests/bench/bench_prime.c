@@ -1,0 +1,227 @@
+/* bench_prime.c - a PersonaPlex prime of 300 positions on the CPU, by one
+ * prefill against 301 single steps (make bench).
+ *
+ * Model: demo-sized and PersonaPlex-shaped (the demo model of issue 6 is
+ * "LM dim <= 128, 16-step depformer, audio card 2048"): dim 128, 4 layers,
+ * 8 heads, context 3000, card 2048, text_card 4000, depformer 64 wide with
+ * 2 layers, random float32 weights from a fixed seed, written to a
+ * temporary directory. Prompt: 250 voice frames, 6 silence, 39 text ids,
+ * 6 silence = 301 calls = 300 model positions (the first call makes none).
+ * Printed: the median of BENCH_REPS runs of each, interleaved, the ratio
+ * steps / prefill, threads and the load average (other builds on the
+ * machine make the absolute times noisy; the ratio less so). The next-step
+ * tokens of both slots are compared as a sanity check.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "lmgen.h"
+#include "lmgen_pp.h"
+#include "prime.h"
+#include "st.h"
+
+#define B_DIM 128
+#define B_LAYERS 4
+#define B_HEADS 8
+#define B_CONTEXT 3000
+#define B_CARD 2048
+#define B_TEXT_CARD 4000
+#define B_DDIM 64
+#define B_DLAYERS 2
+#define B_DHEADS 4
+#define B_VOICE 250
+#define B_TEXT 39
+#define BENCH_REPS 5
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t xs(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+
+typedef struct {
+    st_writer *w;
+    float *bufs[512];
+    int nb;
+} model_w;
+
+/* a random tensor; norms (ndim 3) around 1 */
+static void add(model_w *m, const char *name, int ndim, int64_t a, int64_t b) {
+    int64_t shape[3] = {a, b, 0};
+    if (ndim == 3) {
+        shape[0] = 1;
+        shape[1] = 1;
+        shape[2] = a;
+    }
+    size_t n = (size_t)(ndim == 3 ? a : a * b);
+    float *p = malloc(sizeof(float) * n);
+    if (!p || m->nb == 512) {
+        fprintf(stderr, "bench_prime: out of memory\n");
+        exit(1);
+    }
+    float scale = ndim == 3 ? 0.2f : 1.0f / (float)(ndim == 3 ? 1 : b > 64 ? 16 : 8);
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(xs() >> 40) / 16777216.0f - 0.5f;
+        p[i] = ndim == 3 ? 1.0f + scale * u : scale * u;
+    }
+    m->bufs[m->nb++] = p;
+    st_writer_add(m->w, name, ST_F32, ndim == 3 ? 3 : 2, shape, p);
+}
+
+static int write_model(const char *dir) {
+    model_w m = {.w = st_writer_create()};
+    char name[128];
+    int H = 2 * (int)(4.125 * B_DIM) / 3, Hd = 2 * (int)(4.125 * B_DDIM) / 3;
+    for (int q = 0; q < 16; q++) {
+        snprintf(name, sizeof name, "emb.%d.weight", q);
+        add(&m, name, 2, B_CARD + 1, B_DIM);
+    }
+    add(&m, "text_emb.weight", 2, B_TEXT_CARD + 1, B_DIM);
+    add(&m, "text_linear.weight", 2, B_TEXT_CARD, B_DIM);
+    add(&m, "out_norm.alpha", 3, B_DIM, 0);
+    for (int l = 0; l < B_LAYERS; l++) {
+#define T(fmt, nd, a, b) do { snprintf(name, sizeof name, "transformer.layers.%d." fmt, l); add(&m, name, nd, a, b); } while (0)
+        T("norm1.alpha", 3, B_DIM, 0);
+        T("norm2.alpha", 3, B_DIM, 0);
+        T("self_attn.in_proj_weight", 2, 3 * B_DIM, B_DIM);
+        T("self_attn.out_proj.weight", 2, B_DIM, B_DIM);
+        T("gating.linear_in.weight", 2, 2 * H, B_DIM);
+        T("gating.linear_out.weight", 2, B_DIM, H);
+#undef T
+    }
+    add(&m, "depformer_text_emb.weight", 2, B_TEXT_CARD + 1, B_DDIM);
+    for (int k = 0; k < 16; k++) {
+        snprintf(name, sizeof name, "depformer_in.%d.weight", k);
+        add(&m, name, 2, B_DDIM, B_DIM);
+        snprintf(name, sizeof name, "linears.%d.weight", k);
+        add(&m, name, 2, B_CARD, B_DDIM);
+        if (k < 15) {
+            snprintf(name, sizeof name, "depformer_emb.%d.weight", k);
+            add(&m, name, 2, B_CARD + 1, B_DDIM);
+        }
+    }
+    for (int l = 0; l < B_DLAYERS; l++) {
+        snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", l);
+        add(&m, name, 3, B_DDIM, 0);
+        snprintf(name, sizeof name, "depformer.layers.%d.norm2.alpha", l);
+        add(&m, name, 3, B_DDIM, 0);
+        snprintf(name, sizeof name, "depformer.layers.%d.self_attn.in_proj_weight", l);
+        add(&m, name, 2, 16 * 3 * B_DDIM, B_DDIM);
+        snprintf(name, sizeof name, "depformer.layers.%d.self_attn.out_proj.weight", l);
+        add(&m, name, 2, 16 * B_DDIM, B_DDIM);
+        for (int k = 0; k < 16; k++) {
+            snprintf(name, sizeof name, "depformer.layers.%d.gating.%d.linear_in.weight", l, k);
+            add(&m, name, 2, 2 * Hd, B_DDIM);
+            snprintf(name, sizeof name, "depformer.layers.%d.gating.%d.linear_out.weight", l, k);
+            add(&m, name, 2, B_DDIM, Hd);
+        }
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ms_error e = {0};
+    int rc = st_writer_save(m.w, path, &e);
+    if (rc) fprintf(stderr, "bench_prime: %s\n", e.msg);
+    st_writer_free(m.w);
+    for (int i = 0; i < m.nb; i++) free(m.bufs[i]);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f,
+            "{\"dim\": %d, \"num_heads\": %d, \"num_layers\": %d, \"hidden_scale\": 4.125, \"context\": %d,\n"
+            " \"n_q\": 16, \"dep_q\": 16, \"card\": %d, \"text_card\": %d,\n"
+            " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
+            " \"depformer_dim\": %d, \"depformer_num_heads\": %d, \"depformer_num_layers\": %d,\n"
+            " \"depformer_dim_feedforward\": %d}\n",
+            B_DIM, B_HEADS, B_LAYERS, B_CONTEXT, B_CARD, B_TEXT_CARD, B_DDIM, B_DHEADS, B_DLAYERS,
+            (int)(4.125 * B_DDIM));
+    return fclose(f) != 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(void) {
+    char dir[] = "/tmp/bench_prime_XXXXXX";
+    if (!mkdtemp(dir) || write_model(dir)) {
+        fprintf(stderr, "bench_prime: cannot write the model\n");
+        return 1;
+    }
+    ms_error e = {0};
+    lm_backend_opts bo = {.max_slots = 2, .threads = 0, .variant = LM_VARIANT_AUTO};
+    lm_backend *b = lm_backend_open(&lm_cpu_backend, dir, &bo, &e);
+    if (!b) {
+        fprintf(stderr, "bench_prime: %s\n", e.msg);
+        return 1;
+    }
+    int voice[B_VOICE * PP_SIDE_CODEBOOKS], text[B_TEXT];
+    for (int i = 0; i < B_VOICE * PP_SIDE_CODEBOOKS; i++) voice[i] = (int)(xs() % B_CARD);
+    for (int i = 0; i < B_TEXT; i++) text[i] = (int)(xs() % B_TEXT_CARD);
+    pp_prompt p;
+    pp_prompt_init(&p);   /* the released Mimi's SILENCE/SINE (card 2048) */
+    p.voice = voice;
+    p.n_voice = B_VOICE;
+    p.text = text;
+    p.n_text = B_TEXT;
+    int calls = B_VOICE + 2 * p.silence_frames + B_TEXT;
+    lm_samp s;
+    lm_samp_defaults(&s, 1);
+    double t[2][BENCH_REPS];
+    lmgen_slot g[2];
+    int rc = 0;
+    for (int r = 0; r < BENCH_REPS && !rc; r++)
+        for (int mode = 0; mode < 2 && !rc; mode++) {
+            lmgen_init(&g[mode], &b->cfg, mode, &s);
+            lm_backend_reset_slot(b, mode, &e);
+            double t0 = now();
+            rc = pp_prime(b, &g[mode], &p, (pp_prime_mode)mode, &e);
+            t[mode][r] = now() - t0;
+        }
+    int user[PP_SIDE_CODEBOOKS] = {1, 2, 3, 4, 5, 6, 7, 8}, out[2][PP_OUT_TOKENS], has[2];
+    lmgen_slot *gg[2] = {&g[0], &g[1]};
+    int u2[2 * PP_SIDE_CODEBOOKS];
+    memcpy(u2, user, sizeof user);
+    memcpy(u2 + PP_SIDE_CODEBOOKS, user, sizeof user);
+    if (!rc) rc = pp_step_users(b, gg, 2, u2, out[0], has, NULL, NULL, &e);
+    if (rc) {
+        fprintf(stderr, "bench_prime: %s\n", e.msg);
+        return 1;
+    }
+    int same = has[0] == has[1] && memcmp(out[0], out[0] + PP_OUT_TOKENS, sizeof(int) * PP_OUT_TOKENS) == 0;
+    qsort(t[0], BENCH_REPS, sizeof(double), cmp_d);
+    qsort(t[1], BENCH_REPS, sizeof(double), cmp_d);
+    double ms_steps = 1e3 * t[0][BENCH_REPS / 2], ms_prefill = 1e3 * t[1][BENCH_REPS / 2];
+    double la[3] = {0};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3) la[0] = -1;
+        fclose(f);
+    }
+    lm_backend_stats st;
+    lm_backend_stats_get(b, &st);
+    printf("prime %d calls = %lld positions, model dim %d x %d layers, card %d, %d threads, load %.2f\n", calls,
+           (long long)calls - 1, B_DIM, B_LAYERS, B_CARD, st.threads, la[0]);
+    printf("  by single steps: %8.2f ms (median of %d)\n", ms_steps, BENCH_REPS);
+    printf("  by one prefill:  %8.2f ms (median of %d)\n", ms_prefill, BENCH_REPS);
+    printf("  ratio steps / prefill: %.2fx   next-step tokens %s\n", ms_steps / ms_prefill,
+           same ? "identical" : "DIFFER");
+    lm_backend_close(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench_prime: cleanup of %s failed\n", dir);
+    return same ? 0 : 1;
+}

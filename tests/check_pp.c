@@ -1,0 +1,636 @@
+/* check_pp.c - PersonaPlex's step and priming on the CPU backend against
+ * the fixtures of tests/fixtures/gen_pp.py (the official LMModel stepped
+ * by a reference of PersonaPlex's bookkeeping): greedy live traces frame
+ * for frame (logits within 1e-4), sub-steps 8..15 skipped with unchanged
+ * outputs (greedy and sampled), prime by prefill == prime by steps (K/V
+ * within 1e-5, ring, flags, offset, next tokens), saved-voice replay,
+ * persona snapshots, batches of slots, hostile input, and build/moshi-run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "check_lm_util.h"
+#include "check_main.h"
+#include "json.h"
+#include "lmgen.h"
+#include "lmgen_pp.h"
+#include "prime.h"
+#include "prime_io.h"
+#include "st.h"
+
+#define PP_FIX_DIR "tests/fixtures/pp"
+static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap"};
+#define PP_NCASES 2
+#define MAXT 64
+/* float32 CPU against float32 PyTorch: summation order only */
+#define LOGIT_TOL 1e-4
+/* batched (prefill) and single-row products sum in another order */
+#define KV_TOL 1e-5
+
+/* The CPU backend's snapshot layout (engine/cpu_backend.c), mirrored here:
+ * the backend interface has no read access to a snapshot's K/V yet. The
+ * shape fields are checked before the data is read. */
+struct lm_kv_snap {
+    int P, num_layers, dim;
+    float *k, *v;   /* (num_layers, P, dim) */
+};
+
+typedef struct {
+    int n;
+    int has[MAXT];
+    int out[MAXT][PP_OUT_TOKENS];
+} trace;
+
+static void load_trace(const char *name, const char *file, trace *t) {
+    char path[256];
+    snprintf(path, sizeof path, PP_FIX_DIR "/%s/%s", name, file);
+    size_t len;
+    char *txt = slurp(path, &len);
+    ck_assert_msg(txt != NULL, "%s unreadable", path);
+    memset(t, 0, sizeof *t);
+    ms_error e = {0};
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        ck_assert(t->n < MAXT);
+        js_value *v = js_parse(line, strlen(line), &e);
+        ck_assert_msg(v != NULL, "%s: %s", path, e.msg);
+        ck_assert_int_eq((int)js_get(v, "step")->i, t->n);
+        const js_value *o = js_get(v, "out");
+        if (o->type == JS_ARRAY) {
+            ck_assert_int_eq((int)o->len, PP_OUT_TOKENS);
+            t->has[t->n] = 1;
+            for (int k = 0; k < PP_OUT_TOKENS; k++) t->out[t->n][k] = (int)js_at(o, k)->i;
+        }
+        t->n++;
+        js_free(v);
+    }
+    free(txt);
+}
+
+static void cmp_trace(const char *what, const trace *got, const trace *ref) {
+    ck_assert_msg(got->n == ref->n, "%s: %d steps, reference %d", what, got->n, ref->n);
+    for (int t = 0; t < ref->n; t++) {
+        ck_assert_msg(got->has[t] == ref->has[t], "%s step %d: output %s, reference %s", what, t,
+                      got->has[t] ? "a frame" : "null", ref->has[t] ? "a frame" : "null");
+        for (int k = 0; ref->has[t] && k < PP_OUT_TOKENS; k++)
+            ck_assert_msg(got->out[t][k] == ref->out[t][k], "%s step %d token %d: %d, reference %d", what, t, k,
+                          got->out[t][k], ref->out[t][k]);
+    }
+}
+
+static lm_backend *open_case(const char *name, int slots) {
+    char dir[256];
+    snprintf(dir, sizeof dir, PP_FIX_DIR "/%s", name);
+    ms_error e = {0};
+    lm_backend_opts bo = {.max_slots = slots, .threads = 2, .variant = LM_VARIANT_AUTO};
+    lm_backend *b = lm_backend_open(&lm_cpu_backend, dir, &bo, &e);
+    ck_assert_msg(b != NULL, "%s: %s", name, e.msg);
+    ck_assert_int_eq(b->cfg.variant, LM_VARIANT_PERSONAPLEX);   /* detected: 16 depformer steps */
+    return b;
+}
+
+static int *load_codes(const char *name, int *T) {
+    char path[256];
+    snprintf(path, sizeof path, PP_FIX_DIR "/%s/codes.txt", name);
+    int *v, n;
+    ms_error e = {0};
+    ck_assert_msg(pp_read_ints(path, 0, 1 << 20, 1 << 16, &v, &n, &e) == MS_OK, "%s", e.msg);
+    *T = n / PP_SIDE_CODEBOOKS;
+    return v;
+}
+
+/* the fixture's prompt: voice codes, or the saved voice when saved */
+static void load_prompt(const char *name, const lm_config *c, int saved, pp_prompt_buf *pb) {
+    char v[256], s[256], x[256], si[256], t[256];
+    snprintf(v, sizeof v, PP_FIX_DIR "/%s/voice.txt", name);
+    snprintf(s, sizeof s, PP_FIX_DIR "/%s/voice.safetensors", name);
+    snprintf(x, sizeof x, PP_FIX_DIR "/%s/silence.txt", name);
+    snprintf(si, sizeof si, PP_FIX_DIR "/%s/sine.txt", name);
+    snprintf(t, sizeof t, PP_FIX_DIR "/%s/text_ids.txt", name);
+    pp_prompt_paths pa = {.voice_codes = saved ? NULL : v, .voice_saved = saved ? s : NULL, .text_ids = t,
+                          .silence = x, .sine = si, .silence_frames = -1};
+    ms_error e = {0};
+    ck_assert_msg(pp_prompt_load(pb, &pa, c, &e) == MS_OK, "%s: %s", name, e.msg);
+}
+
+static void init_slot(lm_backend *b, lmgen_slot *g, int slot, int greedy, uint64_t seed) {
+    lm_samp s;
+    lm_samp_defaults(&s, seed);
+    if (greedy) lm_samp_greedy(&s);
+    lmgen_init(g, &b->cfg, slot, &s);
+    ms_error e = {0};
+    ck_assert_int_eq(lm_backend_reset_slot(b, slot, &e), MS_OK);
+}
+
+/* live steps of slot g; logits (T, text_card) / (T, 16, card) optional */
+static void run_live(lm_backend *b, lmgen_slot *g, const int *codes, int T, trace *got, float *tl, float *al) {
+    const lm_config *c = &b->cfg;
+    ms_error e = {0};
+    got->n = T;
+    for (int t = 0; t < T; t++) {
+        int rc = pp_step_users(b, &g, 1, codes + t * PP_SIDE_CODEBOOKS, got->out[t], &got->has[t],
+                               tl ? tl + (size_t)t * c->text_card : NULL,
+                               al ? al + (size_t)t * c->dep_q * c->card : NULL, &e);
+        ck_assert_msg(rc == MS_OK, "step %d: %s", t, e.msg);
+    }
+}
+
+START_TEST(test_manifest) {
+    size_t len;
+    char *txt = slurp(PP_FIX_DIR "/MANIFEST.json", &len);
+    ck_assert_msg(txt != NULL, "cannot read the manifest");
+    ms_error e = {0};
+    js_value *root = js_parse(txt, len, &e);
+    ck_assert_msg(root != NULL, "%s", e.msg);
+    const js_value *v = js_get(root, "versions");
+    ck_assert_str_eq(js_get(v, "moshi")->str, "0.2.13");
+    ck_assert(strncmp(js_get(v, "torch")->str, "2.9.1", 5) == 0);
+    const js_value *cases = js_get(root, "cases");
+    ck_assert_int_eq((int)cases->len, PP_NCASES);
+    int nfiles = 0;
+    for (int i = 0; i < PP_NCASES; i++) {
+        const js_value *cs = js_get(cases, pp_cases[i]);
+        ck_assert_msg(cs != NULL, "case %s missing from the manifest", pp_cases[i]);
+        ck_assert_int_eq((int)js_get(js_get(cs, "config"), "dep_q")->i, 16);
+        for (const js_value *f = js_get(cs, "files")->child; f; f = f->next) {
+            char path[512], hex[65];
+            snprintf(path, sizeof path, PP_FIX_DIR "/%s/%s", pp_cases[i], f->key);
+            size_t n;
+            char *b = slurp(path, &n);
+            ck_assert_msg(b != NULL, "%s: unreadable", path);
+            sha256_hex(b, n, hex);
+            free(b);
+            ck_assert_msg((int64_t)n == js_get(f, "bytes")->i, "%s: %zu bytes, manifest says %lld", path, n,
+                          (long long)js_get(f, "bytes")->i);
+            ck_assert_msg(!strcmp(hex, js_get(f, "sha256")->str), "%s: sha256 %s, manifest says %s", path, hex,
+                          js_get(f, "sha256")->str);
+            nfiles++;
+        }
+    }
+    ck_assert_int_eq(nfiles, 13 * PP_NCASES);
+    js_free(root);
+    free(txt);
+}
+END_TEST
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= md)) md = d;   /* NaN propagates */
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+/* live greedy steps from a fresh slot: every frame, every logit; run with
+ * all 16 sub-steps too: the same frames, and the logits of 8..15 */
+START_TEST(test_live_parity) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 1);
+    const lm_config *c = &b->cfg;
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, got;
+    load_trace(name, "live.jsonl", &ref);
+    ck_assert_int_eq(ref.n, T);
+    size_t ntl = (size_t)T * c->text_card, nal = (size_t)T * c->dep_q * c->card;
+    float *tl = malloc(sizeof(float) * ntl), *al = malloc(sizeof(float) * nal);
+    char path[256];
+    snprintf(path, sizeof path, PP_FIX_DIR "/%s/live_logits.safetensors", name);
+    ms_error e = {0};
+    st_file *f = st_open(path, &e);
+    ck_assert_msg(f != NULL, "%s", e.msg);
+    int64_t s1[2] = {T, c->text_card}, s2[3] = {T, c->dep_q, c->card};
+    const st_tensor *rt = st_get(f, "text_logits", 2, s1, 0, ST_F32, &e), *ra = st_get(f, "audio_logits", 3, s2, 0, ST_F32, &e);
+    ck_assert_msg(rt && ra, "%s", e.msg);
+    float *rtl = malloc(sizeof(float) * ntl), *ral = malloc(sizeof(float) * nal);
+    st_to_f32(rt, 0, ntl, rtl);
+    st_to_f32(ra, 0, nal, ral);
+    for (int full = 0; full < 2; full++) {
+        lmgen_slot g;
+        init_slot(b, &g, 0, 1, 0);
+        if (full) g.dep_steps = c->dep_q;
+        run_live(b, &g, codes, T, &got, tl, al);
+        cmp_trace(full ? "live (16 sub-steps)" : "live", &got, &ref);
+        for (int t = 0; t < T; t++) {
+            const float *a = tl + (size_t)t * c->text_card, *r = rtl + (size_t)t * c->text_card;
+            ck_assert_msg(isnan(a[0]) == isnan(r[0]), "%s step %d: model call mismatch", name, t);
+            if (isnan(r[0])) continue;   /* the first call makes no model call */
+            double et = rel_err(a, r, (size_t)c->text_card);
+            ck_assert_msg(et <= LOGIT_TOL, "%s step %d: text logits rel err %.3g", name, t, et);
+            for (int k = 0; k < c->dep_q; k++) {
+                const float *aa = al + ((size_t)t * c->dep_q + k) * c->card, *ra2 = ral + ((size_t)t * c->dep_q + k) * c->card;
+                if (!full && k >= PP_SIDE_CODEBOOKS) {
+                    ck_assert_msg(isnan(aa[0]), "%s step %d: sub-step %d ran in live serving", name, t, k);
+                    continue;
+                }
+                /* offsets t <= delay: the target is the forced initial
+                 * token, nothing of that sub-step is kept */
+                if (!full && t <= c->delays[1 + k]) {
+                    ck_assert_msg(isnan(aa[0]), "%s step %d: sub-step %d ran", name, t, k);
+                    continue;
+                }
+                double ea = rel_err(aa, ra2, (size_t)c->card);
+                ck_assert_msg(ea <= LOGIT_TOL, "%s step %d sub-step %d: logits rel err %.3g", name, t, k, ea);
+            }
+        }
+    }
+    st_close(f);
+    free(rtl);
+    free(ral);
+    free(tl);
+    free(al);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* sampling: skipping sub-steps 8..15 changes no output token either (the
+ * noise is keyed per stream), after a prime too */
+START_TEST(test_skip_substeps_sampled) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 2);
+    const lm_config *c = &b->cfg;
+    int T;
+    int *codes = load_codes(name, &T);
+    pp_prompt_buf pb;
+    load_prompt(name, c, 0, &pb);
+    trace t8, t16;
+    lmgen_slot g8, g16;
+    ms_error e = {0};
+    init_slot(b, &g8, 0, 0, 1234);
+    init_slot(b, &g16, 1, 0, 1234);
+    g16.dep_steps = c->dep_q;
+    ck_assert_msg(pp_prime(b, &g8, &pb.p, PP_PRIME_STEPS, &e) == MS_OK, "%s", e.msg);
+    ck_assert_msg(pp_prime(b, &g16, &pb.p, PP_PRIME_STEPS, &e) == MS_OK, "%s", e.msg);
+    run_live(b, &g8, codes, T, &t8, NULL, NULL);
+    run_live(b, &g16, codes, T, &t16, NULL, NULL);
+    cmp_trace("sampled, 8 vs 16 sub-steps", &t8, &t16);
+    pp_prompt_buf_free(&pb);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+static void check_state(const char *name, const lmgen_slot *g) {
+    char path[256];
+    snprintf(path, sizeof path, PP_FIX_DIR "/%s/prime_state.json", name);
+    size_t len;
+    char *txt = slurp(path, &len);
+    ck_assert(txt != NULL);
+    ms_error e = {0};
+    js_value *v = js_parse(txt, len, &e);
+    ck_assert_msg(v != NULL, "%s", e.msg);
+    ck_assert_int_eq(g->offset, js_get(v, "offset")->i);
+    const js_value *ring = js_get(v, "ring"), *prov = js_get(v, "provided");
+    ck_assert_int_eq((int)ring->len, PP_STREAMS);
+    for (int k = 0; k < PP_STREAMS; k++) {
+        ck_assert_int_eq((int)js_at(ring, k)->len, g->ring);
+        for (int i = 0; i < g->ring; i++) {
+            ck_assert_msg(g->tokens[k][i] == js_at(js_at(ring, k), i)->i, "%s: ring[%d][%d] = %d, reference %lld",
+                          name, k, i, g->tokens[k][i], (long long)js_at(js_at(ring, k), i)->i);
+            ck_assert_msg(g->provided[k][i] == js_at(js_at(prov, k), i)->i, "%s: provided[%d][%d]", name, k, i);
+        }
+    }
+    js_free(v);
+    free(txt);
+}
+
+static void same_state(const lmgen_slot *a, const lmgen_slot *r) {
+    ck_assert_int_eq(a->offset, r->offset);
+    ck_assert_int_eq(a->ring, r->ring);
+    for (int k = 0; k < PP_STREAMS; k++)
+        for (int i = 0; i < r->ring; i++) {
+            ck_assert_int_eq(a->tokens[k][i], r->tokens[k][i]);
+            ck_assert_int_eq(a->provided[k][i], r->provided[k][i]);
+        }
+}
+
+/* K/V of two slots over their positions: max |a - b| / max |b| */
+static double kv_rel(lm_backend *b, int sa, int sr) {
+    ms_error e = {0};
+    int P = (int)lm_backend_pos(b, sr);
+    ck_assert_int_eq((int)lm_backend_pos(b, sa), P);
+    lm_kv_snap *x = NULL, *y = NULL;
+    ck_assert_msg(lm_backend_kv_snapshot(b, sa, P, &x, &e) == MS_OK, "%s", e.msg);
+    ck_assert_msg(lm_backend_kv_snapshot(b, sr, P, &y, &e) == MS_OK, "%s", e.msg);
+    ck_assert(x->P == P && y->P == P && x->num_layers == b->cfg.num_layers && x->dim == b->cfg.dim);
+    size_t n = (size_t)x->num_layers * P * x->dim;
+    double ek = rel_err(x->k, y->k, n), ev = rel_err(x->v, y->v, n);
+    lm_backend_kv_snap_free(b, x);
+    lm_backend_kv_snap_free(b, y);
+    return ek > ev ? ek : ev;
+}
+
+/* the full prime by single steps (slot 0) and by one prefill (slot 1):
+ * state equal to the reference's, K/V within 1e-5, the live steps after it
+ * (both slots in one batch) equal to the reference trace */
+START_TEST(test_prime_prefill_vs_steps) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 2);
+    const lm_config *c = &b->cfg;
+    pp_prompt_buf pb;
+    load_prompt(name, c, 0, &pb);
+    lmgen_slot gs, gp;
+    init_slot(b, &gs, 0, 1, 0);
+    init_slot(b, &gp, 1, 1, 0);
+    ms_error e = {0};
+    ck_assert_msg(pp_prime(b, &gs, &pb.p, PP_PRIME_STEPS, &e) == MS_OK, "%s", e.msg);
+    lm_backend_stats st0, st1;
+    lm_backend_stats_get(b, &st0);
+    ck_assert_msg(pp_prime(b, &gp, &pb.p, PP_PRIME_PREFILL, &e) == MS_OK, "%s", e.msg);
+    lm_backend_stats_get(b, &st1);
+    ck_assert_int_eq(st1.step_calls, st0.step_calls);   /* no step: one prefill */
+    int P = pb.p.n_voice + 2 * pb.p.silence_frames + pb.p.n_text;
+    ck_assert_int_eq((int)(st1.prefill_positions - st0.prefill_positions), P - 1);
+    ck_assert_int_eq((int)lm_backend_pos(b, 1), P - 1);
+    same_state(&gp, &gs);
+    check_state(name, &gp);
+    double kv = kv_rel(b, 1, 0);
+    ck_assert_msg(kv <= KV_TOL, "%s: K/V rel err %.3g", name, kv);
+    if (getenv("CHECK_PP_VERBOSE")) fprintf(stderr, "%s: prefill vs steps: K/V max rel err %.3g\n", name, kv);
+    /* the next live steps, both slots in one call */
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, got[2];
+    load_trace(name, "primed.jsonl", &ref);
+    lmgen_slot *gg[2] = {&gs, &gp};
+    for (int t = 0; t < ref.n; t++) {
+        int u[2 * PP_SIDE_CODEBOOKS], out[2 * PP_OUT_TOKENS], has[2];
+        memcpy(u, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        memcpy(u + PP_SIDE_CODEBOOKS, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        ck_assert_msg(pp_step_users(b, gg, 2, u, out, has, NULL, NULL, &e) == MS_OK, "%s", e.msg);
+        for (int s = 0; s < 2; s++) {
+            got[s].has[t] = has[s];
+            memcpy(got[s].out[t], out + s * PP_OUT_TOKENS, sizeof(int) * PP_OUT_TOKENS);
+        }
+    }
+    got[0].n = got[1].n = ref.n;
+    cmp_trace("primed by steps", &got[0], &ref);
+    cmp_trace("primed by prefill", &got[1], &ref);
+    pp_prompt_buf_free(&pb);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* the saved voice replayed (one prefill, or row by row) then the rest of
+ * the prime: the reference state and trace; and K/V equal to the
+ * prime from voice codes */
+START_TEST(test_replay) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 3);
+    const lm_config *c = &b->cfg;
+    pp_prompt_buf ps, pv;
+    load_prompt(name, c, 1, &ps);
+    load_prompt(name, c, 0, &pv);
+    ck_assert_int_eq(ps.p.n_voice_embs, pv.p.n_voice - 1);
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, got;
+    load_trace(name, "primed.jsonl", &ref);
+    ms_error e = {0};
+    lmgen_slot gv;
+    init_slot(b, &gv, 2, 1, 0);
+    ck_assert_msg(pp_prime(b, &gv, &pv.p, PP_PRIME_STEPS, &e) == MS_OK, "%s", e.msg);
+    for (int mode = 0; mode < 2; mode++) {
+        lmgen_slot g;
+        init_slot(b, &g, mode, 1, 0);
+        ck_assert_msg(pp_prime(b, &g, &ps.p, (pp_prime_mode)mode, &e) == MS_OK, "%s", e.msg);
+        check_state(name, &g);
+        double kv = kv_rel(b, mode, 2);
+        ck_assert_msg(kv <= KV_TOL, "%s mode %d: K/V rel err %.3g against the voice codes", name, mode, kv);
+        run_live(b, &g, codes, ref.n, &got, NULL, NULL);
+        cmp_trace(mode ? "replay by prefill" : "replay by rows", &got, &ref);
+    }
+    pp_prompt_buf_free(&ps);
+    pp_prompt_buf_free(&pv);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* a persona primed once, restored into other slots (one of them busy
+ * before), stepped together with a fresh slot in one batch */
+START_TEST(test_persona) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 3);
+    const lm_config *c = &b->cfg;
+    pp_prompt_buf pb;
+    load_prompt(name, c, 0, &pb);
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, ref_live;
+    load_trace(name, "primed.jsonl", &ref);
+    load_trace(name, "live.jsonl", &ref_live);
+    ms_error e = {0};
+    lmgen_slot g0, g1, g2;
+    init_slot(b, &g0, 0, 1, 0);
+    ck_assert_msg(pp_prime(b, &g0, &pb.p, PP_PRIME_PREFILL, &e) == MS_OK, "%s", e.msg);
+    pp_persona per;
+    ck_assert_msg(pp_persona_save(b, &g0, &per, &e) == MS_OK, "%s", e.msg);
+    init_slot(b, &g1, 1, 1, 0);
+    trace junk;
+    run_live(b, &g1, codes + 3 * PP_SIDE_CODEBOOKS, 5, &junk, NULL, NULL);   /* slot 1 busy first */
+    ck_assert_msg(pp_persona_load(b, &per, &g1, &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(g1.slot, 1);
+    init_slot(b, &g2, 2, 1, 0);
+    lmgen_slot *gg[2] = {&g1, &g2};
+    trace got1 = {.n = ref.n}, got2 = {.n = ref.n};
+    for (int t = 0; t < ref.n; t++) {
+        int u[2 * PP_SIDE_CODEBOOKS], out[2 * PP_OUT_TOKENS], has[2];
+        memcpy(u, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        memcpy(u + PP_SIDE_CODEBOOKS, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        ck_assert_msg(pp_step_users(b, gg, 2, u, out, has, NULL, NULL, &e) == MS_OK, "%s", e.msg);
+        got1.has[t] = has[0];
+        got2.has[t] = has[1];
+        memcpy(got1.out[t], out, sizeof(int) * PP_OUT_TOKENS);
+        memcpy(got2.out[t], out + PP_OUT_TOKENS, sizeof(int) * PP_OUT_TOKENS);
+    }
+    cmp_trace("persona restored", &got1, &ref);
+    trace live16 = ref_live;
+    live16.n = ref.n;
+    cmp_trace("fresh slot beside it", &got2, &live16);
+    /* again into the slot it came from, after its own live steps */
+    run_live(b, &g0, codes, 4, &junk, NULL, NULL);
+    ck_assert_msg(pp_persona_load(b, &per, &g0, &e) == MS_OK, "%s", e.msg);
+    run_live(b, &g0, codes, ref.n, &got1, NULL, NULL);
+    cmp_trace("persona restored twice", &got1, &ref);
+    pp_persona_close(b, &per);
+    pp_prompt_buf_free(&pb);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* the daemon's entry (lmgen_step_batch) steps PersonaPlex slots their way:
+ * two fresh slots in one batch, each the reference live trace */
+START_TEST(test_lmgen_dispatch) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 2);
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, got[2];
+    load_trace(name, "live.jsonl", &ref);
+    lmgen_slot g0, g1;
+    init_slot(b, &g0, 0, 1, 0);
+    init_slot(b, &g1, 1, 1, 0);
+    lmgen_slot *gg[2] = {&g1, &g0};
+    ms_error e = {0};
+    for (int t = 0; t < T; t++) {
+        int u[2 * PP_SIDE_CODEBOOKS], out[2 * PP_OUT_TOKENS], has[2];
+        memcpy(u, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        memcpy(u + PP_SIDE_CODEBOOKS, codes + t * PP_SIDE_CODEBOOKS, sizeof(int) * PP_SIDE_CODEBOOKS);
+        ck_assert_msg(lmgen_step_batch(b, gg, 2, u, out, has, NULL, NULL, &e) == MS_OK, "%s", e.msg);
+        for (int s = 0; s < 2; s++) {
+            got[s].has[t] = has[s];
+            memcpy(got[s].out[t], out + s * PP_OUT_TOKENS, sizeof(int) * PP_OUT_TOKENS);
+        }
+    }
+    got[0].n = got[1].n = T;
+    cmp_trace("lmgen_step_batch slot 1", &got[0], &ref);
+    cmp_trace("lmgen_step_batch slot 0", &got[1], &ref);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+static char tmpd[64];
+
+static void write_tmp(const char *file, const char *text, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", tmpd, file);
+    FILE *f = fopen(path, "w");
+    ck_assert(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(test_hostile) {
+    strcpy(tmpd, "/tmp/check_pp_XXXXXX");
+    ck_assert(mkdtemp(tmpd) != NULL);
+    ms_error e = {0};
+    /* a Kyutai model cannot be stepped PersonaPlex's way */
+    lm_config kc;
+    ck_assert_int_eq(lm_config_load(&kc, LM_FIX_DIR "/ring_f32/config.json", &e), MS_OK);
+    ck_assert_int_eq(pp_check_config(&kc, &e), MS_ERR_UNSUPPORTED);
+    lm_backend *b = open_case("pp_d1", 2);
+    const lm_config *c = &b->cfg;
+    lmgen_slot g;
+    init_slot(b, &g, 0, 1, 0);
+    int user[PP_SIDE_CODEBOOKS] = {1, 2, 3, 4, 5, 6, 7, c->card}, out[PP_OUT_TOKENS], has;
+    lmgen_slot before = g;
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "user code 7"), "%s", e.msg);
+    same_state(&g, &before);
+    pp_input in = {.user = user, .agent = NULL, .text = c->text_card};
+    user[7] = 0;
+    ck_assert_int_eq(pp_step_batch(b, (lmgen_slot *[]){&g}, 1, &in, out, &has, NULL, NULL, &e), MS_ERR_RANGE);
+    lmgen_slot twin = g;   /* the same backend slot twice in one call */
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g, &twin}, 2, (int[16]){0}, (int[34]){0}, (int[2]){0}, NULL,
+                                   NULL, &e),
+                     MS_ERR_ARG);
+    g.dep_steps = 5;
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_ERR_RANGE);
+    g.dep_steps = -1;
+    /* two live steps, then a prime by prefill would keep samples: refused */
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_OK);
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_OK);
+    pp_prompt p;
+    pp_prompt_init(&p);
+    int sil[PP_SIDE_CODEBOOKS] = {0}, sine[PP_SIDE_CODEBOOKS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    p.silence = sil;
+    p.sine = sine;
+    before = g;
+    ck_assert_int_eq(pp_prime(b, &g, &p, PP_PRIME_PREFILL, &e), MS_ERR_STATE);
+    same_state(&g, &before);
+    ck_assert_int_eq((int)lm_backend_pos(b, 0), 1);
+    /* by steps it is allowed (the reference does it) */
+    ck_assert_msg(pp_prime(b, &g, &p, PP_PRIME_STEPS, &e) == MS_OK, "%s", e.msg);
+    /* the released Mimi's tokens do not fit a card of 32 */
+    pp_prompt_init(&p);
+    ck_assert_int_eq(pp_prime(b, &g, &p, PP_PRIME_STEPS, &e), MS_ERR_RANGE);
+    /* backend slot and bookkeeping out of step */
+    ck_assert_int_eq(lm_backend_reset_slot(b, 0, &e), MS_OK);
+    ck_assert_int_eq(pp_step_users(b, (lmgen_slot *[]){&g}, 1, user, out, &has, NULL, NULL, &e), MS_ERR_STATE);
+    p.silence = sil;
+    p.sine = sine;
+    ck_assert_int_eq(pp_prime(b, &g, &p, PP_PRIME_PREFILL, &e), MS_ERR_STATE);
+    /* too many calls; a text id out of range */
+    init_slot(b, &g, 0, 1, 0);
+    p.voice = sil;
+    p.n_voice = PP_PRIME_MAX_CALLS;
+    ck_assert_int_eq(pp_prime(b, &g, &p, PP_PRIME_PREFILL, &e), MS_ERR_LIMIT);
+    p.voice = NULL;
+    p.n_voice = 0;
+    int txt[2] = {3, c->text_card};
+    p.text = txt;
+    p.n_text = 2;
+    ck_assert_int_eq(pp_prime(b, &g, &p, PP_PRIME_PREFILL, &e), MS_ERR_RANGE);
+    /* saved voice: non-finite rows, ring values out of range */
+    int cache[PP_STREAMS * 4];
+    for (int i = 0; i < PP_STREAMS * 4; i++) cache[i] = 0;
+    float *emb = calloc((size_t)2 * c->dim, sizeof(float));
+    emb[c->dim + 3] = NAN;
+    ck_assert_int_eq(pp_replay_embeddings(b, &g, emb, 2, cache, PP_PRIME_PREFILL, &e), MS_ERR_FORMAT);
+    emb[c->dim + 3] = 0;
+    cache[4 * 5 + 1] = c->card + 1;
+    ck_assert_int_eq(pp_replay_embeddings(b, &g, emb, 2, cache, PP_PRIME_PREFILL, &e), MS_ERR_RANGE);
+    ck_assert_int_eq(g.offset, 0);
+    free(emb);
+    /* prompt files */
+    pp_prompt_buf pb;
+    pp_prompt_paths pa = {.silence_frames = -1};
+    char path[256];
+    write_tmp("v1.txt", "1 2 3 4 5 6 7 8\n1 2 3\n", path, sizeof path);
+    pa.voice_codes = path;
+    ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_FORMAT);
+    pp_prompt_buf_free(&pb);
+    write_tmp("v2.txt", "1 2 3 4 5 6 7 99\n", path, sizeof path);
+    ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "v2.txt:1"), "%s", e.msg);
+    pp_prompt_buf_free(&pb);
+    write_tmp("v3.txt", "1 2 x\n", path, sizeof path);
+    ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_FORMAT);
+    pp_prompt_buf_free(&pb);
+    pa.voice_codes = NULL;
+    write_tmp("s.txt", "1 2 3 4 5 6 7 8 9\n", path, sizeof path);
+    pa.silence = path;
+    ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_LIMIT);
+    pp_prompt_buf_free(&pb);
+    pa.silence = NULL;
+    pa.voice_saved = PP_FIX_DIR "/pp_d2_wrap/voice.safetensors";   /* another model's width */
+    ck_assert_int_ne(pp_prompt_load(&pb, &pa, c, &e), MS_OK);
+    pp_prompt_buf_free(&pb);
+    pa.voice_saved = "/nonexistent.safetensors";
+    ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_IO);
+    pp_prompt_buf_free(&pb);
+    lm_backend_close(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpd);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("pp");
+    TCase *tc = tcase_new("pp");
+    tcase_add_test(tc, test_manifest);
+    tcase_add_loop_test(tc, test_live_parity, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_skip_substeps_sampled, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_prime_prefill_vs_steps, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_replay, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_persona, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_lmgen_dispatch, 0, PP_NCASES);
+    tcase_add_test(tc, test_hostile);
+
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+CHECK_MAIN
