@@ -18,6 +18,9 @@
 #ifndef MOSHID_MIMI_H
 #define MOSHID_MIMI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "err.h"
 
 /* Limits on configurations (a config file is input). */
@@ -89,6 +92,9 @@ int mimi_model_load(mimi_model **out, const char *safetensors_path,
 /* mimi_model_load_cfg: the same with a configuration already parsed. */
 int mimi_model_load_cfg(mimi_model **out, const char *safetensors_path,
                         const mimi_config *cfg, ms_error *err);
+/* mimi_model_random: the configuration's shapes with random weights from
+ * seed (deterministic); for benchmarks and demos. */
+int mimi_model_random(mimi_model **out, const mimi_config *cfg, uint64_t seed, ms_error *err);
 void mimi_model_free(mimi_model *m);
 
 const mimi_config *mimi_model_config(const mimi_model *m);

@@ -84,26 +84,29 @@ static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, i
         ap += MR;
         bp += NR;
     }
-    float acc[MR * NR];
-    __m256 *rows[MR][2] = {{&c00, &c01}, {&c10, &c11}, {&c20, &c21},
-                           {&c30, &c31}, {&c40, &c41}, {&c50, &c51}};
     if (h == MR && w == NR) {
-        for (int r = 0; r < MR; r++) {
-            float *cr = C + (size_t)r * ldc;
-            __m256 v0 = *rows[r][0], v1 = *rows[r][1];
-            if (add) {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cr));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cr + 8));
-            }
-            _mm256_storeu_ps(cr, v0);
-            _mm256_storeu_ps(cr + 8, v1);
-        }
+#define ROW(r, v0, v1)                                                          \
+        do {                                                                    \
+            float *cr = C + (size_t)(r) * ldc;                                  \
+            if (add) {                                                          \
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cr));                    \
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cr + 8));                \
+            }                                                                   \
+            _mm256_storeu_ps(cr, v0);                                           \
+            _mm256_storeu_ps(cr + 8, v1);                                       \
+        } while (0)
+        ROW(0, c00, c01); ROW(1, c10, c11); ROW(2, c20, c21);
+        ROW(3, c30, c31); ROW(4, c40, c41); ROW(5, c50, c51);
+#undef ROW
         return;
     }
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(acc + r * NR, *rows[r][0]);
-        _mm256_storeu_ps(acc + r * NR + 8, *rows[r][1]);
-    }
+    float acc[MR * NR];
+    _mm256_storeu_ps(acc + 0 * NR, c00); _mm256_storeu_ps(acc + 0 * NR + 8, c01);
+    _mm256_storeu_ps(acc + 1 * NR, c10); _mm256_storeu_ps(acc + 1 * NR + 8, c11);
+    _mm256_storeu_ps(acc + 2 * NR, c20); _mm256_storeu_ps(acc + 2 * NR + 8, c21);
+    _mm256_storeu_ps(acc + 3 * NR, c30); _mm256_storeu_ps(acc + 3 * NR + 8, c31);
+    _mm256_storeu_ps(acc + 4 * NR, c40); _mm256_storeu_ps(acc + 4 * NR + 8, c41);
+    _mm256_storeu_ps(acc + 5 * NR, c50); _mm256_storeu_ps(acc + 5 * NR + 8, c51);
 #else
     float acc[MR * NR] = {0};
     for (int k = 0; k < kc; k++) {

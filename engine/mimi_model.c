@@ -12,10 +12,40 @@
 
 typedef struct loader {
     mimi_model *m;
-    st_file *f;
+    st_file *f;          /* NULL: random weights from rng */
+    uint64_t rng;
     ms_error *err;
     int rc;
 } loader;
+
+/* Uniform in [-1, 1) from a 64-bit xorshift* state. */
+static float rnd(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    uint64_t v = *s * 0x2545F4914F6CDD1DULL;
+    return (float)((v >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+/* Random weights for benchmarks and the demo: scaled by fan-in, norms
+ * around 1, small biases and layer scales, unit cluster usage. */
+static void fill_random(loader *L, const char *name, int ndim, const int64_t *shape, float *p, size_t n) {
+    size_t len = strlen(name);
+#define ENDS(sfx) (len >= strlen(sfx) && strcmp(name + len - strlen(sfx), sfx) == 0)
+    float base = 0.f, scale;
+    if (ENDS("cluster_usage")) base = 1.f, scale = 0.f;
+    else if (ENDS(".bias")) scale = 0.01f;
+    else if (ENDS(".scale")) base = 0.1f, scale = 0.05f;
+    else if (ndim == 1) base = 1.f, scale = 0.1f;
+    else {
+        size_t fan = 1;
+        for (int i = 1; i < ndim; i++) fan *= (size_t)shape[i];
+        if (ENDS("embedding_sum") || (ndim == 3 && shape[1] == 1)) fan = 1;
+        scale = (float)sqrt(3.0 / (double)fan);
+    }
+#undef ENDS
+    for (size_t i = 0; i < n; i++) p[i] = base + scale * rnd(&L->rng);
+}
 
 static float *keep(loader *L, float *p) {
     mimi_model *m = L->m;
@@ -45,6 +75,13 @@ static float *alloc_floats(loader *L, size_t n) {
  * the model). NULL with L->rc set when missing, misshapen or not finite. */
 static float *tensor(loader *L, const char *name, int ndim, const int64_t *shape) {
     if (L->rc) return NULL;
+    if (!L->f) {
+        size_t n = 1;
+        for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+        float *p = alloc_floats(L, n);
+        if (p) fill_random(L, name, ndim, shape, p, n);
+        return p;
+    }
     const st_tensor *t = st_get(L->f, name, ndim, shape, 1, ST_F32, L->err);
     if (!t) {
         L->rc = L->err ? L->err->code : MS_ERR_FORMAT;
@@ -185,10 +222,10 @@ static int load_transformer(loader *L, mimi_transformer *tr, const char *side) {
         /* released checkpoints: in_proj_weight / out_proj.weight; the
          * package's own state_dict: in_projs.0.weight / out_projs.0.weight */
         snprintf(p, sizeof(p), "%s_transformer.transformer.layers.%d.self_attn.in_projs.0.weight", side, l);
-        if (!st_find(L->f, p)) T1(in_proj, "self_attn.in_proj_weight", 2, (const int64_t[]){3 * D, D});
+        if (!L->f || !st_find(L->f, p)) T1(in_proj, "self_attn.in_proj_weight", 2, (const int64_t[]){3 * D, D});
         else T1(in_proj, "self_attn.in_projs.0.weight", 2, (const int64_t[]){3 * D, D});
         snprintf(p, sizeof(p), "%s_transformer.transformer.layers.%d.self_attn.out_projs.0.weight", side, l);
-        if (!st_find(L->f, p)) T1(out_proj, "self_attn.out_proj.weight", 2, (const int64_t[]){D, D});
+        if (!L->f || !st_find(L->f, p)) T1(out_proj, "self_attn.out_proj.weight", 2, (const int64_t[]){D, D});
         else T1(out_proj, "self_attn.out_projs.0.weight", 2, (const int64_t[]){D, D});
         T1(linear1, "linear1.weight", 2, (const int64_t[]){F, D});
         T1(linear2, "linear2.weight", 2, (const int64_t[]){D, F});
@@ -227,7 +264,7 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
                 nn += e[d] * e[d];
             }
             if (!isfinite(nn)) return L->rc = ms_err_set(L->err, MS_ERR_FORMAT, "%s: codebook %s level %d entry %lld not finite",
-                                                       st_path(L->f), name, l, (long long)j);
+                                                       L->f ? st_path(L->f) : "random", name, l, (long long)j);
             q->norms[(size_t)l * bins + j] = nn;
         }
     }
@@ -284,16 +321,19 @@ static void plan(mimi_model *m) {
     if (act > m->ws_act) m->ws_act = act;
 }
 
-int mimi_model_load_cfg(mimi_model **out, const char *path, const mimi_config *cfg, ms_error *err) {
+/* Build the model from path's tensors, or random ones when path is NULL. */
+static int build(mimi_model **out, const char *path, uint64_t seed, const mimi_config *cfg, ms_error *err) {
     *out = NULL;
     mimi_model *m = calloc(1, sizeof(*m));
     if (!m) return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory");
     m->cfg = *cfg;
-    loader L = {.m = m, .err = err};
-    L.f = st_open(path, err);
-    if (!L.f) {
-        free(m);
-        return err ? err->code : MS_ERR_IO;
+    loader L = {.m = m, .err = err, .rng = seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL};
+    if (path) {
+        L.f = st_open(path, err);
+        if (!L.f) {
+            free(m);
+            return err ? err->code : MS_ERR_IO;
+        }
     }
     const mimi_config *c = &m->cfg;
     if (!load_seanets(&L) && !load_transformer(&L, &m->enc_tr, "encoder") &&
@@ -321,7 +361,7 @@ int mimi_model_load_cfg(mimi_model **out, const char *path, const mimi_config *c
             for (int i = 0; i < hd / 2; i++) m->rope_freq[i] = expf((float)i * step);
         }
     }
-    st_close(L.f);
+    if (L.f) st_close(L.f);
     if (L.rc) {
         mimi_model_free(m);
         return L.rc;
@@ -329,6 +369,18 @@ int mimi_model_load_cfg(mimi_model **out, const char *path, const mimi_config *c
     plan(m);
     *out = m;
     return MS_OK;
+}
+
+int mimi_model_load_cfg(mimi_model **out, const char *path, const mimi_config *cfg, ms_error *err) {
+    if (!path) {
+        *out = NULL;
+        return ms_err_set(err, MS_ERR_ARG, "mimi: no weights file given");
+    }
+    return build(out, path, 0, cfg, err);
+}
+
+int mimi_model_random(mimi_model **out, const mimi_config *cfg, uint64_t seed, ms_error *err) {
+    return build(out, NULL, seed, cfg, err);
 }
 
 int mimi_model_load(mimi_model **out, const char *path, const char *config_json_path, ms_error *err) {
