@@ -38,4 +38,4 @@ parity-big: $(BUILD)/tests/check_mimi
 	$(Q)test -x $(FIXVENV)/bin/python || { echo "parity-big: needs FIXVENV=<venv with tests/fixtures/requirements-fixtures.txt>"; exit 2; }
 	$(Q)mkdir -p $(BUILD)/parity-big
 	$(Q)$(FIXVENV)/bin/python tests/fixtures/gen_mimi.py --big --out $(BUILD)/parity-big
-	$(Q)MIMI_FIXTURES=$(BUILD)/parity-big MIMI_MODELS=big CK_TIMEOUT_MULTIPLIER=30 $(BUILD)/tests/check_mimi
+	$(Q)MIMI_FIXTURES=$(BUILD)/parity-big MIMI_MODELS=big CK_RUN_CASE=parity CK_TIMEOUT_MULTIPLIER=30 $(BUILD)/tests/check_mimi
