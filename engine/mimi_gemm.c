@@ -123,55 +123,79 @@ static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, i
         }
 }
 
-/* Small N: C[m, j] (+)= dot(A[m, :], Bt[j, :]) with Bt (N, K). */
-static void gemm_small_n(int M, int N, int K, const float *A, int lda, const float *Bt,
-                         float *C, int ldc, int accumulate) {
-    int m = 0;
 #if MIMI_HAVE_AVX2
-    for (; m + 4 <= M; m += 4) {
-        const float *a0 = A + (size_t)m * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-        for (int j0 = 0; j0 < N; j0 += 2) {
-            int nj = N - j0 < 2 ? N - j0 : 2;
-            const float *b0 = Bt + (size_t)j0 * K, *b1 = nj > 1 ? b0 + K : b0;
-            __m256 s00 = _mm256_setzero_ps(), s01 = _mm256_setzero_ps();
-            __m256 s10 = _mm256_setzero_ps(), s11 = _mm256_setzero_ps();
-            __m256 s20 = _mm256_setzero_ps(), s21 = _mm256_setzero_ps();
-            __m256 s30 = _mm256_setzero_ps(), s31 = _mm256_setzero_ps();
-            int k = 0;
-            for (; k + 8 <= K; k += 8) {
-                __m256 x0 = _mm256_loadu_ps(b0 + k), x1 = _mm256_loadu_ps(b1 + k);
-                __m256 v;
-                v = _mm256_loadu_ps(a0 + k); s00 = _mm256_fmadd_ps(v, x0, s00); s01 = _mm256_fmadd_ps(v, x1, s01);
-                v = _mm256_loadu_ps(a1 + k); s10 = _mm256_fmadd_ps(v, x0, s10); s11 = _mm256_fmadd_ps(v, x1, s11);
-                v = _mm256_loadu_ps(a2 + k); s20 = _mm256_fmadd_ps(v, x0, s20); s21 = _mm256_fmadd_ps(v, x1, s21);
-                v = _mm256_loadu_ps(a3 + k); s30 = _mm256_fmadd_ps(v, x0, s30); s31 = _mm256_fmadd_ps(v, x1, s31);
-            }
-            float t[8][8];
-            _mm256_storeu_ps(t[0], s00); _mm256_storeu_ps(t[1], s01);
-            _mm256_storeu_ps(t[2], s10); _mm256_storeu_ps(t[3], s11);
-            _mm256_storeu_ps(t[4], s20); _mm256_storeu_ps(t[5], s21);
-            _mm256_storeu_ps(t[6], s30); _mm256_storeu_ps(t[7], s31);
-            const float *ar[4] = {a0, a1, a2, a3};
-            for (int r = 0; r < 4; r++)
-                for (int q = 0; q < nj; q++) {
-                    const float *tv = t[2 * r + q];
-                    float s = ((tv[0] + tv[4]) + (tv[1] + tv[5])) + ((tv[2] + tv[6]) + (tv[3] + tv[7]));
-                    const float *bq = q ? b1 : b0;
-                    for (int kk = k; kk < K; kk++) s += ar[r][kk] * bq[kk];
-                    float *c = C + (size_t)(m + r) * ldc + j0 + q;
-                    *c = accumulate ? *c + s : s;
-                }
+static inline float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
+    return _mm_cvtss_f32(a);
+}
+
+/* R rows of A against NC columns of Bt (compile-time R, NC after inlining):
+ * R*NC vector accumulators; b read from L1 by the FMAs, A streamed once. */
+static inline __attribute__((always_inline)) void small_block(int nrow, int ncol, int K, const float *A, int lda,
+                                                              const float *Bt, int ldbt, float *C, int ldc,
+                                                              int accumulate) {
+    __m256 acc[4][7];
+#pragma GCC unroll 4
+    for (int r = 0; r < nrow; r++)
+#pragma GCC unroll 7
+        for (int j = 0; j < ncol; j++) acc[r][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+#pragma GCC unroll 4
+        for (int r = 0; r < nrow; r++) {
+            __m256 a = _mm256_loadu_ps(A + (size_t)r * lda + k);
+#pragma GCC unroll 7
+            for (int j = 0; j < ncol; j++)
+                acc[r][j] = _mm256_fmadd_ps(a, _mm256_loadu_ps(Bt + (size_t)j * ldbt + k), acc[r][j]);
         }
     }
-#endif
-    for (; m < M; m++) {
-        const float *a = A + (size_t)m * lda;
-        for (int j = 0; j < N; j++) {
-            const float *b = Bt + (size_t)j * K;
-            float s = 0.f;
-            for (int k = 0; k < K; k++) s += a[k] * b[k];
-            float *c = C + (size_t)m * ldc + j;
+#pragma GCC unroll 4
+    for (int r = 0; r < nrow; r++)
+#pragma GCC unroll 7
+        for (int j = 0; j < ncol; j++) {
+            float s = hsum8(acc[r][j]);
+            for (int kk = k; kk < K; kk++) s += A[(size_t)r * lda + kk] * Bt[(size_t)j * ldbt + kk];
+            float *c = C + (size_t)r * ldc + j;
             *c = accumulate ? *c + s : s;
+        }
+}
+
+/* rows x columns per block for N columns in all: at most 14 accumulators */
+#define SMALL_CASE(R, NCOL)                                                                         \
+    for (; m + (R) <= M; m += (R)) small_block(R, NCOL, K, A + (size_t)m * lda, lda, Bt + (size_t)j0 * ldbt, ldbt, \
+                                               C + (size_t)m * ldc + j0, ldc, accumulate)
+#endif
+
+/* Small N: C[m, j] (+)= dot(A[m, :], Bt[j, :]) with Bt (N, K). A is read
+ * once per group of up to 7 columns (once in all for N <= 7). */
+static void gemm_small_n(int M, int N, int K, const float *A, int lda, const float *Bt,
+                         float *C, int ldc, int accumulate) {
+    const int ldbt = K;
+    for (int j0 = 0; j0 < N; j0 += 7) {
+        int nc = N - j0 < 7 ? N - j0 : 7;
+        int m = 0;
+#if MIMI_HAVE_AVX2
+        switch (nc) {
+        case 1: SMALL_CASE(4, 1); break;
+        case 2: SMALL_CASE(4, 2); break;
+        case 3: SMALL_CASE(4, 3); break;
+        case 4: SMALL_CASE(3, 4); break;
+        case 5: SMALL_CASE(2, 5); break;
+        case 6: SMALL_CASE(2, 6); break;
+        default: SMALL_CASE(2, 7); break;
+        }
+#endif
+        for (; m < M; m++) {
+            const float *a = A + (size_t)m * lda;
+            for (int j = j0; j < j0 + nc; j++) {
+                const float *b = Bt + (size_t)j * ldbt;
+                float s = 0.f;
+                for (int k = 0; k < K; k++) s += a[k] * b[k];
+                float *c = C + (size_t)m * ldc + j;
+                *c = accumulate ? *c + s : s;
+            }
         }
     }
 }
