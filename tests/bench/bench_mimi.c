@@ -8,6 +8,9 @@
  *   OPENBLAS_NUM_THREADS=1 build/bench/bench_mimi [seconds of audio, default 4]
  */
 #include <cblas.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,57 @@ static void frame_flops(const mimi_model *m, double *enc, double *dec) {
     *dec = f + tr + 2.0 * 2.0 * c->q_dimension * c->dimension;
 }
 
+/* Bytes of weights one frame reads (every layer's weights once per call,
+ * whatever the batch): the memory floor of a batch call. */
+static double frame_weight_bytes(const mimi_model *m) {
+    const mimi_config *c = &m->cfg;
+    double w = 0;
+    const mimi_seanet *nets[2] = {&m->enc, &m->dec};
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < nets[q]->nops; i++) {
+            const mimi_seanet_op *op = &nets[q]->ops[i];
+            w += (double)op->a.cout * op->a.cin * op->a.k;
+            if (op->resblock) w += (double)op->b.cout * op->b.cin * op->b.k;
+        }
+    w += 2.0 * c->num_layers * (4.0 * c->d_model * c->d_model + 2.0 * c->d_model * c->dim_feedforward);
+    w += (double)c->dimension * c->dimension * 2 * c->resample_stride;
+    w += 4.0 * c->q_dimension * c->dimension + (double)c->num_codebooks * c->q_bins * c->q_dimension;
+    return 4.0 * w;
+}
+
+/* Single-thread read bandwidth over 256 MB, bytes/s (best of 3). */
+static double read_bandwidth(void) {
+    size_t n = (size_t)64 << 20;
+    float *a = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 7);
+    double best = 0;
+    volatile float sink = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+#ifdef __AVX__
+        __m256 v0 = _mm256_setzero_ps(), v1 = v0, v2 = v0, v3 = v0;
+        for (size_t i = 0; i < n; i += 32) {
+            v0 = _mm256_add_ps(v0, _mm256_loadu_ps(a + i));
+            v1 = _mm256_add_ps(v1, _mm256_loadu_ps(a + i + 8));
+            v2 = _mm256_add_ps(v2, _mm256_loadu_ps(a + i + 16));
+            v3 = _mm256_add_ps(v3, _mm256_loadu_ps(a + i + 24));
+        }
+        float o[8];
+        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+        float tot = o[0] + o[1] + o[2] + o[3] + o[4] + o[5] + o[6] + o[7];
+#else
+        float tot = 0;
+        for (size_t i = 0; i < n; i++) tot += a[i];
+#endif
+        double t = now_s() - t0;
+        sink += tot;
+        if (n * sizeof(float) / t > best) best = n * sizeof(float) / t;
+    }
+    (void)sink;
+    free(a);
+    return best;
+}
+
 static double gemm_rate(int M, int N, int K, int blas) {
     float *A = malloc((size_t)M * K * sizeof(float)), *B = malloc((size_t)K * N * sizeof(float));
     float *C = calloc((size_t)M * N, sizeof(float));
@@ -88,6 +142,10 @@ int main(int argc, char **argv) {
     printf("mimi bench: real dimensions, random weights, 1 thread, %d frames (%.2f s audio) per run\n",
            frames, frames * (double)F / cfg.sample_rate);
     printf("  flops per frame: encode %.3f GFLOP, decode %.3f GFLOP\n", fe * 1e-9, fd * 1e-9);
+    double wb = frame_weight_bytes(m), bw = read_bandwidth();
+    printf("  weights read per frame (encode + decode, any batch): %.0f MB; single-thread read bandwidth %.1f GB/s\n"
+           "    -> memory floor %.1f ms per frame = at most %.2fx real time for one stream at batch 1\n",
+           wb * 1e-6, bw * 1e-9, wb / bw * 1e3, (double)F / cfg.sample_rate / (wb / bw));
     double blas_sq = gemm_rate(1024, 1024, 1024, 1), ours_sq = gemm_rate(1024, 1024, 1024, 0);
     double blas_cv = gemm_rate(128, 480, 512, 1), ours_cv = gemm_rate(128, 480, 512, 0);
     double blas_tv = gemm_rate(2048, 2, 512, 1), ours_tv = gemm_rate(2048, 2, 512, 0);
