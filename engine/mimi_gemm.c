@@ -200,15 +200,77 @@ static void gemm_small_n(int M, int N, int K, const float *A, int lda, const flo
     }
 }
 
-void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-               float *C, int ldc, int accumulate) {
+size_t mimi_gemm_packed_size(int M, int K) {
+    return (size_t)((M + MR - 1) / MR * MR) * (size_t)K;
+}
+
+void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst) {
+    size_t mpad = (size_t)((M + MR - 1) / MR * MR);
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kc = K - k0 < KC ? K - k0 : KC;
+        pack_a(M, kc, A + k0, lda, dst + (size_t)k0 * mpad);
+    }
+}
+
+/* The blocked product; A packed on the fly (A, lda) or pre-packed (Ap). */
+static void gemm_blocked(int M, int N, int K, const float *A, int lda, const float *Ap,
+                         const float *B, int ldb, float *C, int ldc, int accumulate) {
+    int ncap = N < NC ? N : NC;
+    size_t bsz = (size_t)KC * ((ncap + NR - 1) / NR * NR);
+    size_t asz = Ap ? 0 : (size_t)MC * KC;
+    float *bp = aligned_alloc(64, ((bsz + asz) * sizeof(float) + 63) / 64 * 64);
+    MS_ASSERT(bp);
+    float *ap = bp + bsz;
+    size_t mpad = (size_t)((M + MR - 1) / MR * MR);
+    for (int j0 = 0; j0 < N; j0 += NC) {
+        int nc = N - j0 < NC ? N - j0 : NC;
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int kc = K - k0 < KC ? K - k0 : KC;
+            int add = accumulate || k0 > 0;
+            pack_b(kc, nc, B + (size_t)k0 * ldb + j0, ldb, bp);
+            for (int i0 = 0; i0 < M; i0 += MC) {
+                int mc = M - i0 < MC ? M - i0 : MC;
+                const float *apan;
+                if (Ap) apan = Ap + (size_t)k0 * mpad + (size_t)i0 * kc;
+                else {
+                    pack_a(mc, kc, A + (size_t)i0 * lda + k0, lda, ap);
+                    apan = ap;
+                }
+                for (int j = 0; j < nc; j += NR) {
+                    int w = nc - j < NR ? nc - j : NR;
+                    const float *bpan = bp + (size_t)(j / NR) * kc * NR;
+                    for (int i = 0; i < mc; i += MR) {
+                        int h = mc - i < MR ? mc - i : MR;
+                        micro(kc, apan + (size_t)(i / MR) * kc * MR, bpan,
+                              C + (size_t)(i0 + i) * ldc + j0 + j, ldc, h, w, add);
+                    }
+                }
+            }
+        }
+    }
+    free(bp);
+}
+
+static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) {
     MS_ASSERT(M >= 0 && N >= 0 && K >= 0);
-    if (M == 0 || N == 0) return;
+    if (M == 0 || N == 0) return 1;
     if (K == 0) {
         if (!accumulate)
             for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
-        return;
+        return 1;
     }
+    return 0;
+}
+
+void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
+                         float *C, int ldc, int accumulate) {
+    if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
+    gemm_blocked(M, N, K, NULL, 0, Ap, B, ldb, C, ldc, accumulate);
+}
+
+void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+               float *C, int ldc, int accumulate) {
+    if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
     if (N < MIMI_GEMM_SMALL_N) {
         float *bt = malloc((size_t)N * K * sizeof(float));
         MS_ASSERT(bt);
@@ -218,31 +280,5 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
         free(bt);
         return;
     }
-    int ncap = N < NC ? N : NC;
-    size_t bsz = (size_t)KC * ((ncap + NR - 1) / NR * NR);
-    float *bp = aligned_alloc(64, ((bsz + MC * KC) * sizeof(float) + 63) / 64 * 64);
-    MS_ASSERT(bp);
-    float *ap = bp + bsz;
-    for (int j0 = 0; j0 < N; j0 += NC) {
-        int nc = N - j0 < NC ? N - j0 : NC;
-        for (int k0 = 0; k0 < K; k0 += KC) {
-            int kc = K - k0 < KC ? K - k0 : KC;
-            int add = accumulate || k0 > 0;
-            pack_b(kc, nc, B + (size_t)k0 * ldb + j0, ldb, bp);
-            for (int i0 = 0; i0 < M; i0 += MC) {
-                int mc = M - i0 < MC ? M - i0 : MC;
-                pack_a(mc, kc, A + (size_t)i0 * lda + k0, lda, ap);
-                for (int j = 0; j < nc; j += NR) {
-                    int w = nc - j < NR ? nc - j : NR;
-                    const float *bpan = bp + (size_t)(j / NR) * kc * NR;
-                    for (int i = 0; i < mc; i += MR) {
-                        int h = mc - i < MR ? mc - i : MR;
-                        micro(kc, ap + (size_t)(i / MR) * kc * MR, bpan,
-                              C + (size_t)(i0 + i) * ldc + j0 + j, ldc, h, w, add);
-                    }
-                }
-            }
-        }
-    }
-    free(bp);
+    gemm_blocked(M, N, K, A, lda, NULL, B, ldb, C, ldc, accumulate);
 }

@@ -19,6 +19,7 @@ typedef struct mimi_conv {
     int replicate;       /* 1: state initialised from the first input column */
     int pad;             /* kept state, columns: conv (k-1)*dil+1-stride; transposed k-stride */
     float *w;            /* conv: (cout, cin*k); transposed: (cout*k, cin); depthwise: (c, k) */
+    float *wp;           /* w pre-packed for mimi_gemm_prepacked (then w is NULL) */
     float *b;            /* (cout) or NULL */
     size_t state_off;    /* offset of this layer's state in a stream's state block, floats */
 } mimi_conv;
@@ -67,6 +68,7 @@ struct mimi_model {
     float *rope_freq;    /* (head_dim/2) */
     size_t enc_state, dec_state;     /* floats of conv state per stream */
     size_t ws_act, ws_col, ws_xb;    /* workspace floats per stream */
+    int plan_rc;         /* MS_OK, or the error met while planning */
     float **allocs;      /* every weight buffer, freed with the model */
     size_t nallocs, cap_allocs;
 };
@@ -123,5 +125,12 @@ void mimi_elu(float *dst, const float *src, size_t n);
  * single thread. accumulate: add to C, else overwrite. */
 void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                float *C, int ldc, int accumulate);
+
+/* Pre-packed A for layers whose N is always large: the packed size in
+ * floats, the packing (A (M, K; lda) -> dst), and the product with it. */
+size_t mimi_gemm_packed_size(int M, int K);
+void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst);
+void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
+                         float *C, int ldc, int accumulate);
 
 #endif

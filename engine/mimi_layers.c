@@ -120,7 +120,8 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
         B = ws->col;
     }
     set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
-    mimi_gemm(c->cout, (int)NO, c->cin * K, c->w, c->cin * K, B, (int)NO, y, (int)NO, 1);
+    if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
+    else mimi_gemm(c->cout, (int)NO, c->cin * K, c->w, c->cin * K, B, (int)NO, y, (int)NO, 1);
 }
 
 static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, int elu_in,
@@ -134,7 +135,8 @@ static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, in
             X = ws->xb;
         }
         /* Z (cout*K, n*T) */
-        mimi_gemm(c->cout * K, (int)NT, c->cin, c->w, c->cin, X, (int)NT, ws->col, (int)NT, 0);
+        if (c->wp) mimi_gemm_prepacked(c->cout * K, (int)NT, c->cin, c->wp, X, (int)NT, ws->col, (int)NT, 0);
+        else mimi_gemm(c->cout * K, (int)NT, c->cin, c->w, c->cin, X, (int)NT, ws->col, (int)NT, 0);
     } else {
         MS_ASSERT(!elu_in);
     }

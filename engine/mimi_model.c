@@ -271,6 +271,29 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
     return L->rc;
 }
 
+/* Layers whose GEMM has at least this many columns for one stream keep
+ * their weights pre-packed for the blocked kernel (no packing per call). */
+#define MIMI_PREPACK_MIN_N 8
+
+/* Replace c->w by its packed form when the GEMM is wide enough. */
+static int prepack(mimi_model *m, mimi_conv *c, int gemm_n) {
+    if (c->depthwise || gemm_n < MIMI_PREPACK_MIN_N || !c->w) return MS_OK;
+    int M = c->transposed ? c->cout * c->k : c->cout, K = c->transposed ? c->cin : c->cin * c->k;
+    float *p = malloc(mimi_gemm_packed_size(M, K) * sizeof(float));
+    if (!p) return MS_ERR_NOMEM;
+    mimi_gemm_pack_a(M, K, c->w, K, p);
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (m->allocs[i] == c->w) {
+            free(c->w);
+            m->allocs[i] = p;
+            c->w = NULL;
+            c->wp = p;
+            return MS_OK;
+        }
+    MS_ASSERT(0);
+    return MS_ERR_STATE;
+}
+
 /* Assign state offsets (floats) and grow the workspace plan for one conv
  * called with T steps per stream. */
 static void plan_conv(mimi_model *m, mimi_conv *c, size_t *state, int T) {
@@ -290,6 +313,7 @@ static void plan_conv(mimi_model *m, mimi_conv *c, size_t *state, int T) {
     if (act > m->ws_act) m->ws_act = act;
     if (col > m->ws_col) m->ws_col = col;
     if (xb > m->ws_xb) m->ws_xb = xb;
+    if (prepack(m, c, c->transposed ? T : To)) m->plan_rc = MS_ERR_NOMEM;
 }
 
 static int plan_seanet(mimi_model *m, mimi_seanet *net, size_t *state, int T) {
@@ -367,6 +391,10 @@ static int build(mimi_model **out, const char *path, uint64_t seed, const mimi_c
         return L.rc;
     }
     plan(m);
+    if (m->plan_rc) {
+        mimi_model_free(m);
+        return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory packing weights");
+    }
     *out = m;
     return MS_OK;
 }
