@@ -105,11 +105,11 @@ static int batch_begin(const mimi_model *m, mimi_stream *const *streams, int n, 
 static void rvq_encode(const mimi_model *m, const mimi_rvq *q, int n, const float *latent,
                        float *r, float *dist, int *codes, int code_stride) {
     const int D = m->cfg.dimension, Dq = m->cfg.q_dimension, bins = m->cfg.q_bins;
-    mimi_gemm(Dq, n, D, q->in_proj, D, latent, n, r, n, 0);
+    mimi_gemm_panel(Dq, n, D, q->in_proj, latent, n, r, n, 0);
     for (int l = 0; l < q->levels; l++) {
         const float *cb = q->codebooks + (size_t)l * bins * Dq;
         const float *nn = q->norms + (size_t)l * bins;
-        mimi_gemm(bins, n, Dq, cb, Dq, r, n, dist, n, 0);
+        mimi_gemm_panel(bins, n, Dq, q->cb_panel + (size_t)l * mimi_panel_size(bins, Dq), r, n, dist, n, 0);
         for (int s = 0; s < n; s++) {
             int best = 0;
             float bd = INFINITY;
@@ -202,10 +202,10 @@ int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
     mimi_ws *ws = &streams[0]->ws;
     float *sum = ws->col;                                        /* (Dq, n) x 2 */
     rvq_sum(m, &m->rvq_first, n, codes, K, sum);
-    mimi_gemm(D, n, Dq, m->rvq_first.out_proj, Dq, sum, n, ws->act0, n, 0);
+    mimi_gemm_panel(D, n, Dq, m->rvq_first.out_proj, sum, n, ws->act0, n, 0);
     if (K > 1) {
         rvq_sum(m, &m->rvq_rest, n, codes + 1, K, sum);
-        mimi_gemm(D, n, Dq, m->rvq_rest.out_proj, Dq, sum, n, ws->act0, n, 1);
+        mimi_gemm_panel(D, n, Dq, m->rvq_rest.out_proj, sum, n, ws->act0, n, 1);
     }
     int T = 1;
     if (c->resample_stride > 1) {

@@ -28,6 +28,8 @@
 #define MC 96            /* multiple of MR */
 #define NC 2048          /* multiple of NR */
 #define MIMI_GEMM_SMALL_N 8
+#define PR 16            /* rows per panel of the panel layout */
+#define PANEL_MAX_N 12   /* widest product the panel kernel takes */
 
 /* Pack B[k0..k0+kc, j0..j0+nc) into panels of NR columns: panel p holds
  * kc rows of NR floats (zero beyond N). */
@@ -56,6 +58,23 @@ static void pack_a(int mc, int kc, const float *A, int lda, float *dst) {
             float *d = dst + (size_t)k * MR;
             int r = 0;
             for (; r < h; r++) d[r] = A[(size_t)(i + r) * lda + k];
+            for (; r < MR; r++) d[r] = 0.f;
+        }
+        dst += (size_t)kc * MR;
+    }
+}
+
+/* pack_a from a 16-row panel layout (see mimi_gemm_panel): rows i0.., cols k0.. */
+static void pack_a_from_panel(int mc, int kc, const float *P, int K, int i0, int k0, float *dst) {
+    for (int i = 0; i < mc; i += MR) {
+        int h = mc - i < MR ? mc - i : MR;
+        for (int k = 0; k < kc; k++) {
+            float *d = dst + (size_t)k * MR;
+            int r = 0;
+            for (; r < h; r++) {
+                int row = i0 + i + r;
+                d[r] = P[((size_t)(row / PR) * K + k0 + k) * PR + row % PR];
+            }
             for (; r < MR; r++) d[r] = 0.f;
         }
         dst += (size_t)kc * MR;
@@ -213,7 +232,7 @@ void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst) {
 }
 
 /* The blocked product; A packed on the fly (A, lda) or pre-packed (Ap). */
-static void gemm_blocked(int M, int N, int K, const float *A, int lda, const float *Ap,
+static void gemm_blocked(int M, int N, int K, const float *A, int lda, const float *Ap, const float *P,
                          const float *B, int ldb, float *C, int ldc, int accumulate) {
     int ncap = N < NC ? N : NC;
     size_t bsz = (size_t)KC * ((ncap + NR - 1) / NR * NR);
@@ -232,7 +251,10 @@ static void gemm_blocked(int M, int N, int K, const float *A, int lda, const flo
                 int mc = M - i0 < MC ? M - i0 : MC;
                 const float *apan;
                 if (Ap) apan = Ap + (size_t)k0 * mpad + (size_t)i0 * kc;
-                else {
+                else if (P) {
+                    pack_a_from_panel(mc, kc, P, K, i0, k0, ap);
+                    apan = ap;
+                } else {
                     pack_a(mc, kc, A + (size_t)i0 * lda + k0, lda, ap);
                     apan = ap;
                 }
@@ -265,7 +287,7 @@ static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) 
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
                          float *C, int ldc, int accumulate) {
     if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
-    gemm_blocked(M, N, K, NULL, 0, Ap, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, NULL, 0, Ap, NULL, B, ldb, C, ldc, accumulate);
 }
 
 void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -280,5 +302,88 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
         free(bt);
         return;
     }
-    gemm_blocked(M, N, K, A, lda, NULL, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, A, lda, NULL, NULL, B, ldb, C, ldc, accumulate);
+}
+
+/* ---- the panel layout: weights streamed once by small-N products ---- */
+
+size_t mimi_panel_size(int M, int K) {
+    return (size_t)((M + PR - 1) / PR * PR) * (size_t)K;
+}
+
+void mimi_panel_pack(int M, int K, const float *A, int lda, float *dst) {
+    int np = (M + PR - 1) / PR;
+    for (int p = 0; p < np; p++)
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < PR; r++) {
+                int row = p * PR + r;
+                dst[((size_t)p * K + k) * PR + r] = row < M ? A[(size_t)row * lda + k] : 0.f;
+            }
+}
+
+#if MIMI_HAVE_AVX2
+/* One column group (ncol <= 6) over every panel: per k, two vectors of the
+ * panel (16 rows) times ncol broadcast values of B; 2*ncol accumulators. */
+static inline __attribute__((always_inline)) void panel_group(int ncol, int M, int K, const float *P, const float *B,
+                                                              int ldb, float *C, int ldc, int accumulate) {
+    int np = (M + PR - 1) / PR;
+    for (int p = 0; p < np; p++) {
+        const float *a = P + (size_t)p * K * PR;
+        __m256 acc0[6], acc1[6];
+#pragma GCC unroll 6
+        for (int j = 0; j < ncol; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
+        for (int k = 0; k < K; k++) {
+            __m256 a0 = _mm256_loadu_ps(a + (size_t)k * PR), a1 = _mm256_loadu_ps(a + (size_t)k * PR + 8);
+            const float *b = B + (size_t)k * ldb;
+#pragma GCC unroll 6
+            for (int j = 0; j < ncol; j++) {
+                __m256 bj = _mm256_broadcast_ss(b + j);
+                acc0[j] = _mm256_fmadd_ps(a0, bj, acc0[j]);
+                acc1[j] = _mm256_fmadd_ps(a1, bj, acc1[j]);
+            }
+        }
+        float t[6][PR];
+#pragma GCC unroll 6
+        for (int j = 0; j < ncol; j++) {
+            _mm256_storeu_ps(t[j], acc0[j]);
+            _mm256_storeu_ps(t[j] + 8, acc1[j]);
+        }
+        int rows = M - p * PR < PR ? M - p * PR : PR;
+        for (int r = 0; r < rows; r++) {
+            float *c = C + (size_t)(p * PR + r) * ldc;
+            for (int j = 0; j < ncol; j++) c[j] = accumulate ? c[j] + t[j][r] : t[j][r];
+        }
+    }
+}
+#endif
+
+void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
+                     int accumulate) {
+    if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
+    if (N > PANEL_MAX_N) {
+        gemm_blocked(M, N, K, NULL, 0, NULL, P, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    for (int j0 = 0; j0 < N; j0 += 6) {
+        int nc = N - j0 < 6 ? N - j0 : 6;
+        const float *b = B + j0;
+        float *c = C + j0;
+#if MIMI_HAVE_AVX2
+        switch (nc) {
+        case 1: panel_group(1, M, K, P, b, ldb, c, ldc, accumulate); break;
+        case 2: panel_group(2, M, K, P, b, ldb, c, ldc, accumulate); break;
+        case 3: panel_group(3, M, K, P, b, ldb, c, ldc, accumulate); break;
+        case 4: panel_group(4, M, K, P, b, ldb, c, ldc, accumulate); break;
+        case 5: panel_group(5, M, K, P, b, ldb, c, ldc, accumulate); break;
+        default: panel_group(6, M, K, P, b, ldb, c, ldc, accumulate); break;
+        }
+#else
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < nc; j++) {
+                float s = 0.f;
+                for (int k = 0; k < K; k++) s += P[((size_t)(i / PR) * K + k) * PR + i % PR] * b[(size_t)k * ldb + j];
+                c[(size_t)i * ldc + j] = accumulate ? c[(size_t)i * ldc + j] + s : s;
+            }
+#endif
+    }
 }

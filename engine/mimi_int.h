@@ -20,6 +20,7 @@ typedef struct mimi_conv {
     int pad;             /* kept state, columns: conv (k-1)*dil+1-stride; transposed k-stride */
     float *w;            /* conv: (cout, cin*k); transposed: (cout*k, cin); depthwise: (c, k) */
     float *wp;           /* w pre-packed for mimi_gemm_prepacked (then w is NULL) */
+    float *wpanel;       /* w in the panel layout for mimi_gemm_panel (then w is NULL) */
     float *b;            /* (cout) or NULL */
     size_t state_off;    /* offset of this layer's state in a stream's state block, floats */
 } mimi_conv;
@@ -38,10 +39,10 @@ typedef struct mimi_seanet {
 
 typedef struct mimi_tlayer {
     float *norm1_w, *norm1_b, *norm2_w, *norm2_b;   /* (D) */
-    float *in_proj;      /* (3D, D) */
-    float *out_proj;     /* (D, D) */
-    float *linear1;      /* (F, D) */
-    float *linear2;      /* (D, F) */
+    float *in_proj;      /* (3D, D), panel layout */
+    float *out_proj;     /* (D, D), panel layout */
+    float *linear1;      /* (F, D), panel layout */
+    float *linear2;      /* (D, F), panel layout */
     float *ls1, *ls2;    /* (D) or NULL */
 } mimi_tlayer;
 
@@ -53,9 +54,10 @@ typedef struct mimi_transformer {
 
 typedef struct mimi_rvq {
     int levels;          /* levels loaded (used ones only) */
-    float *in_proj;      /* (Dq, D) */
-    float *out_proj;     /* (D, Dq) */
+    float *in_proj;      /* (Dq, D), panel layout */
+    float *out_proj;     /* (D, Dq), panel layout */
     float *codebooks;    /* (levels, bins, Dq) */
+    float *cb_panel;     /* (levels) x panel layout of (bins, Dq) */
     float *norms;        /* (levels, bins): |e|^2 */
 } mimi_rvq;
 
@@ -132,5 +134,14 @@ size_t mimi_gemm_packed_size(int M, int K);
 void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
                          float *C, int ldc, int accumulate);
+
+/* The panel layout for weights of small-N products (the 25/12.5 Hz layers):
+ * 16-row panels, k-major inside, so a product with few columns streams
+ * the weights once. Size in floats, packing, and the product (any N: up to
+ * 12 columns by the panel kernel, more by the blocked kernel). */
+size_t mimi_panel_size(int M, int K);
+void mimi_panel_pack(int M, int K, const float *A, int lda, float *dst);
+void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
+                     int accumulate);
 
 #endif

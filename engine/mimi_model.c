@@ -71,6 +71,30 @@ static float *alloc_floats(loader *L, size_t n) {
     return p;
 }
 
+/* Swap the model-owned buffer `old` for `new` (old freed). */
+static void replace_alloc(mimi_model *m, float *old, float *new) {
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (m->allocs[i] == old) {
+            free(old);
+            m->allocs[i] = new;
+            return;
+        }
+    MS_ASSERT(0);
+}
+
+/* w (M, K) row-major, model-owned -> the panel layout (w freed). */
+static float *to_panel(loader *L, float *w, int M, int K) {
+    if (!w || L->rc) return NULL;
+    float *p = malloc(mimi_panel_size(M, K) * sizeof(float));
+    if (!p) {
+        L->rc = ms_err_set(L->err, MS_ERR_NOMEM, "mimi: out of memory");
+        return NULL;
+    }
+    mimi_panel_pack(M, K, w, K, p);
+    replace_alloc(L->m, w, p);
+    return p;
+}
+
 /* Tensor `name` with the given shape, as newly allocated float32 (owned by
  * the model). NULL with L->rc set when missing, misshapen or not finite. */
 static float *tensor(loader *L, const char *name, int ndim, const int64_t *shape) {
@@ -229,6 +253,10 @@ static int load_transformer(loader *L, mimi_transformer *tr, const char *side) {
         else T1(out_proj, "self_attn.out_projs.0.weight", 2, (const int64_t[]){D, D});
         T1(linear1, "linear1.weight", 2, (const int64_t[]){F, D});
         T1(linear2, "linear2.weight", 2, (const int64_t[]){D, F});
+        ly->in_proj = to_panel(L, ly->in_proj, 3 * (int)D, (int)D);
+        ly->out_proj = to_panel(L, ly->out_proj, (int)D, (int)D);
+        ly->linear1 = to_panel(L, ly->linear1, (int)F, (int)D);
+        ly->linear2 = to_panel(L, ly->linear2, (int)D, (int)F);
         if (c->layer_scale) {
             T1(ls1, "layer_scale_1.scale", 1, (const int64_t[]){D});
             T1(ls2, "layer_scale_2.scale", 1, (const int64_t[]){D});
@@ -247,7 +275,10 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
     q->in_proj = tensor(L, p, 3, (const int64_t[]){Dq, D, 1});
     snprintf(p, sizeof(p), "quantizer.%s.output_proj.weight", name);
     q->out_proj = tensor(L, p, 3, (const int64_t[]){D, Dq, 1});
+    q->in_proj = to_panel(L, q->in_proj, (int)Dq, (int)D);
+    q->out_proj = to_panel(L, q->out_proj, (int)D, (int)Dq);
     q->codebooks = alloc_floats(L, (size_t)levels * bins * Dq);
+    q->cb_panel = alloc_floats(L, (size_t)levels * mimi_panel_size((int)bins, (int)Dq));
     q->norms = alloc_floats(L, (size_t)levels * bins);
     for (int l = 0; l < levels && !L->rc; l++) {
         snprintf(p, sizeof(p), "quantizer.%s.vq.layers.%d._codebook.embedding_sum", name, l);
@@ -267,6 +298,8 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
                                                        L->f ? st_path(L->f) : "random", name, l, (long long)j);
             q->norms[(size_t)l * bins + j] = nn;
         }
+        mimi_panel_pack((int)bins, (int)Dq, q->codebooks + (size_t)l * bins * Dq, (int)Dq,
+                        q->cb_panel + (size_t)l * mimi_panel_size((int)bins, (int)Dq));
     }
     return L->rc;
 }
@@ -277,21 +310,18 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
 
 /* Replace c->w by its packed form when the GEMM is wide enough. */
 static int prepack(mimi_model *m, mimi_conv *c, int gemm_n) {
-    if (c->depthwise || gemm_n < MIMI_PREPACK_MIN_N || !c->w) return MS_OK;
+    if (c->depthwise || !c->w) return MS_OK;
     int M = c->transposed ? c->cout * c->k : c->cout, K = c->transposed ? c->cin : c->cin * c->k;
-    float *p = malloc(mimi_gemm_packed_size(M, K) * sizeof(float));
+    int blocked = gemm_n >= MIMI_PREPACK_MIN_N;
+    float *p = malloc((blocked ? mimi_gemm_packed_size(M, K) : mimi_panel_size(M, K)) * sizeof(float));
     if (!p) return MS_ERR_NOMEM;
-    mimi_gemm_pack_a(M, K, c->w, K, p);
-    for (size_t i = 0; i < m->nallocs; i++)
-        if (m->allocs[i] == c->w) {
-            free(c->w);
-            m->allocs[i] = p;
-            c->w = NULL;
-            c->wp = p;
-            return MS_OK;
-        }
-    MS_ASSERT(0);
-    return MS_ERR_STATE;
+    if (blocked) mimi_gemm_pack_a(M, K, c->w, K, p);
+    else mimi_panel_pack(M, K, c->w, K, p);
+    replace_alloc(m, c->w, p);
+    c->w = NULL;
+    if (blocked) c->wp = p;
+    else c->wpanel = p;
+    return MS_OK;
 }
 
 /* Assign state offsets (floats) and grow the workspace plan for one conv
