@@ -120,7 +120,14 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
         B = ws->col;
     }
     set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
-    if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
+    if (c->w) {                 /* one output channel (the decoder's last conv) */
+        MS_ASSERT(c->cout == 1);
+        for (int r = 0; r < c->cin * K; r++) {
+            const float *br = B + (size_t)r * NO;
+            const float w = c->w[r];
+            for (size_t t = 0; t < NO; t++) y[t] += w * br[t];
+        }
+    } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
     else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1);
 }
 

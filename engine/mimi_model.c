@@ -312,6 +312,7 @@ static int load_rvq(loader *L, mimi_rvq *q, const char *name, int levels) {
 static int prepack(mimi_model *m, mimi_conv *c, int gemm_n) {
     if (c->depthwise || !c->w) return MS_OK;
     int M = c->transposed ? c->cout * c->k : c->cout, K = c->transposed ? c->cin : c->cin * c->k;
+    if (M == 1 && !c->transposed) return MS_OK;   /* one output channel: row-major, axpy path */
     int blocked = gemm_n >= MIMI_PREPACK_MIN_N;
     float *p = malloc((blocked ? mimi_gemm_packed_size(M, K) : mimi_panel_size(M, K)) * sizeof(float));
     if (!p) return MS_ERR_NOMEM;
