@@ -34,6 +34,7 @@
 #define MIMI_MAX_FRAME 48000         /* samples per frame */
 #define MIMI_MAX_CONFIG_BYTES (1 << 20)
 #define MIMI_MAX_BATCH 4096          /* streams in one batch call */
+#define MIMI_MAX_STREAM_BYTES (1 << 30)   /* K/V rings of one stream */
 
 /* The hyper-parameters (official names in comments). */
 typedef struct mimi_config {

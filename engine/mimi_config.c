@@ -283,6 +283,10 @@ static int finish(mimi_config *c, int q_in, int q_out, int t_in, int t_out, ms_e
         return ms_err_set(err, MS_ERR_UNSUPPORTED,
                           "mimi config: d_model %d / num_heads %d must be an even head size",
                           c->d_model, c->num_heads);
+    double kv = 2.0 * 2.0 * c->num_layers * c->context * (double)c->d_model * sizeof(float);
+    if (kv > MIMI_MAX_STREAM_BYTES)
+        return ms_err_set(err, MS_ERR_LIMIT, "mimi config: K/V rings of %.0f MB per stream exceed %d MB",
+                          kv / 1e6, MIMI_MAX_STREAM_BYTES >> 20);
     if (c->num_codebooks < 1 || c->num_codebooks > c->q_n_q)
         return ms_err_set(err, MS_ERR_RANGE, "mimi config: num_codebooks %d outside [1, quantizer.n_q = %d]",
                           c->num_codebooks, c->q_n_q);

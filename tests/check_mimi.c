@@ -258,17 +258,27 @@ START_TEST(test_hostile_codes_and_pcm) {
 }
 END_TEST
 
-/* Write a copy of the tiny weights without tensor `skip` (or with it
- * reshaped to one dimension when reshape). */
+/* Write a copy of the tiny weights without tensor `skip` (reshape 0), with
+ * it reshaped to one dimension (1), or with a NaN in it (2). */
 static void write_variant(const char *path, const char *skip, int reshape) {
     char wpath[512];
     snprintf(wpath, sizeof wpath, "%s/tiny.safetensors", fixdir());
     ms_error e = {0};
+    float *poisoned = NULL;
     st_file *f = st_open(wpath, &e);
     ck_assert_ptr_nonnull(f);
     st_writer *w = st_writer_create();
     for (size_t i = 0; i < st_count(f); i++) {
         const st_tensor *t = st_at(f, i);
+        if (strcmp(t->name, skip) == 0 && reshape == 2) {   /* poison: first element NaN */
+            ck_assert_int_eq(t->dtype, ST_F32);
+            float *copy = malloc(t->nbytes);
+            memcpy(copy, t->data, t->nbytes);
+            copy[0] = NAN;
+            ck_assert_int_eq(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copy), MS_OK);
+            poisoned = copy;
+            continue;
+        }
         if (strcmp(t->name, skip) == 0) {
             if (!reshape) continue;
             int64_t n = (int64_t)t->nel;
@@ -280,6 +290,7 @@ static void write_variant(const char *path, const char *skip, int reshape) {
     ck_assert_int_eq(st_writer_save(w, path, &e), MS_OK);
     st_writer_free(w);
     st_close(f);
+    free(poisoned);
 }
 
 START_TEST(test_hostile_weights) {
@@ -292,7 +303,7 @@ START_TEST(test_hostile_weights) {
                                   "decoder_transformer.transformer.layers.1.linear2.weight",
                                   "quantizer.rvq_rest.vq.layers.6._codebook.embedding_sum",
                                   "upsample.convtr.convtr.convtr.weight"};
-    for (int reshape = 0; reshape < 2; reshape++)
+    for (int reshape = 0; reshape < 3; reshape++)
         for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
             write_variant(path, names[i], reshape);
             mimi_model *m = NULL;

@@ -98,6 +98,7 @@ static const struct {
     {"{\"transformer\": {\"positional_embedding\": \"sin\"}}", "positional_embedding", MS_ERR_UNSUPPORTED},
     {"{\"transformer\": {\"context\": null}}", "context = null", MS_ERR_UNSUPPORTED},
     {"{\"transformer\": {\"context\": 100000}}", "transformer.context", MS_ERR_RANGE},
+    {"{\"transformer\": {\"context\": 8192, \"num_layers\": 64}}", "K/V rings", MS_ERR_LIMIT},
     {"{\"transformer\": {\"num_heads\": 3}}", "head size", MS_ERR_UNSUPPORTED},
     {"{\"transformer\": {\"kv_repeat\": 2}}", "kv_repeat", MS_ERR_RANGE},
     {"{\"transformer\": {\"output_dimensions\": [512, 512]}}", "output_dimensions", MS_ERR_UNSUPPORTED},
