@@ -30,6 +30,7 @@
 #define MIMI_GEMM_SMALL_N 8
 #define PR 16            /* rows per panel of the panel layout */
 #define PANEL_MAX_N 12   /* widest product the panel kernel takes */
+#define PANEL_PREFETCH 96 /* k-steps (64 bytes each) the panel kernel prefetches ahead */
 
 /* Pack B[k0..k0+kc, j0..j0+nc) into panels of NR columns: panel p holds
  * kc rows of NR floats (zero beyond N). */
@@ -333,6 +334,7 @@ static inline __attribute__((always_inline)) void panel_group(int ncol, int M, i
 #pragma GCC unroll 6
         for (int j = 0; j < ncol; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
         for (int k = 0; k < K; k++) {
+            _mm_prefetch((const char *)(a + (size_t)(k + PANEL_PREFETCH) * PR), _MM_HINT_T0);
             __m256 a0 = _mm256_loadu_ps(a + (size_t)k * PR), a1 = _mm256_loadu_ps(a + (size_t)k * PR + 8);
             const float *b = B + (size_t)k * ldb;
 #pragma GCC unroll 6
