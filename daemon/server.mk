@@ -1,6 +1,6 @@
 # daemon/server.mk - the HTTP/WebSocket front end, metrics, the engine
 # scheduler, and their tests.
-SERVER_SRCS := daemon/srv.c daemon/metrics.c
+SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c
 SERVER_OBJS = $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
 SERVER_LIBS = $(call pc_libs,libwebsockets libuv)
 EXTRA_CFLAGS_daemon_ = $(call pc_cflags,libwebsockets libuv libcjson opus ogg)
@@ -16,3 +16,8 @@ CHECK_SUITES += metrics
 CHECK_metrics_DEPS = $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
 
 PYTEST_DIRS += tests/integration
+
+CHECK_SUITES += scheduler
+CHECK_scheduler_DEPS = $(BUILD)/obj/daemon/scheduler.o $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
+CHECK_scheduler_LIBS = $(call pc_libs,libuv)
+CHECK_scheduler_CFLAGS = $(call pc_cflags,libuv)
