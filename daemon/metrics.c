@@ -9,9 +9,12 @@ static _Atomic uint64_t counters[MET__NCOUNTERS];
 static _Atomic int64_t gauges[MET__NGAUGES];
 static _Atomic uint64_t errors[MET__NERR];
 static _Atomic uint64_t ignored[MET__NIGN];
-static _Atomic uint64_t buckets[MET_NBUCKETS + 1]; /* last = +Inf */
-static _Atomic uint64_t lat_count;
-static _Atomic uint64_t lat_sum_us;
+typedef struct {
+    _Atomic uint64_t buckets[MET_NBUCKETS + 1]; /* last = +Inf */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_us;
+} met_hist;
+static met_hist step_hist, frame_hist;
 static const double bucket_ms[MET_NBUCKETS] = MET_LATENCY_BUCKETS_MS;
 
 static const char *const counter_names[] = {
@@ -44,12 +47,21 @@ int64_t met_gauge(int g) { return atomic_load_explicit(&gauges[g], memory_order_
 void met_error(int k) { atomic_fetch_add_explicit(&errors[k], 1, memory_order_relaxed); }
 void met_ignored(int k) { atomic_fetch_add_explicit(&ignored[k], 1, memory_order_relaxed); }
 
-void met_observe_step_ms(double ms) {
+static void observe(met_hist *h, double ms) {
     int b = 0;
     while (b < MET_NBUCKETS && ms > bucket_ms[b]) b++;
-    atomic_fetch_add_explicit(&buckets[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&lat_count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&lat_sum_us, (uint64_t)(ms * 1000.0 + 0.5), memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, (uint64_t)(ms * 1000.0 + 0.5), memory_order_relaxed);
+}
+
+void met_observe_step_ms(double ms) { observe(&step_hist, ms); }
+void met_observe_frame_ms(double ms) { observe(&frame_hist, ms); }
+
+static void hist_reset(met_hist *h) {
+    for (int i = 0; i <= MET_NBUCKETS; i++) atomic_store(&h->buckets[i], 0);
+    atomic_store(&h->count, 0);
+    atomic_store(&h->sum_us, 0);
 }
 
 void met_reset(void) {
@@ -57,9 +69,8 @@ void met_reset(void) {
     for (int i = 0; i < MET__NGAUGES; i++) atomic_store(&gauges[i], 0);
     for (int i = 0; i < MET__NERR; i++) atomic_store(&errors[i], 0);
     for (int i = 0; i < MET__NIGN; i++) atomic_store(&ignored[i], 0);
-    for (int i = 0; i <= MET_NBUCKETS; i++) atomic_store(&buckets[i], 0);
-    atomic_store(&lat_count, 0);
-    atomic_store(&lat_sum_us, 0);
+    hist_reset(&step_hist);
+    hist_reset(&frame_hist);
 }
 
 typedef struct { char *buf; size_t cap, len; } out_t;
@@ -72,6 +83,20 @@ static void put(out_t *o, const char *fmt, ...) {
     int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
     va_end(ap);
     if (n > 0) o->len += (size_t)n;
+}
+
+static void render_hist(out_t *o, met_hist *h, const char *name, const char *help) {
+    put(o, "# HELP moshid_%s %s\n# TYPE moshid_%s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int b = 0; b <= MET_NBUCKETS; b++) {
+        cum += atomic_load_explicit(&h->buckets[b], memory_order_relaxed);
+        if (b < MET_NBUCKETS)
+            put(o, "moshid_%s_bucket{le=\"%g\"} %llu\n", name, bucket_ms[b] / 1000.0, (unsigned long long)cum);
+        else
+            put(o, "moshid_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    put(o, "moshid_%s_sum %.6f\nmoshid_%s_count %llu\n", name, (double)atomic_load(&h->sum_us) / 1e6, name,
+        (unsigned long long)atomic_load(&h->count));
 }
 
 size_t met_render(char *buf, size_t cap) {
@@ -91,17 +116,9 @@ size_t met_render(char *buf, size_t cap) {
     for (int i = 0; i < MET__NIGN; i++)
         put(&o, "moshid_ignored_messages_total{kind=\"%s\"} %llu\n", ignored_names[i],
             (unsigned long long)atomic_load_explicit(&ignored[i], memory_order_relaxed));
-    put(&o, "# HELP moshid_step_latency_seconds Engine step latency\n# TYPE moshid_step_latency_seconds histogram\n");
-    uint64_t cum = 0;
-    for (int b = 0; b <= MET_NBUCKETS; b++) {
-        cum += atomic_load_explicit(&buckets[b], memory_order_relaxed);
-        if (b < MET_NBUCKETS)
-            put(&o, "moshid_step_latency_seconds_bucket{le=\"%g\"} %llu\n", bucket_ms[b] / 1000.0, (unsigned long long)cum);
-        else
-            put(&o, "moshid_step_latency_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    }
-    put(&o, "moshid_step_latency_seconds_sum %.6f\nmoshid_step_latency_seconds_count %llu\n",
-        (double)atomic_load(&lat_sum_us) / 1e6, (unsigned long long)atomic_load(&lat_count));
+    render_hist(&o, &step_hist, "step_latency_seconds", "Engine step latency (one batched step)");
+    render_hist(&o, &frame_hist, "frame_latency_seconds",
+                "Frame latency: input frame complete -> its output ready (server side)");
     if (o.len >= cap && cap) buf[cap - 1] = '\0';
     return o.len;
 }

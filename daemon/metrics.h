@@ -53,8 +53,8 @@ enum {
 };
 
 /* Upper bounds of the step-latency histogram buckets, milliseconds. */
-#define MET_LATENCY_BUCKETS_MS {5, 10, 20, 40, 60, 80, 120, 160, 320, 640}
-#define MET_NBUCKETS 10
+#define MET_LATENCY_BUCKETS_MS {1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320, 640, 1280}
+#define MET_NBUCKETS 19
 
 void met_add(int counter, uint64_t v);
 void met_set(int gauge, int64_t v);
@@ -65,6 +65,9 @@ void met_error(int kind);
 void met_ignored(int kind);
 /* met_observe_step_ms: add one engine step latency (milliseconds). */
 void met_observe_step_ms(double ms);
+/* met_observe_frame_ms: add one frame latency: input frame complete on the
+ * loop thread -> its output ready for the loop thread (milliseconds). */
+void met_observe_frame_ms(double ms);
 /* met_reset: zero everything (tests). */
 void met_reset(void);
 

@@ -170,6 +170,7 @@ static void *engine_main(void *arg) {
             slot *sl = &s->slots[s->batch[j]];
             sched_out o = {.kind = SCHED_OUT_FRAME, .gen = atomic_load(&sl->gen), .step = sl->step++,
                            .has_pcm = s->has_pcm[j], .text = s->text[j], .latency_ms = t1 - s->t_in[j]};
+            met_observe_frame_ms(o.latency_ms);
             if (o.latency_ms > s->cfg.frame_ms) met_add(MET_late_frames_total, 1);
             if (!out_push(s, sl, &o, s->pcm_out + (size_t)j * F)) atomic_store(&sl->overflow, 1);
             atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
