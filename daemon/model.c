@@ -1,6 +1,7 @@
 /* model.c - LM + Mimi + tokenizer as one sched_model. See model.h. */
 #include "model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@ typedef struct model_slot {
     lmgen_slot g;
     mimi_stream *mimi;
     uint64_t frames;        /* frames encoded since the session began */
+    FILE *rec_codes, *rec_out;  /* debug recording (record_dir) */
 } model_slot;
 
 struct model {
@@ -111,7 +113,10 @@ fail:
 
 void model_close(model *m) {
     if (!m) return;
-    for (int i = 0; m->s && i < m->slots; i++) mimi_stream_free(m->s[i].mimi);
+    for (int i = 0; m->s && i < m->slots; i++) {
+        rec_close(&m->s[i]);
+        mimi_stream_free(m->s[i].mimi);
+    }
     free(m->s);
     free(m->streams); free(m->gens); free(m->codes); free(m->out); free(m->has_out);
     free(m->dec_rows); free(m->dec_codes); free(m->dec_pcm);
@@ -121,9 +126,29 @@ void model_close(model *m) {
     free(m);
 }
 
+static void rec_close(model_slot *s) {
+    if (s->rec_codes) fclose(s->rec_codes);
+    if (s->rec_out) fclose(s->rec_out);
+    s->rec_codes = s->rec_out = NULL;
+}
+
+static void rec_open(model *m, model_slot *s, uint64_t id) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/session-%llu.codes", m->o.record_dir, (unsigned long long)id);
+    s->rec_codes = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/session-%llu.jsonl", m->o.record_dir, (unsigned long long)id);
+    s->rec_out = fopen(path, "w");
+    if (!s->rec_codes || !s->rec_out) {
+        LOGW("record_failed", "dir=%s", m->o.record_dir);
+        rec_close(s);
+    }
+}
+
 static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     model *m = ctx;
     model_slot *s = &m->s[slot];
+    rec_close(s);
+    if (m->o.record_dir && m->o.record_dir[0]) rec_open(m, s, p->session_id);
     lm_samp samp;
     lm_samp_defaults(&samp, p->text_seed);
     samp.text_temp = p->greedy ? 0.0f : p->text_temperature;
@@ -138,8 +163,8 @@ static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
 }
 
 static void m_end(void *ctx, int slot) {
-    (void)ctx;
-    (void)slot; /* nothing held beyond the slot's reusable state */
+    model *m = ctx;
+    rec_close(&m->s[slot]); /* nothing else is held beyond the slot's reusable state */
 }
 
 static int m_step(void *ctx, int n, const int *slots, const float *pcm_in, float *pcm_out, int *has_pcm, int *text,
@@ -161,8 +186,24 @@ static int m_step(void *ctx, int n, const int *slots, const float *pcm_in, float
     /* lmgen reads n_user codes per slot: the first n_user of each row */
     if (m->cfg->n_user != ncb)
         for (int j = 0; j < n; j++) memmove(m->codes + j * m->cfg->n_user, m->codes + j * ncb, sizeof(int) * (size_t)m->cfg->n_user);
+    const int nu = m->cfg->n_user;
+    for (int j = 0; j < n; j++) {
+        model_slot *s = &m->s[slots[j]];
+        if (!s->rec_codes) continue;
+        for (int k = 0; k < nu; k++) fprintf(s->rec_codes, k ? " %d" : "%d", m->codes[j * nu + k]);
+        fputc('\n', s->rec_codes);
+    }
     rc = lmgen_step_batch(m->lm, m->gens, n, m->codes, m->out, m->has_out, NULL, NULL, err);
     if (rc) return rc;
+    for (int j = 0; j < n; j++) {
+        model_slot *s = &m->s[slots[j]];
+        if (!s->rec_out) continue;
+        fprintf(s->rec_out, "{\"step\": %llu, \"out\": ", (unsigned long long)(s->frames - 1));
+        if (!m->has_out[j]) fputs("null", s->rec_out);
+        else
+            for (int k = 0; k < nout; k++) fprintf(s->rec_out, "%s%d", k ? ", " : "[", m->out[(size_t)j * nout + k]);
+        fputs(m->has_out[j] ? "]}\n" : "}\n", s->rec_out);
+    }
     int nd = 0;
     for (int j = 0; j < n; j++) {
         has_pcm[j] = 0;

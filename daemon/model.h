@@ -28,6 +28,11 @@ typedef struct model_opts {
     int threads;               /* CPU backend threads (<= 0: all) */
     int slots;                 /* sessions served at once */
     lm_variant variant;        /* LM_VARIANT_AUTO: from the checkpoint */
+    const char *record_dir;    /* debug: when set, each session's input codes
+                                  (session-ID.codes, moshi-run's --codes-in format)
+                                  and LM outputs (session-ID.jsonl, moshi-run's
+                                  output format) are written there, on the engine
+                                  thread (slow: for debugging only) */
 } model_opts;
 
 typedef struct model model;

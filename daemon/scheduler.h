@@ -29,6 +29,7 @@ typedef struct sched_params {
     uint64_t text_seed, audio_seed;
     int greedy;
     void *persona;                 /* model-specific (snapshot to restore), may be NULL */
+    uint64_t session_id;           /* for logs and debug recordings */
 } sched_params;
 
 /* The model as the engine thread sees it (an adapter over LM + Mimi). */

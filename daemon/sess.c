@@ -195,6 +195,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         .audio_temperature = (float)(proto_query_has(&s->q, PROTO_Q_AUDIO_TEMPERATURE) ? s->q.audio_temperature : a->o.audio_temperature),
         .text_topk = proto_query_has(&s->q, PROTO_Q_TEXT_TOPK) ? s->q.text_topk : a->o.text_topk,
         .audio_topk = proto_query_has(&s->q, PROTO_Q_AUDIO_TOPK) ? s->q.audio_topk : a->o.audio_topk,
+        .session_id = s->id,
     };
     /* seed (PersonaPlex) sets both; text_seed / audio_seed (Kyutai) each */
     int64_t seed = proto_query_has(&s->q, PROTO_Q_SEED) ? s->q.seed : -1;
