@@ -44,6 +44,8 @@ struct model {
     float *dec_pcm;         /* (slots, F) */
 };
 
+static void rec_close(model_slot *s);
+
 static const lm_backend_ops *pick_backend(const model_opts *o, ms_error *err) {
     if (strcmp(o->backend, "cpu") == 0) return &lm_cpu_backend;
     ms_error perr = {0};
