@@ -38,5 +38,7 @@ $(DEMO_DIR)/.ok: $(BUILD)/moshid-mkmodel config/demo/corpus.txt
 	$(Q)mkdir -p $(DEMO_DIR)
 	$(Q)spm_train --input=config/demo/corpus.txt --model_prefix=$(DEMO_DIR)/tokenizer $(SPM_TRAIN_FLAGS) >/dev/null 2>&1
 	$(Q)$(BUILD)/moshid-mkmodel --out $(DEMO_DIR) --text-card $$(spm_export_vocab --model=$(DEMO_DIR)/tokenizer.model | wc -l)
+	$(Q)$(BUILD)/moshid-mkmodel --out $(DEMO_DIR)/kyutai --dep-q 8 --lm-only \
+		--text-card $$(spm_export_vocab --model=$(DEMO_DIR)/tokenizer.model | wc -l)
 	$(Q)touch $@
 demo-model: $(DEMO_DIR)/.ok

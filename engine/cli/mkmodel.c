@@ -3,13 +3,14 @@
  * sessions on a fresh machine with no downloaded weights (it babbles; every
  * part of the pipeline is real).
  *
- *   moshid-mkmodel --out DIR --text-card N [--seed S]
+ *   moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]
  *
  * Writes DIR/lm/config.json + DIR/lm/model.safetensors (the LMModel keyword
  * names and the released tensor names; PersonaPlex-shaped: 16 audio inputs,
  * a 16-step depformer, audio card 2048) and DIR/mimi.json +
  * DIR/mimi.safetensors (the official Mimi naming, a small SEANet and 2-layer
- * transformers). The tokenizer (DIR/tokenizer.model) is trained separately
+ * transformers). --dep-q 8 writes a Kyutai-shaped LM instead (8 generated
+ * streams); --lm-only skips Mimi. The tokenizer (DIR/tokenizer.model) is trained separately
  * with spm_train (see config/demo/README.md); its vocabulary size is the
  * text card given here. Sizes are chosen so that LM + Mimi cost a few ms of
  * CPU per session frame (docs/benchmarks.md).
@@ -33,7 +34,6 @@
 #define LM_HIDDEN_SCALE 4.125
 #define LM_CONTEXT 3000
 #define LM_NQ 16
-#define LM_DEPQ 16
 #define LM_CARD 2048
 #define DEP_DIM 64
 #define DEP_HEADS 4
@@ -118,7 +118,7 @@ static void write_text(const char *path, const char *text) {
     }
 }
 
-static void make_lm(gen *g, const char *dir, int text_card) {
+static void make_lm(gen *g, const char *dir, int text_card, int dep_q) {
     char name[256], path[4096];
     int H = gated_hidden(LM_DIM, (int)(LM_HIDDEN_SCALE * LM_DIM));
     int DH = gated_hidden(DEP_DIM, DEP_FF);
@@ -139,12 +139,12 @@ static void make_lm(gen *g, const char *dir, int text_card) {
         add(g, LAYER("gating.linear_out.weight"), 'u', lin(H), 2, LM_DIM, H);
 #undef LAYER
     }
-    for (int k = 0; k < LM_DEPQ; k++) {
+    for (int k = 0; k < dep_q; k++) {
         snprintf(name, sizeof name, "depformer_in.%d.weight", k);
         add(g, name, 'u', lin(LM_DIM), 2, DEP_DIM, LM_DIM);
         snprintf(name, sizeof name, "linears.%d.weight", k);
         add(g, name, 'u', lin(DEP_DIM), 2, LM_CARD, DEP_DIM);
-        if (k < LM_DEPQ - 1) {
+        if (k < dep_q - 1) {
             snprintf(name, sizeof name, "depformer_emb.%d.weight", k);
             add(g, name, 'u', 1.0, 2, LM_CARD + 1, DEP_DIM);
         }
@@ -154,9 +154,9 @@ static void make_lm(gen *g, const char *dir, int text_card) {
 #define DLAYER(fmt, ...) (snprintf(name, sizeof name, "depformer.layers.%d." fmt, l, ##__VA_ARGS__), name)
         add(g, DLAYER("norm1.alpha"), 'c', 1.0, 3, 1, 1, DEP_DIM);
         add(g, DLAYER("norm2.alpha"), 'c', 1.0, 3, 1, 1, DEP_DIM);
-        add(g, DLAYER("self_attn.in_proj_weight"), 'u', lin(DEP_DIM), 2, LM_DEPQ * 3 * DEP_DIM, DEP_DIM);
-        add(g, DLAYER("self_attn.out_proj.weight"), 'u', lin(DEP_DIM), 2, LM_DEPQ * DEP_DIM, DEP_DIM);
-        for (int k = 0; k < LM_DEPQ; k++) {
+        add(g, DLAYER("self_attn.in_proj_weight"), 'u', lin(DEP_DIM), 2, dep_q * 3 * DEP_DIM, DEP_DIM);
+        add(g, DLAYER("self_attn.out_proj.weight"), 'u', lin(DEP_DIM), 2, dep_q * DEP_DIM, DEP_DIM);
+        for (int k = 0; k < dep_q; k++) {
             add(g, DLAYER("gating.%d.linear_in.weight", k), 'u', lin(DEP_DIM), 2, 2 * DH, DEP_DIM);
             add(g, DLAYER("gating.%d.linear_out.weight", k), 'u', lin(DH), 2, DEP_DIM, DH);
         }
@@ -177,8 +177,8 @@ static void make_lm(gen *g, const char *dir, int text_card) {
              "  \"depformer_weights_per_step\": true,\n"
              "  \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
              "  \"model_type\": \"moshid-demo\"\n}\n",
-             LM_DIM, text_card, LM_NQ, LM_DEPQ, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, LM_CONTEXT, DEP_DIM,
-             DEP_FF, DEP_HEADS, DEP_LAYERS, LM_DEPQ);
+             LM_DIM, text_card, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, LM_CONTEXT, DEP_DIM,
+             DEP_FF, DEP_HEADS, DEP_LAYERS, dep_q);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);
 }
@@ -294,7 +294,7 @@ static void make_mimi(gen *g, const char *dir) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: moshid-mkmodel --out DIR --text-card N [--seed S]\n");
+    fprintf(stderr, "usage: moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]\n");
     exit(2);
 }
 
@@ -302,13 +302,16 @@ int main(int argc, char **argv) {
     const char *out = NULL;
     long text_card = 0;
     unsigned long long seed = 20261129;
+    int dep_q = 16, lm_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--text-card") && i + 1 < argc) text_card = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--dep-q") && i + 1 < argc) dep_q = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--lm-only")) lm_only = 1;
         else usage();
     }
-    if (!out || text_card < 4 || text_card > 100000) usage();
+    if (!out || text_card < 4 || text_card > 100000 || (dep_q != 8 && dep_q != 16)) usage();
     char lmdir[4096];
     snprintf(lmdir, sizeof lmdir, "%s/lm", out);
     if ((mkdir(out, 0755) && errno != EEXIST) || (mkdir(lmdir, 0755) && errno != EEXIST)) {
@@ -316,9 +319,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     gen g = {.seed = seed, .w = st_writer_create()};
-    make_lm(&g, lmdir, (int)text_card);
-    make_mimi(&g, out);
+    make_lm(&g, lmdir, (int)text_card, dep_q);
+    if (!lm_only) make_mimi(&g, out);
     st_writer_free(g.w);
-    fprintf(stderr, "mkmodel: wrote %s/lm/{config.json,model.safetensors} and %s/mimi.{json,safetensors}\n", out, out);
+    fprintf(stderr, "mkmodel: wrote %s/lm/{config.json,model.safetensors}%s\n", out, lm_only ? "" : " and mimi.{json,safetensors}");
     return 0;
 }
