@@ -369,3 +369,35 @@ def test_shutdown_tells_sessions(build_dir, tmp_path):
     assert any("shutting down" in e for e in res.errors)
     assert res.close_code == 1001
     assert p.wait(timeout=15) == 0
+
+
+@pytest.mark.parametrize("variant", ["kyutai", "personaplex"])
+def test_served_matches_offline(build_dir, tmp_path, variant):
+    """The daemon's greedy output tokens for a session equal what
+    `moshi-run --greedy` computes from the same input codes (recorded by the
+    daemon's debug option): the served path against the offline one."""
+    demo = build_dir / "demo"
+    lm = demo / "kyutai" / "lm" if variant == "kyutai" else demo / "lm"
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    p, port, log = start_daemon(build_dir, tmp_path, debug__record_dir=str(rec), model__lm_dir=str(lm))
+    try:
+        h = json.loads(get(port, "/healthz")[1])
+        assert h["variant"] == variant
+        pcm = mc.speech_pcm("Served and offline must agree.", seconds=3.0)
+        n = len(pcm) // FRAME - 1
+        res = run(mc.session(port, pcm=pcm, query="text_temperature=0&audio_temperature=0", realtime=False,
+                             expect_audio=n))
+        assert res.errors == []
+    finally:
+        stop_daemon(p, log)
+    codes = sorted(rec.glob("session-*.codes"))
+    assert len(codes) == 1
+    served = [json.loads(line) for line in codes[0].with_suffix(".jsonl").read_text().splitlines()]
+    r = subprocess.run([str(build_dir / "moshi-run"), "--lm", str(lm), "--codes-in", str(codes[0]), "--greedy"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    offline = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(offline) == len(served) >= n
+    for a, b in zip(served, offline):
+        assert a["step"] == b["step"] and a["out"] == b["out"], (a, b)
