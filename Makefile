@@ -90,6 +90,7 @@ include engine/core.mk
 -include engine/mimi.mk
 -include proto/proto.mk
 -include daemon/daemon.mk
+-include daemon/server.mk
 -include cuda/cuda.mk
 -include tests/fuzz/fuzz.mk
 include tests/tests.mk

@@ -1,0 +1,78 @@
+/* metrics.h - process-wide counters, gauges and the step-latency histogram,
+ * rendered in the Prometheus text format at /metrics (names prefixed
+ * moshid_). Updated from the loop thread and the engine thread with relaxed
+ * atomics; rendering reads a consistent-enough view (each value atomically).
+ */
+#ifndef MOSHID_METRICS_H
+#define MOSHID_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* X(name, help): monotonically increasing counters. */
+#define MET_COUNTERS(X)                                                            \
+    X(sessions_started_total, "Sessions that reached the handshake")              \
+    X(sessions_rejected_total, "Connections refused (server busy or not ready)")  \
+    X(frames_stepped_total, "Session frames stepped by the engine")               \
+    X(late_frames_total, "Session frames stepped later than one frame period")    \
+    X(engine_steps_total, "Batched engine steps")                                 \
+    X(bytes_in_total, "WebSocket payload bytes received")                         \
+    X(bytes_out_total, "WebSocket payload bytes sent")
+
+/* X(name, help): values that go up and down. */
+#define MET_GAUGES(X)                                                              \
+    X(sessions, "Sessions open now")                                              \
+    X(capacity, "Sessions this instance admits")                                  \
+    X(ready, "1 when the model is loaded and sessions are admitted")
+
+/* X(kind): labels of moshid_errors_total{kind=...} (errors sent to clients). */
+#define MET_ERROR_KINDS(X)                                                         \
+    X(busy) X(bad_query) X(bad_audio) X(oversize) X(input_overrun) X(slow_reader)  \
+    X(idle_timeout) X(max_steps) X(internal)
+
+/* X(kind): labels of moshid_ignored_messages_total{kind=...}. */
+#define MET_IGNORED_KINDS(X) X(empty) X(control) X(ping) X(text) X(unknown)
+
+enum {
+#define MET_E(n, h) MET_##n,
+    MET_COUNTERS(MET_E) MET__NCOUNTERS
+};
+enum {
+    MET_GAUGES(MET_E) MET__NGAUGES
+#undef MET_E
+};
+enum {
+#define MET_K(k) MET_ERR_##k,
+    MET_ERROR_KINDS(MET_K) MET__NERR
+#undef MET_K
+};
+enum {
+#define MET_K(k) MET_IGN_##k,
+    MET_IGNORED_KINDS(MET_K) MET__NIGN
+#undef MET_K
+};
+
+/* Upper bounds of the step-latency histogram buckets, milliseconds. */
+#define MET_LATENCY_BUCKETS_MS {1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320, 640, 1280}
+#define MET_NBUCKETS 19
+
+void met_add(int counter, uint64_t v);
+void met_set(int gauge, int64_t v);
+void met_gauge_add(int gauge, int64_t delta);
+int64_t met_gauge(int gauge);
+uint64_t met_counter(int counter);
+void met_error(int kind);
+void met_ignored(int kind);
+/* met_observe_step_ms: add one engine step latency (milliseconds). */
+void met_observe_step_ms(double ms);
+/* met_observe_frame_ms: add one frame latency: input frame complete on the
+ * loop thread -> its output ready for the loop thread (milliseconds). */
+void met_observe_frame_ms(double ms);
+/* met_reset: zero everything (tests). */
+void met_reset(void);
+
+/* met_render: write the Prometheus text exposition into buf (NUL-terminated).
+ * Returns the length, or the length needed (>= cap) when buf is too small. */
+size_t met_render(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,36 @@
+/* server.h - the moshid application: the libuv loop, the HTTP/WebSocket
+ * front end, sessions, the engine thread and the model, wired together.
+ * main.c fills a server_opts from the configuration and calls server_run.
+ */
+#ifndef MOSHID_SERVER_H
+#define MOSHID_SERVER_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "srv.h"
+
+typedef struct server_opts {
+    srv_config srv;            /* listen address, port, TLS, static files, limits */
+    model_opts model;          /* model files, backend, slots */
+    double text_temperature, audio_temperature;   /* defaults when the client sends none */
+    int text_topk, audio_topk;
+    double input_buffer_s;     /* queued input audio per session (>= 3 s accepts opusenc's 1 s pages) */
+    double output_queue_s;     /* unsent output audio before a slow client is closed */
+    double idle_timeout_s;     /* no message from the client for this long closes it */
+    int64_t max_steps;         /* frames per session; 0 = the model's context */
+    const char *build;         /* version string for metadata */
+    const char *instance;      /* name for metadata (host name) */
+} server_opts;
+
+/* server_reload_fn: re-read the configuration (SIGHUP) into *o; return
+ * MS_OK or an error (then nothing changes). Loop thread. */
+typedef int (*server_reload_fn)(void *ud, server_opts *o, ms_error *err);
+
+/* server_run: open the model, listen, serve until SIGTERM/SIGINT, shut down
+ * cleanly. Returns the process exit status: 0 after a clean shutdown, 1 when
+ * start-up failed (err set), 2 after a fatal engine error. */
+int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err);
+
+#endif

@@ -1,0 +1,408 @@
+/* sess.c - one client session: protocol state machine on the loop thread.
+ *
+ * Life of a session: the WebSocket opens -> query parsed and checked ->
+ * metadata message -> a slot is attached (or "server busy" and close) ->
+ * READY from the engine -> handshake; then audio pages are decoded to PCM,
+ * cut into 1920-sample frames and pushed to the engine; the engine's frames
+ * come back through sess_drain and are Opus-encoded and queued with the
+ * text pieces. Every error a client can cause gets an error message, then a
+ * clean close; no other session is affected.
+ */
+#include "sess.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "msg.h"
+
+/* WebSocket close statuses used. */
+#define WS_NORMAL 1000
+#define WS_GOING_AWAY 1001
+#define WS_POLICY 1008
+#define WS_TOO_BIG 1009
+#define WS_INTERNAL 1011
+#define WS_TRY_LATER 1013
+/* Frame period, ms. */
+#define SESS_FRAME_MS 80.0
+
+double app_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Queue a message of `len` bytes built by the caller into m->buf + srv_pre. */
+static sess_msg *msg_new(size_t len) {
+    sess_msg *m = malloc(sizeof *m + srv_pre + len + 1);
+    if (m) {
+        m->next = NULL;
+        m->len = len;
+        m->audio_frames = 0;
+    }
+    return m;
+}
+
+static void enqueue(sess *s, sess_msg *m) {
+    if (s->qtail) s->qtail->next = m;
+    else s->qhead = m;
+    s->qtail = m;
+    s->queued_audio_frames += m->audio_frames;
+    srv_conn_writable(s->c);
+}
+
+/* Build and queue a message of kind with payload (copied). */
+static int send_kind(sess *s, int kind, const void *payload, size_t len) {
+    sess_msg *m = msg_new(1 + len);
+    if (!m) return MS_ERR_NOMEM;
+    size_t out = 0;
+    ms_error e = {0};
+    int rc;
+    if (kind == PROTO_MSG_TEXT)
+        rc = proto_msg_build_text(m->buf, srv_pre + 1 + len + 1, srv_pre, payload, len, &out, &e);
+    else
+        rc = proto_msg_build(m->buf, srv_pre + 1 + len + 1, srv_pre, kind, payload, len, &out, &e);
+    if (rc) { free(m); return rc; }
+    m->len = out;
+    enqueue(s, m);
+    return MS_OK;
+}
+
+void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
+    if (s->close_status) return;
+    char text[PROTO_ERROR_TEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (kind >= 0) met_error(kind);
+    LOGI("session_error", "id=%llu peer=%s status=%d msg=\"%s\"", (unsigned long long)s->id, srv_conn_peer(s->c),
+         status, text);
+    sess_msg *m = msg_new(1 + PROTO_ERROR_TEXT_MAX);
+    size_t out = 0;
+    if (m && proto_msg_build_error(m->buf, srv_pre + 1 + PROTO_ERROR_TEXT_MAX, srv_pre, text, &out, NULL) == MS_OK) {
+        m->len = out;
+        enqueue(s, m);
+    } else {
+        free(m);
+    }
+    s->close_status = status;
+    snprintf(s->close_reason, sizeof s->close_reason, "%.60s", text);
+    srv_conn_writable(s->c);
+}
+
+static void send_metadata(sess *s) {
+    app *a = s->a;
+    const lm_config *c = model_lm_config(a->m);
+    char json[1024];
+    int n = snprintf(json, sizeof json,
+                     "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
+                     "\"backend\":\"%s\",\"protocol_version\":%u,"
+                     "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
+                     "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":80,\"sample_rate\":24000,"
+                     "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
+                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}}",
+                     a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
+                     model_backend_name(a->m), PROTO_VERSION,
+                     proto_query_has(&s->q, PROTO_Q_TEXT_TEMPERATURE) ? s->q.text_temperature : a->o.text_temperature,
+                     proto_query_has(&s->q, PROTO_Q_TEXT_TOPK) ? s->q.text_topk : a->o.text_topk,
+                     proto_query_has(&s->q, PROTO_Q_AUDIO_TEMPERATURE) ? s->q.audio_temperature : a->o.audio_temperature,
+                     proto_query_has(&s->q, PROTO_Q_AUDIO_TOPK) ? s->q.audio_topk : a->o.audio_topk,
+                     (long long)s->max_steps, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
+                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context);
+    if (n > 0 && (size_t)n < sizeof json) {
+        sess_msg *m = msg_new(1 + (size_t)n);
+        size_t out = 0;
+        if (m && proto_msg_build_metadata(m->buf, srv_pre + 1 + (size_t)n + 1, srv_pre, json, (size_t)n, &out, NULL) == MS_OK) {
+            m->len = out;
+            enqueue(s, m);
+        } else {
+            free(m);
+        }
+    }
+}
+
+/* A random 63-bit seed for "pick one" (-1 or absent). */
+static uint64_t pick_seed(int64_t v) {
+    if (v >= 0) return (uint64_t)v;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    static uint64_t ctr;
+    uint64_t x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (++ctr * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    return x & 0x7fffffffffffffffull;
+}
+
+void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
+    app *a = ud;
+    sess *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->a = a;
+    s->c = c;
+    s->id = ++a->next_id;
+    s->slot = -1;
+    s->last_rx_ms = app_now_ms();
+    s->next = a->sessions;
+    if (a->sessions) a->sessions->prev = s;
+    a->sessions = s;
+    a->nsessions++;
+    LOGI("session_open", "id=%llu peer=%s", (unsigned long long)s->id, srv_conn_peer(c));
+
+    if (a->stopping) {
+        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server is shutting down");
+        return s;
+    }
+    /* Query parameters (libwebsockets hands them URL-decoded). */
+    proto_query_init(&s->q);
+    ms_error e = {0};
+    for (int i = 0; i < nargs; i++) {
+        const char *eq = strchr(args[i], '=');
+        size_t kl = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
+        const char *v = eq ? eq + 1 : "";
+        if (proto_query_set(&s->q, args[i], kl, v, strlen(v), &e) != MS_OK) {
+            sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: %s", e.msg);
+            return s;
+        }
+    }
+    const lm_config *lc = model_lm_config(a->m);
+    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : lc->context;
+    proto_query_limits lim = {lc->text_card, lc->card, cap};
+    if (proto_query_finish(&s->q, &lim, &e) != MS_OK) {
+        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: %s", e.msg);
+        return s;
+    }
+    s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
+    if (proto_query_has(&s->q, PROTO_Q_VOICE_PROMPT) || proto_query_has(&s->q, PROTO_Q_TEXT_PROMPT) ||
+        proto_query_has(&s->q, PROTO_Q_PERSONA)) {
+        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "personas (voice_prompt, text_prompt, persona) are not "
+                                                    "implemented yet by this server");
+        return s;
+    }
+    if (!(s->dec = audio_dec_create(NULL, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
+        sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
+        return s;
+    }
+    send_metadata(s);
+    sched_params p = {
+        .text_temperature = (float)(proto_query_has(&s->q, PROTO_Q_TEXT_TEMPERATURE) ? s->q.text_temperature : a->o.text_temperature),
+        .audio_temperature = (float)(proto_query_has(&s->q, PROTO_Q_AUDIO_TEMPERATURE) ? s->q.audio_temperature : a->o.audio_temperature),
+        .text_topk = proto_query_has(&s->q, PROTO_Q_TEXT_TOPK) ? s->q.text_topk : a->o.text_topk,
+        .audio_topk = proto_query_has(&s->q, PROTO_Q_AUDIO_TOPK) ? s->q.audio_topk : a->o.audio_topk,
+        .session_id = s->id,
+    };
+    /* seed (PersonaPlex) sets both; text_seed / audio_seed (Kyutai) each */
+    int64_t seed = proto_query_has(&s->q, PROTO_Q_SEED) ? s->q.seed : -1;
+    p.text_seed = pick_seed(proto_query_has(&s->q, PROTO_Q_TEXT_SEED) ? s->q.text_seed : seed);
+    p.audio_seed = pick_seed(proto_query_has(&s->q, PROTO_Q_AUDIO_SEED) ? s->q.audio_seed : seed);
+    if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
+        met_add(MET_sessions_rejected_total, 1);
+        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
+                  sched_capacity(a->sch));
+        return s;
+    }
+    s->attached = 1;
+    met_gauge_add(MET_sessions, 1);
+    return s;
+}
+
+/* Hand one full frame to the engine (or keep it until READY). */
+static int push_frame(sess *s, const float *pcm) {
+    if (!s->ready) {
+        if (s->early_n == s->early_cap) {
+            sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+                      "too much audio before the session was ready (more than %.1f s)", s->a->o.input_buffer_s);
+            return MS_ERR_LIMIT;
+        }
+        memcpy(s->early + (size_t)s->early_n++ * AUDIO_FRAME_SAMPLES, pcm, sizeof(float) * AUDIO_FRAME_SAMPLES);
+        return MS_OK;
+    }
+    int rc = sched_push(s->a->sch, s->slot, s->gen, pcm);
+    if (rc == MS_ERR_LIMIT) {
+        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+                  "audio arrives faster than real time: more than %.1f s queued", s->a->o.input_buffer_s);
+    }
+    return rc;
+}
+
+static int on_pcm(void *user, const float *pcm, size_t n, ms_error *err) {
+    sess *s = user;
+    (void)err;
+    while (n > 0 && !s->close_status) {
+        size_t take = AUDIO_FRAME_SAMPLES - (size_t)s->acc_n;
+        if (take > n) take = n;
+        memcpy(s->acc + s->acc_n, pcm, take * sizeof(float));
+        s->acc_n += (int)take;
+        pcm += take;
+        n -= take;
+        if (s->acc_n == AUDIO_FRAME_SAMPLES) {
+            s->acc_n = 0;
+            if (push_frame(s, s->acc) != MS_OK) return MS_ERR_LIMIT;
+        }
+    }
+    return MS_OK;
+}
+
+void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
+    (void)ud;
+    sess *s = sp;
+    if (s->close_status) return;
+    s->last_rx_ms = app_now_ms();
+    met_add(MET_bytes_in_total, len);
+    proto_msg msg;
+    switch (proto_msg_parse(data, len, s->a->o.srv.max_message_bytes, &msg)) {
+    case PROTO_CLASS_EMPTY: met_ignored(MET_IGN_empty); return;
+    case PROTO_CLASS_UNKNOWN: met_ignored(MET_IGN_unknown); return;
+    case PROTO_CLASS_OVERSIZE: sess_oversize(ud, sp, len); return;
+    default: break;
+    }
+    switch (msg.kind) {
+    case PROTO_MSG_AUDIO: break;
+    case PROTO_MSG_CONTROL: met_ignored(MET_IGN_control); return;
+    case PROTO_MSG_PING: met_ignored(MET_IGN_ping); return;
+    case PROTO_MSG_TEXT: met_ignored(MET_IGN_text); return;
+    default: met_ignored(MET_IGN_unknown); return;
+    }
+    if (!s->attached) return; /* refused session: its error is on the way */
+    if (!s->early && s->early_cap == 0) {
+        s->early_cap = s->a->in_frames;
+        s->early = malloc(sizeof(float) * AUDIO_FRAME_SAMPLES * (size_t)s->early_cap);
+        if (!s->early) { sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: out of memory"); return; }
+    }
+    ms_error e = {0};
+    int rc = audio_dec_feed(s->dec, msg.payload, msg.payload_len, on_pcm, s, &e);
+    if (rc != MS_OK && !s->close_status)
+        sess_fail(s, MET_ERR_bad_audio, WS_POLICY, "bad audio: %s", e.msg);
+}
+
+void sess_oversize(void *ud, void *sp, size_t len) {
+    (void)ud;
+    sess *s = sp;
+    sess_fail(s, MET_ERR_oversize, WS_TOO_BIG, "message of %zu bytes exceeds the limit of %zu bytes", len,
+              s->a->o.srv.max_message_bytes);
+}
+
+void sess_writable(void *ud, void *sp) {
+    (void)ud;
+    sess *s = sp;
+    sess_msg *m = s->qhead;
+    if (!m) {
+        if (s->close_status) srv_conn_close(s->c, s->close_status, s->close_reason);
+        return;
+    }
+    s->qhead = m->next;
+    if (!s->qhead) s->qtail = NULL;
+    s->queued_audio_frames -= m->audio_frames;
+    int rc = srv_conn_send(s->c, m->buf, m->len);
+    if (rc == 0) met_add(MET_bytes_out_total, m->len);
+    free(m);
+    if (s->qhead || s->close_status) srv_conn_writable(s->c);
+}
+
+static void queue_free(sess *s) {
+    while (s->qhead) {
+        sess_msg *n = s->qhead->next;
+        free(s->qhead);
+        s->qhead = n;
+    }
+    s->qtail = NULL;
+    s->queued_audio_frames = 0;
+}
+
+void sess_closed(void *ud, void *sp) {
+    app *a = ud;
+    sess *s = sp;
+    if (s->attached) {
+        sched_detach(a->sch, s->slot, s->gen);
+        met_gauge_add(MET_sessions, -1);
+    }
+    LOGI("session_closed", "id=%llu steps=%llu", (unsigned long long)s->id, (unsigned long long)s->steps);
+    if (s->prev) s->prev->next = s->next;
+    else a->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
+    a->nsessions--;
+    queue_free(s);
+    audio_dec_free(s->dec);
+    audio_enc_free(s->enc);
+    free(s->early);
+    free(s);
+}
+
+static void on_ready(sess *s) {
+    s->ready = 1;
+    met_add(MET_sessions_started_total, 1);
+    sess_msg *m = msg_new(PROTO_HANDSHAKE_BYTES);
+    size_t out = 0;
+    if (!m || proto_msg_build_handshake(m->buf, srv_pre + PROTO_HANDSHAKE_BYTES + 1, srv_pre, 0, &out, NULL) != MS_OK) {
+        free(m);
+        sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: handshake");
+        return;
+    }
+    m->len = out;
+    enqueue(s, m);
+    LOGI("session_ready", "id=%llu slot=%d early_frames=%d", (unsigned long long)s->id, s->slot, s->early_n);
+    for (int i = 0; i < s->early_n && !s->close_status; i++)
+        push_frame(s, s->early + (size_t)i * AUDIO_FRAME_SAMPLES);
+    s->early_n = 0;
+}
+
+static void on_frame(sess *s, const sched_out *o) {
+    app *a = s->a;
+    s->steps++;
+    if (o->has_pcm) {
+        uint8_t buf[AUDIO_ENC_OUT_MAX];
+        size_t n = 0;
+        ms_error e = {0};
+        if (audio_enc_frame(s->enc, o->pcm, buf, sizeof buf, &n, &e) != MS_OK) {
+            sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
+            return;
+        }
+        sess_msg *m = msg_new(1 + n);
+        size_t out = 0;
+        if (!m || proto_msg_build(m->buf, srv_pre + 1 + n + 1, srv_pre, PROTO_MSG_AUDIO, buf, n, &out, NULL) != MS_OK) {
+            free(m);
+            return;
+        }
+        m->len = out;
+        m->audio_frames = 1;
+        enqueue(s, m);
+    }
+    const char *piece = o->text >= 0 ? model_piece(a->m, o->text) : NULL;
+    if (piece && piece[0]) send_kind(s, PROTO_MSG_TEXT, piece, strlen(piece));
+    if ((double)s->queued_audio_frames * SESS_FRAME_MS > a->o.output_queue_s * 1000.0) {
+        /* The client does not read: drop what is queued, tell it if the
+         * socket ever drains, close. */
+        queue_free(s);
+        sess_fail(s, MET_ERR_slow_reader, WS_POLICY, "client reads too slowly: more than %.1f s of audio unsent",
+                  a->o.output_queue_s);
+        return;
+    }
+    if ((int64_t)s->steps >= s->max_steps)
+        sess_fail(s, MET_ERR_max_steps, WS_NORMAL, "session reached its maximum length of %lld frames (%.0f s)",
+                  (long long)s->max_steps, (double)s->max_steps * SESS_FRAME_MS / 1000.0);
+}
+
+void sess_drain(sess *s) {
+    if (!s->attached) return;
+    sched_out o;
+    while (sched_pop(s->a->sch, s->slot, s->gen, &o)) {
+        if (s->close_status) continue; /* closing: results are dropped */
+        switch (o.kind) {
+        case SCHED_OUT_READY: on_ready(s); break;
+        case SCHED_OUT_FRAME: on_frame(s, &o); break;
+        case SCHED_OUT_ERROR: sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: the engine could not serve this session"); break;
+        }
+    }
+}
+
+void sess_tick(sess *s, double now) {
+    double idle = (now - s->last_rx_ms) / 1000.0;
+    if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
+        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.0f s", idle);
+}

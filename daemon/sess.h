@@ -1,0 +1,86 @@
+/* sess.h - one client session on the loop thread: the protocol state
+ * machine between the WebSocket (srv.h), the audio codecs (audio_opus.h)
+ * and the engine thread (scheduler.h). Internal to the daemon.
+ */
+#ifndef MOSHID_SESS_H
+#define MOSHID_SESS_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "audio_opus.h"
+#include "model.h"
+#include "query.h"
+#include "scheduler.h"
+#include "server.h"
+#include "srv.h"
+
+/* One queued outgoing message (srv_pre headroom, then the message). */
+typedef struct sess_msg {
+    struct sess_msg *next;
+    size_t len;
+    int audio_frames;          /* frames of audio it carries (unsent-audio accounting) */
+    uint8_t buf[];             /* srv_pre + len */
+} sess_msg;
+
+typedef struct app app;
+
+typedef struct sess {
+    app *a;
+    srv_conn *c;
+    struct sess *prev, *next;  /* app's list */
+    uint64_t id;
+    int slot;
+    uint32_t gen;
+    int attached, ready;
+    int close_status;          /* != 0: close once the queue is flushed */
+    char close_reason[64];
+    proto_query q;
+    int64_t max_steps;
+    audio_dec *dec;
+    audio_enc *enc;
+    float acc[AUDIO_FRAME_SAMPLES];  /* decoded input not yet a full frame */
+    int acc_n;
+    float *early;              /* (early_cap, 1920) frames received before READY */
+    int early_n, early_cap;
+    sess_msg *qhead, *qtail;
+    int queued_audio_frames;
+    uint64_t steps;
+    double last_rx_ms;
+} sess;
+
+struct app {
+    uv_loop_t loop;
+    server_opts o;
+    model *m;
+    sched *sch;
+    srv *server;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t tick;
+    sess *sessions;
+    int nsessions;
+    uint64_t next_id;
+    int stopping;
+    int exit_status;
+    int in_frames, out_frames;
+    server_reload_fn reload;
+    void *reload_ud;
+};
+
+/* Handlers for srv (sess.c). */
+void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs);
+void sess_message(void *ud, void *sp, const uint8_t *data, size_t len);
+void sess_oversize(void *ud, void *sp, size_t len);
+void sess_writable(void *ud, void *sp);
+void sess_closed(void *ud, void *sp);
+/* sess_drain: take the engine's outputs for s (after the async signal). */
+void sess_drain(sess *s);
+/* sess_fail: send an error message, then close with status. kind: a
+ * MET_ERR_* counter. */
+void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* sess_tick: idle timeout check (once a second). */
+void sess_tick(sess *s, double now_ms);
+
+double app_now_ms(void);
+
+#endif

@@ -1,0 +1,87 @@
+/* srv.h - the HTTP/WebSocket front end: libwebsockets on the daemon's libuv
+ * loop. Knows nothing about models or sessions: it routes requests, reassembles
+ * WebSocket messages (bounded), and hands events to the handlers.
+ *
+ * Routes: GET /api/chat upgrades to a WebSocket (upgrades on any other path
+ * are refused); /healthz and /metrics (and any path the http handler claims)
+ * are dynamic; everything else is a static file under static_dir, or 404.
+ *
+ * Threading: every srv_* call and every handler runs on the loop thread.
+ */
+#ifndef MOSHID_SRV_H
+#define MOSHID_SRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "err.h"
+
+/* Bytes of headroom libwebsockets needs before every payload passed to
+ * srv_conn_send (LWS_PRE, fixed by the library build). */
+extern const size_t srv_pre;
+
+typedef struct srv srv;
+typedef struct srv_conn srv_conn;
+
+typedef struct srv_config {
+    const char *listen;            /* address, NULL or "" = all interfaces */
+    int port;                      /* 0 = ephemeral (srv_port tells) */
+    const char *tls_cert;          /* PEM paths, both or neither */
+    const char *tls_key;
+    const char *static_dir;        /* NULL = no static files */
+    const char *const *allowed_origins; /* NULL-terminated; NULL or empty = any */
+    size_t max_message_bytes;      /* larger incoming messages -> ws_oversize */
+    unsigned max_header_bytes;     /* request headers, bytes */
+    unsigned max_connections;      /* header slots and simultaneous HTTP parses */
+    int send_buffer_bytes;         /* SO_SNDBUF of accepted sockets, 0 = system */
+} srv_config;
+
+typedef struct srv_http_reply {
+    int status;                    /* 200, 503, ... */
+    const char *content_type;
+    char *body;                    /* malloc'd; the server frees it */
+    size_t body_len;
+} srv_http_reply;
+
+typedef struct srv_handlers {
+    /* http_get: claim a dynamic GET path. Fill reply and return 1, or 0 to
+     * let the static files / 404 handle it. */
+    int (*http_get)(void *ud, const char *path, srv_http_reply *reply);
+    /* ws_open: a WebSocket on /api/chat is up. query: the decoded query
+     * arguments as "name=value" strings (n of them, borrowed for the call).
+     * Return the session pointer to attach, or NULL to close at once. */
+    void *(*ws_open)(void *ud, srv_conn *c, const char *const *args, int nargs);
+    /* ws_message: one complete message (borrowed for the call). */
+    void (*ws_message)(void *ud, void *sess, const uint8_t *data, size_t len);
+    /* ws_oversize: a message exceeded max_message_bytes; it was dropped. */
+    void (*ws_oversize)(void *ud, void *sess, size_t len_so_far);
+    /* ws_writable: the socket takes one srv_conn_send now. */
+    void (*ws_writable)(void *ud, void *sess);
+    /* ws_closed: the connection is gone; the session must forget c. */
+    void (*ws_closed)(void *ud, void *sess);
+} srv_handlers;
+
+/* srv_create: listen and serve on loop. NULL with err set on failure (port
+ * in use, bad certificate, ...). */
+srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, void *ud, ms_error *err);
+/* srv_port: the bound port (useful with port 0). */
+int srv_port(const srv *s);
+/* srv_shutdown: stop accepting, close every connection, tear down lws over
+ * the next loop iterations, then call done(ud) and free s. The loop keeps
+ * running; after done the server owns no handle. */
+void srv_shutdown(srv *s, void (*done)(void *ud));
+
+/* srv_conn_writable: ask for a ws_writable callback. */
+void srv_conn_writable(srv_conn *c);
+/* srv_conn_send: send one binary message; payload at buf + srv_pre, len
+ * bytes (buf has srv_pre bytes of headroom the library may overwrite).
+ * Call once per ws_writable. Returns 0, or -1 when the socket failed. */
+int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len);
+/* srv_conn_close: close with a WebSocket status and reason once pending
+ * writes are done (asynchronously; ws_closed follows). */
+void srv_conn_close(srv_conn *c, int status, const char *reason);
+/* srv_conn_peer: "ip" of the peer (for logs). */
+const char *srv_conn_peer(const srv_conn *c);
+
+#endif

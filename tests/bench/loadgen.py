@@ -1,0 +1,122 @@
+"""Load generator: N clients stream speech to moshid in real time; reports the
+server-side frame latency (from /metrics: input frame complete -> output
+ready) p50/p99, late frames, the CPU per session, and the largest N held in
+real time (p99 under 80 ms and no late frame) on this machine.
+
+    python tests/bench/loadgen.py --moshid build/moshid --config CFG [--seconds 60] [--max-n 32]
+
+The daemon is started here (so its CPU time can be read) with the given
+configuration; N doubles from 1 until a level fails, then the last passing
+level is reported."""
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
+import moshi_client as mc  # noqa: E402
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def hist(body, name):
+    b = {}
+    for line in body.splitlines():
+        if line.startswith(f"moshid_{name}_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            b[float("inf") if le == "+Inf" else float(le)] = int(line.split()[-1])
+    return dict(sorted(b.items()))
+
+
+def counter(body, name):
+    for line in body.splitlines():
+        if line.startswith(f"moshid_{name} "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def quantile(h0, h1, q):
+    """q-quantile of the observations between two histogram snapshots
+    (linear within a bucket)."""
+    les = list(h1.keys())
+    d = [h1[k] - h0.get(k, 0) for k in les]
+    total = d[-1]
+    if total == 0:
+        return float("nan")
+    target, prev_le, prev_c = q * total, 0.0, 0
+    for le, c in zip(les, d):
+        if c >= target:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (target - prev_c) / max(c - prev_c, 1)
+        prev_le, prev_c = le, c
+    return les[-2]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def level(port, pid, n, seconds, pcm):
+    m0, c0 = metrics(port), cpu_seconds(pid)
+    frames = len(pcm) // mc.FRAME
+
+    async def all_n():
+        return await asyncio.gather(*[mc.session(port, pcm=pcm, expect_audio=frames - 1, tail_s=5)
+                                      for _ in range(n)])
+
+    t0 = time.monotonic()
+    results = asyncio.run(all_n())
+    wall = time.monotonic() - t0
+    m1, c1 = metrics(port), cpu_seconds(pid)
+    h0, h1 = hist(m0, "frame_latency_seconds"), hist(m1, "frame_latency_seconds")
+    late = counter(m1, "late_frames_total") - counter(m0, "late_frames_total")
+    ok_sessions = sum(1 for r in results if not r.errors and len(r.audio) == frames - 1)
+    return {
+        "n": n, "seconds": seconds, "wall_s": round(wall, 1),
+        "p50_ms": round(1000 * quantile(h0, h1, 0.5), 1), "p99_ms": round(1000 * quantile(h0, h1, 0.99), 1),
+        "late_frames": int(late), "complete_sessions": ok_sessions,
+        "cpu_per_session_pct": round(100 * (c1 - c0) / (seconds * n), 1),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--moshid", default="build/moshid")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--max-n", type=int, default=32)
+    a = ap.parse_args()
+    p = subprocess.Popen([a.moshid, "--config", a.config], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline()
+    port = int(line.split("://")[1].split(":")[1].split("/")[0])
+    pcm = mc.speech_pcm("This is the load generator speaking to the server in real time, again and again. " * 3,
+                        seconds=a.seconds)
+    best, rows, n = None, [], 1
+    try:
+        while n <= a.max_n:
+            r = level(port, p.pid, n, a.seconds, pcm)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+            held = r["p99_ms"] < 80 and r["late_frames"] == 0 and r["complete_sessions"] == n
+            if not held:
+                break
+            best = n
+            n *= 2
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+    print(json.dumps({"largest_n_held_in_real_time": best, "levels": len(rows)}))
+
+
+if __name__ == "__main__":
+    main()

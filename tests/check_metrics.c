@@ -1,0 +1,56 @@
+/* check_metrics.c - counters, labelled counters, histogram, rendering. */
+#include <string.h>
+
+#include "check_main.h"
+#include "metrics.h"
+
+START_TEST(test_render) {
+    met_reset();
+    met_add(MET_frames_stepped_total, 3);
+    met_set(MET_capacity, 8);
+    met_gauge_add(MET_sessions, 2);
+    met_gauge_add(MET_sessions, -1);
+    met_error(MET_ERR_bad_audio);
+    met_ignored(MET_IGN_ping);
+    met_ignored(MET_IGN_ping);
+    met_observe_step_ms(3.0);   /* bucket 5 ms */
+    met_observe_step_ms(70.0);  /* bucket 80 ms */
+    met_observe_step_ms(1000.0); /* +Inf only */
+    char buf[16384];
+    size_t n = met_render(buf, sizeof buf);
+    ck_assert_uint_lt(n, sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "\nmoshid_frames_stepped_total 3\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "\nmoshid_capacity 8\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "\nmoshid_sessions 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_errors_total{kind=\"bad_audio\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_ignored_messages_total{kind=\"ping\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.005\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.08\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.64\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_count 3\n"));
+    /* every line is a comment or "name[{labels}] value" */
+    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
+        ck_assert_msg(l[0] == '#' || strncmp(l, "moshid_", 7) == 0, "bad line %s", l);
+}
+END_TEST
+
+START_TEST(test_small_buffer) {
+    met_reset();
+    char small[64];
+    size_t need = met_render(small, sizeof small);
+    ck_assert_uint_gt(need, sizeof small);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+}
+END_TEST
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_new("core");
+    tcase_add_test(tc, test_render);
+    tcase_add_test(tc, test_small_buffer);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+CHECK_MAIN
