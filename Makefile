@@ -26,7 +26,7 @@ Q := @
 endif
 
 # Targets that need the Debian packages; each first runs the dependency check.
-DEP_GOALS := all run test test-unit test-integration asan bench bench-7b fuzz parity-big demo-model config-doc
+DEP_GOALS := all run test test-unit test-integration asan bench bench-7b fuzz parity-big demo-model config-doc bench-daemon
 
 ifeq ($(MOSHID_DEPS_OK),)
 # ---- outer make: install what is missing, then re-enter ------------------
@@ -90,7 +90,6 @@ include engine/core.mk
 -include engine/mimi.mk
 -include proto/proto.mk
 -include daemon/daemon.mk
--include daemon/server.mk
 -include cuda/cuda.mk
 -include tests/fuzz/fuzz.mk
 include tests/tests.mk

@@ -82,10 +82,14 @@ typedef struct cfg {
         int64_t idle_timeout_s;     /* 0 = none */
         int64_t max_steps;          /* 0 = the model's context */
         int64_t max_header_bytes;
+        int64_t send_buffer_bytes;  /* SO_SNDBUF of each WebSocket */
     } limits;
     struct {
         int level;                  /* MS_LOG_* */
     } log;
+    struct {
+        char *record_dir;           /* "" = off */
+    } debug;
 } cfg;
 
 /* cfg_init: set every option of c to its default. c needs cfg_close. */

@@ -119,7 +119,7 @@ const cfg_option cfg_options[] = {
             "PEM private key of server.tls_cert (both or neither)."),
     OPT_STR("server.static_dir", server.static_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
             "Directory served at / (the browser client); empty serves no files."),
-    OPT_LIST("server.allowed_origins", server.allowed_origins, R, default_origins, ORIGIN_MAX, check_origin,
+    OPT_LIST("server.allowed_origins", server.allowed_origins, 0, default_origins, ORIGIN_MAX, check_origin,
              "WebSocket upgrades accepted from these Origin values (\"*\" = any); requests without Origin are accepted."),
     OPT_BOOL("server.metrics", server.metrics, R, 1,
              "Serve Prometheus metrics at /metrics (false: 404)."),
@@ -156,7 +156,7 @@ const cfg_option cfg_options[] = {
 
     OPT_INT("limits.max_message_bytes", limits.max_message_bytes, 0, 1 << 20, 4096, 64 << 20,
             "Largest WebSocket message accepted from a client, bytes; larger ones get an error and a close."),
-    OPT_DBL("limits.input_buffer_s", limits.input_buffer_s, R, 4.0, 0.5, 60.0,
+    OPT_DBL("limits.input_buffer_s", limits.input_buffer_s, 0, 4.0, 0.5, 60.0,
             "Audio a client may send ahead of the engine, seconds (opusenc writes 1 s pages: keep >= 3)."),
     OPT_DBL("limits.output_queue_s", limits.output_queue_s, R, 2.0, 0.2, 60.0,
             "Unsent output audio that closes a slow client, seconds."),
@@ -166,9 +166,14 @@ const cfg_option cfg_options[] = {
             "Longest session in 80 ms steps; 0 = the model's context; query max_steps is capped by it."),
     OPT_INT("limits.max_header_bytes", limits.max_header_bytes, 0, 16384, 4096, 65535,
             "HTTP request header space, bytes (PersonaPlex prompts travel in the URL; libwebsockets keeps it in 16 bits)."),
+    OPT_INT("limits.send_buffer_bytes", limits.send_buffer_bytes, 0, 65536, 4096, 16 << 20,
+            "Kernel send buffer of each WebSocket, bytes: small, so that a client that does not read trips limits.output_queue_s within seconds."),
 
     OPT_ENUM("log.level", log.level, R, MS_LOG_INFO, cfg_log_level_names,
              "Lowest level written to stderr."),
+
+    OPT_STR("debug.record_dir", debug.record_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
+            "Debugging: write each session's Mimi input codes and LM outputs there (moshi-run's formats); slow, empty = off."),
 };
 const size_t cfg_noptions = sizeof cfg_options / sizeof cfg_options[0];
 

@@ -1,14 +1,19 @@
-# daemon/daemon.mk - moshid: configuration (cJSON) and the command line.
-# The server (libuv + libwebsockets, sessions) comes with the daemon issue.
+# daemon/daemon.mk - moshid: configuration (cJSON), the command line, the
+# HTTP/WebSocket front end (libwebsockets on libuv), sessions, the engine
+# thread, the model adapter; the demo model; `make run`.
 
 MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_table.c daemon/cfg_doc.c
+# The server: front end, metrics, engine thread, sessions, model adapter.
+SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
+DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
-DAEMON_LIBS = $(call pc_libs,libcjson)
+DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus)
+$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"
@@ -24,13 +29,13 @@ $(BUILDINFO): FORCE
 	  printf '#define MOSHID_CFLAGS "%s"\n' '$(OPT) $(ARCH)$(if $(filter 1,$(SAN)), -fsanitize=address$(,)undefined)'; \
 	} > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 $(BUILD)/obj/daemon/main.o: $(BUILDINFO)
-$(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen
+$(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen $(call pc_cflags,libwebsockets libuv)
 , := ,
 .PHONY: FORCE
 FORCE:
 
 PROGRAMS += $(BUILD)/moshid
-$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBENGINE)
+$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(LDLIBS_ALL)
 
@@ -51,11 +56,55 @@ LWS_EVLIB_UV := $(firstword $(wildcard $(shell pkg-config --variable=libdir libw
 OPTIONAL_LINES += $(if $(LWS_EVLIB_UV),"✓ libwebsockets libuv event plugin ($(LWS_EVLIB_UV))","✗ libwebsockets libuv event plugin: libwebsockets-evlib_uv.so not found (Debian: libwebsockets-evlib-uv)")
 OPTIONAL_LINES += $(if $(shell command -v spm_train 2>/dev/null),"✓ spm_train (demo tokenizer)","✗ spm_train: not found; the demo model's tokenizer cannot be trained (Debian: sentencepiece)")
 
-# make run: until the server exists (daemon issue) it builds everything and
-# says what is missing, failing so that nobody mistakes it for a server.
-# The daemon issue replaces this rule (lead: drop it when merging a `run:`).
-run: all
-	@echo "make run: $(BUILD)/moshid is built and checks configurations (try: $(BUILD)/moshid --help),"
-	@echo "but it cannot serve yet: the WebSocket server, the engine thread and the demo model"
-	@echo "come with the daemon issue. See README.md (Status)."
-	@exit 1
+# The server's own tests: the front end alone (an echo program), metrics,
+# the engine thread with a stand-in model, and the daemon end to end.
+PROGRAMS += $(BUILD)/tests/srv_echo
+$(BUILD)/obj/tests/tools/srv_echo.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv)
+$(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(BUILD)/obj/daemon/srv.o $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv) $(LDLIBS_ALL)
+CHECK_SUITES += metrics scheduler
+CHECK_metrics_DEPS = $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
+CHECK_scheduler_DEPS = $(BUILD)/obj/daemon/scheduler.o $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
+CHECK_scheduler_LIBS = $(call pc_libs,libuv)
+CHECK_scheduler_CFLAGS = $(call pc_cflags,libuv)
+PYTEST_DIRS += tests/integration
+
+# The demo model: a small deterministic random-weight model in the official
+# layout (engine/cli/mkmodel.c: PersonaPlex-shaped in $(DEMO_DIR), a
+# Kyutai-shaped LM in $(DEMO_DIR)/kyutai) and a SentencePiece tokenizer
+# trained on config/demo/corpus.txt; generated once.
+PROGRAMS += $(BUILD)/moshid-mkmodel
+$(BUILD)/moshid-mkmodel: $(BUILD)/obj/engine/cli/mkmodel.o $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+DEMO_DIR := $(BUILD)/demo
+SPM_TRAIN_FLAGS := --vocab_size=400 --model_type=unigram --character_coverage=1.0 --hard_vocab_limit=false \
+	--unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3 --num_threads=1 --minloglevel=2
+$(DEMO_DIR)/.ok: $(BUILD)/moshid-mkmodel config/demo/corpus.txt
+	@echo "  DEMO    $(DEMO_DIR)"
+	$(Q)mkdir -p $(DEMO_DIR)
+	$(Q)spm_train --input=config/demo/corpus.txt --model_prefix=$(DEMO_DIR)/tokenizer $(SPM_TRAIN_FLAGS) >/dev/null 2>&1
+	$(Q)n=$$(spm_export_vocab --model=$(DEMO_DIR)/tokenizer.model | wc -l) && \
+	  $(BUILD)/moshid-mkmodel --out $(DEMO_DIR) --text-card $$n && \
+	  $(BUILD)/moshid-mkmodel --out $(DEMO_DIR)/kyutai --dep-q 8 --lm-only --text-card $$n
+	$(Q)touch $@
+demo-model: $(DEMO_DIR)/.ok
+EXTRA_ALL += $(DEMO_DIR)/.ok
+
+# make run: the daemon on the demo model, CPU backend, in the foreground
+# (PORT=8998 by default).
+PORT ?= 8998
+run: $(BUILD)/moshid $(DEMO_DIR)/.ok
+	$(Q)$(BUILD)/moshid --config config/demo/moshid-demo.json --set server.port=$(PORT) \
+	  --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors \
+	  --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model
+
+# Benchmark of the daemon (make bench-daemon, outside CI: about 5 minutes):
+# clients streaming in real time, doubling until a level fails.
+bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok $(VENV)/.ok
+	$(Q)$(VENV)/bin/python tests/bench/loadgen.py --moshid $(BUILD)/moshid --config-args \
+	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn" \
+	  --seconds $(or $(BENCH_SECONDS),60)
+.PHONY: run demo-model bench-daemon

@@ -1,7 +1,5 @@
 /* main.c - moshid's command line: load and check the configuration, report
- * the build and the backends it can load. The server itself comes with the
- * daemon issue; until then running with a configuration says so and exits
- * with MAIN_EXIT_NOT_IMPLEMENTED.
+ * the build and the backends it can load, and serve (server.h).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,16 +11,88 @@
 #include "err.h"
 #include "log.h"
 #include "plugin.h"
+#include "server.h"
 
 enum {
     MAIN_EXIT_OK = 0,
     MAIN_EXIT_CONFIG = 1,          /* configuration refused */
     MAIN_EXIT_USAGE = 2,           /* bad command line */
-    MAIN_EXIT_NOT_IMPLEMENTED = 3, /* serving is not written yet */
+    /* server_run: 3 = the loop did not close cleanly, 4 = fatal engine error */
 };
 
 /* Most --set options on one command line. */
 #define MAIN_MAX_SETS 64
+
+/* The daemon's view of the configuration (server.h) from the option table;
+ * strings are borrowed from c. */
+static void to_server_opts(const cfg *c, server_opts *o, const char *const *origins) {
+    static const char *const backends[] = {"auto", "cpu", "cuda"};
+    memset(o, 0, sizeof *o);
+    o->srv.listen = c->server.listen;
+    o->srv.port = (int)c->server.port;
+    o->srv.tls_cert = c->server.tls_cert;
+    o->srv.tls_key = c->server.tls_key;
+    o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : NULL;
+    o->srv.allowed_origins = origins;
+    o->srv.max_message_bytes = (size_t)c->limits.max_message_bytes;
+    o->srv.max_header_bytes = (unsigned)c->limits.max_header_bytes;
+    o->srv.max_connections = (unsigned)(2 * c->sessions.max + 16);
+    o->srv.send_buffer_bytes = (int)c->limits.send_buffer_bytes;
+    o->metrics = c->server.metrics;
+    o->model.lm_dir = c->model.lm_dir;
+    o->model.mimi = c->model.mimi;
+    o->model.mimi_config = c->model.mimi_config[0] ? c->model.mimi_config : NULL;
+    o->model.tokenizer = c->model.tokenizer[0] ? c->model.tokenizer : NULL;
+    o->model.backend = backends[c->engine.backend];
+    o->model.gpu = (int)c->engine.gpu;
+    o->model.threads = (int)c->engine.threads;
+    o->model.slots = (int)c->sessions.max;
+    o->model.variant = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
+                       : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
+                                                                     : LM_VARIANT_AUTO;
+    o->model.record_dir = c->debug.record_dir[0] ? c->debug.record_dir : NULL;
+    o->text_temperature = c->sampling.text_temperature;
+    o->text_topk = (int)c->sampling.text_topk;
+    o->audio_temperature = c->sampling.audio_temperature;
+    o->audio_topk = (int)c->sampling.audio_topk;
+    o->input_buffer_s = c->limits.input_buffer_s;
+    o->output_queue_s = c->limits.output_queue_s;
+    o->idle_timeout_s = (double)c->limits.idle_timeout_s;
+    o->max_steps = c->limits.max_steps;
+    o->build = MOSHID_VERSION " (" MOSHID_GIT ")";
+}
+
+typedef struct reload_ctx {
+    cfg *c;
+    const char *path;
+} reload_ctx;
+
+/* SIGHUP (loop thread): re-read the file; reloadable options apply. */
+static int reload(void *ud, server_opts *o, ms_error *err) {
+    reload_ctx *r = ud;
+    cfg_reload_report rep;
+    if (cfg_reload_file(r->c, r->path, &rep, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
+    if (rep.n_refused) LOGW("reload_refused", "changes=\"%s\" msg=\"these options need a restart\"", rep.refused);
+    if (rep.n_changed) LOGI("reload_changed", "changes=\"%s\"", rep.changed);
+    ms_log_level = r->c->log.level;
+    const char *const *origins = o->srv.allowed_origins; /* not reloadable: keep the list the server holds */
+    to_server_opts(r->c, o, origins);
+    return MS_OK;
+}
+
+static int serve(cfg *c, const char *path) {
+    static const char *origins[CFG_MAX_LIST + 1];
+    int no = 0;
+    for (int i = 0; i < c->server.allowed_origins.n && no < CFG_MAX_LIST; i++) origins[no++] = c->server.allowed_origins.v[i];
+    origins[no] = NULL;
+    server_opts o;
+    to_server_opts(c, &o, origins);
+    reload_ctx r = {c, path};
+    ms_error err = {0};
+    int rc = server_run(&o, reload, &r, &err);
+    if (rc == 1) fprintf(stderr, "moshid: %s\n", err.msg);
+    return rc;
+}
 
 static void usage(FILE *f) {
     fputs("usage: moshid [--config FILE] [--set section.name=VALUE]... [--check-config | --dump-config]\n"
@@ -39,7 +109,7 @@ static void usage(FILE *f) {
           "  -h, --help          this text\n"
           "\n"
           "exit status: 0 ok, 1 configuration refused, 2 bad command line,\n"
-          "3 serving not implemented yet (this build has no server)\n",
+          "3 the server stopped without closing cleanly, 4 fatal engine error (restart it)\n",
           f);
 }
 
@@ -155,9 +225,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "moshid: %s: %s\n", path, err.msg);
             rc = MAIN_EXIT_CONFIG;
         } else {
-            fprintf(stderr, "moshid: %s: configuration OK, but serving is not implemented yet "
-                            "(this build has no WebSocket server); exiting\n", path);
-            rc = MAIN_EXIT_NOT_IMPLEMENTED;
+            rc = serve(&c, path);
         }
     }
     cfg_close(&c);

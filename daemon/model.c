@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "lm.h"
 #include "lmgen.h"
+#include "lmgen_pp.h"
 #include "log.h"
 #include "mimi.h"
 #include "plugin.h"
@@ -31,6 +32,7 @@ struct model {
     mimi_model *mimi;
     spm_model *spm;
     int ncb, F;
+    int n_user;             /* user codes per frame the bookkeeping reads */
     int slots;
     model_slot *s;          /* (slots) */
     /* engine-thread scratch */
@@ -74,9 +76,12 @@ model *model_open(const model_opts *o, ms_error *err) {
     if (mimi_model_load(&m->mimi, o->mimi, o->mimi_config, err) != MS_OK) goto fail;
     m->ncb = mimi_num_codebooks(m->mimi);
     m->F = mimi_frame_samples(m->mimi);
-    if (m->ncb < m->cfg->n_user || m->ncb < 8) {
+    /* Kyutai's LMGen reads n_q - dep_q user streams; PersonaPlex's step
+     * always reads the user's 8 codebooks (its streams 9..16). */
+    m->n_user = m->cfg->variant == LM_VARIANT_PERSONAPLEX ? PP_SIDE_CODEBOOKS : m->cfg->n_user;
+    if (m->ncb < m->n_user || m->ncb < 8 || m->n_user < 1) {
         ms_err_set(err, MS_ERR_UNSUPPORTED, "model: Mimi gives %d codebooks, the LM reads %d user streams", m->ncb,
-                   m->cfg->n_user);
+                   m->n_user);
         goto fail;
     }
     if (o->tokenizer && o->tokenizer[0]) {
@@ -185,10 +190,10 @@ static int m_step(void *ctx, int n, const int *slots, const float *pcm_in, float
          * is encoded from a fresh state again. */
         if (s->frames++ == 0 && m->cfg->variant == LM_VARIANT_KYUTAI) mimi_stream_reset_encoder(s->mimi);
     }
-    /* lmgen reads n_user codes per slot: the first n_user of each row */
-    if (m->cfg->n_user != ncb)
-        for (int j = 0; j < n; j++) memmove(m->codes + j * m->cfg->n_user, m->codes + j * ncb, sizeof(int) * (size_t)m->cfg->n_user);
-    const int nu = m->cfg->n_user;
+    /* the bookkeeping reads n_user codes per slot: the first n_user of each row */
+    const int nu = m->n_user;
+    if (nu != ncb)
+        for (int j = 0; j < n; j++) memmove(m->codes + j * nu, m->codes + j * ncb, sizeof(int) * (size_t)nu);
     for (int j = 0; j < n; j++) {
         model_slot *s = &m->s[slots[j]];
         if (!s->rec_codes) continue;

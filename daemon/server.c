@@ -23,7 +23,7 @@
 
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
     app *a = ud;
-    if (strcmp(path, "/metrics") == 0) {
+    if (strcmp(path, "/metrics") == 0 && a->o.metrics) {
         met_set(MET_capacity, a->sch ? sched_capacity(a->sch) : 0);
         r->body = malloc(METRICS_MAX);
         if (!r->body) return 0;
@@ -60,7 +60,7 @@ static void on_output(void *ud) {
         /* A fatal engine error (e.g. a sticky GPU error): end the process so
          * the service manager restarts it. */
         LOGE("fatal", "msg=\"engine failed: %s\"", e.msg);
-        a->exit_status = 2;
+        a->exit_status = 4;
         for (sess *s = a->sessions; s; s = s->next)
             sess_fail(s, MET_ERR_internal, 1011, "internal error: the engine failed; the server restarts");
         raise(SIGTERM);
@@ -129,6 +129,7 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.output_queue_s = n.output_queue_s;
     a->o.idle_timeout_s = n.idle_timeout_s;
     a->o.max_steps = n.max_steps;
+    a->o.metrics = n.metrics;
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
 }
 

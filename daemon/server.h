@@ -20,6 +20,7 @@ typedef struct server_opts {
     double output_queue_s;     /* unsent output audio before a slow client is closed */
     double idle_timeout_s;     /* no message from the client for this long closes it */
     int64_t max_steps;         /* frames per session; 0 = the model's context */
+    int metrics;               /* serve /metrics */
     const char *build;         /* version string for metadata */
     const char *instance;      /* name for metadata (host name) */
 } server_opts;
@@ -30,7 +31,8 @@ typedef int (*server_reload_fn)(void *ud, server_opts *o, ms_error *err);
 
 /* server_run: open the model, listen, serve until SIGTERM/SIGINT, shut down
  * cleanly. Returns the process exit status: 0 after a clean shutdown, 1 when
- * start-up failed (err set), 2 after a fatal engine error. */
+ * start-up failed (err set), 3 when the loop did not close cleanly, 4 after a fatal
+ * engine error. */
 int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err);
 
 #endif

@@ -3,7 +3,7 @@ server-side frame latency (from /metrics: input frame complete -> output
 ready) p50/p99, late frames, the CPU per session, and the largest N held in
 real time (p99 under 80 ms and no late frame) on this machine.
 
-    python tests/bench/loadgen.py --moshid build/moshid --config CFG [--seconds 60] [--max-n 32]
+    python tests/bench/loadgen.py --moshid build/moshid --config-args "--config CFG ..." [--seconds 60] [--max-n 32]
 
 The daemon is started here (so its CPU time can be read) with the given
 configuration; N doubles from 1 until a level fails, then the last passing
@@ -92,11 +92,13 @@ def level(port, pid, n, seconds, pcm):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--moshid", default="build/moshid")
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config-args", required=True, help="moshid's arguments (one string)")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--max-n", type=int, default=32)
     a = ap.parse_args()
-    p = subprocess.Popen([a.moshid, "--config", a.config], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    import shlex
+    p = subprocess.Popen([a.moshid] + shlex.split(a.config_args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
     line = p.stdout.readline()
     port = int(line.split("://")[1].split(":")[1].split("/")[0])
     pcm = mc.speech_pcm("This is the load generator speaking to the server in real time, again and again. " * 3,

@@ -66,10 +66,10 @@ run checkdef "$MOSHID" --check-config
 expect_rc 1 "--check-config without a file"
 expect_in "$err" "model.lm_dir: required" "--check-config without a file"
 
-# Serving is not implemented yet: say so and fail, never pretend.
+# Serving with files that are not a model: exit 1 with a message naming the file.
 run serve "$MOSHID" --config "$TMP/m/ok.json"
-expect_rc 3 "serving"
-expect_in "$err" "serving is not implemented yet" "serving"
+expect_rc 1 "serving with empty model files"
+expect_in "$err" "model.safetensors" "serving with empty model files"
 
 run helpcfg "$MOSHID" --help-config
 expect_rc 0 "--help-config"
