@@ -6,6 +6,9 @@
 
 #include "err.h"
 
+/* Floats of the split input kept on the stack (64 KiB). */
+#define KERN_XS_STACK 16384
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERN_AVX2 1
@@ -98,7 +101,11 @@ static void rows_bf16(float *y, const float *x, const uint16_t *w, int n, int ro
             }
         return;
     }
-    float *xs = aligned_alloc(32, sizeof(float) * (size_t)n * c16);   /* (n, [even h | odd h]) */
+    /* x split (n, [even h | odd h]); on the stack for batch-1 sizes (no
+     * allocation on the hot path), else on the heap (prefill chunks) */
+    float stackbuf[KERN_XS_STACK] __attribute__((aligned(32)));
+    size_t need = (size_t)n * c16;
+    float *xs = need <= KERN_XS_STACK ? stackbuf : aligned_alloc(32, sizeof(float) * need);
     MS_ASSERT(xs != NULL);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < h; i++) {
@@ -151,7 +158,7 @@ static void rows_bf16(float *y, const float *x, const uint16_t *w, int n, int ro
             }
         }
     }
-    free(xs);
+    if (xs != stackbuf) free(xs);
 }
 #ifdef __F16C__
 DEF_ROWS(rows_f16, uint16_t, load_f16)

@@ -374,7 +374,7 @@ START_TEST(test_mapped) {
 }
 END_TEST
 
-/* kern_matmul in every dtype, odd sizes (vector tails), n = 1..9 rows and
+/* kern_matmul in every dtype, odd sizes (vector tails), n = 1, 9, 17 rows and
  * 1 or 2 threads, against a double-precision product of the same widened
  * weights: float32 summation error only (rel 1e-5). */
 START_TEST(test_matmul_kernel) {
@@ -384,7 +384,7 @@ START_TEST(test_matmul_kernel) {
     uint32_t seed = 17;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t di = 0; di < 3; di++)
-            for (int n = 1; n <= 9; n += 4) {
+            for (int n = 1; n <= 17; n += 8) {   /* 17 x 1000: the heap path of the bf16 split */
                 int R = shapes[si][0], C = shapes[si][1];
                 size_t es = st_dtype_size(dts[di]);
                 void *w = malloc((size_t)R * C * es);
