@@ -48,7 +48,7 @@ TEST_SCRIPTS += tests/cli/moshid_flags.sh tests/cli/moshid_configs.sh tests/cli/
 
 # docs/configuration.md: regenerate the option reference from the table.
 config-doc: $(BUILD)/moshid
-	$(Q)BUILD=$(BUILD) bash tests/cli/config_doc.sh tests/cli/systemd_unit.sh --write
+	$(Q)BUILD=$(BUILD) bash tests/cli/config_doc.sh --write
 .PHONY: config-doc
 
 # Optional components the daemon uses (printed by `make`).

@@ -10,6 +10,6 @@ if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def build_dir():
     return BUILD

@@ -134,8 +134,7 @@ async def session(port, pcm=None, pages=None, query="", realtime=True, before_ha
             elif pcm is not None:
                 wr = sphn.OpusStreamWriter(SR)
                 for i in range(0, len(pcm) - FRAME + 1, FRAME):
-                    wr.append_pcm(pcm[i:i + FRAME])
-                    b = wr.read_bytes()
+                    b = wr.append_pcm(pcm[i:i + FRAME])
                     msgs.append(b"\x01" + b if b else None)
                 period = FRAME / SR
             t0 = time.monotonic()
