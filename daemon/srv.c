@@ -19,6 +19,8 @@ const size_t srv_pre = LWS_PRE;
 /* Most handles the loop may hold before srv_create (snapshot size). */
 #define SRV_MAX_PREEXISTING 256
 
+/* Seconds to wait for the peer's reply to our close frame. */
+#define SRV_CLOSE_ACK_S 2
 /* lws's internal write type for a close frame (see lws-write.h). */
 #define SRV_LWS_WRITE_CLOSE 4
 
@@ -35,6 +37,7 @@ struct srv_conn {
     /* asynchronous close */
     int closing;
     int close_status;
+    int close_sent;           /* our close frame is written; waiting for the reply */
     char close_reason[120];
     /* HTTP reply waiting for HTTP_WRITEABLE */
     uint8_t *http_body; /* LWS_PRE headroom + body */
@@ -165,7 +168,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         return c->sess ? 0 : -1;
     }
     case LWS_CALLBACK_RECEIVE: {
-        if (!c->sess || c->closing) return 0;
+        if (!c->sess || c->closing) return 0; /* closing: input is dropped */
         if (rx_append(c, in, len, s->cfg.max_message_bytes) < 0) return -1;
         if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) != 0) return 0;
         if (c->oversize) {
@@ -191,11 +194,20 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             frame[LWS_PRE] = (uint8_t)(c->close_status >> 8);
             frame[LWS_PRE + 1] = (uint8_t)c->close_status;
             memcpy(frame + LWS_PRE + 2, c->close_reason, rl);
+            if (c->close_sent) return -1;
             lws_write(wsi, frame + LWS_PRE, 2 + rl, (enum lws_write_protocol)SRV_LWS_WRITE_CLOSE);
-            return -1;
+            /* Wait for the peer's close reply (a client whose socket is
+             * reset before it reads our close frame reports 1006), at most
+             * SRV_CLOSE_ACK_S seconds. */
+            c->close_sent = 1;
+            lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, SRV_CLOSE_ACK_S);
+            return 0;
         }
         if (c->sess) s->h.ws_writable(s->ud, c->sess);
         return 0;
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        /* Our close frame went out already: close without echoing theirs. */
+        return c->close_sent ? -1 : 0;
     case LWS_CALLBACK_CLOSED:
         if (c->sess) s->h.ws_closed(s->ud, c->sess);
         c->sess = NULL;

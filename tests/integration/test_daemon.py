@@ -61,9 +61,45 @@ def stop_daemon(p, logname):
 
 @pytest.fixture(scope="module")
 def daemon(build_dir, tmp_path_factory):
+    """The demo model (PersonaPlex-shaped: its step returns nothing on the
+    first two calls, so a session of N input frames gets N - 2 back)."""
     p, port, log = start_daemon(build_dir, tmp_path_factory.mktemp("d"))
     yield port
     stop_daemon(p, log)
+
+
+@pytest.fixture(scope="module")
+def daemon_kyutai(build_dir, tmp_path_factory):
+    """The Kyutai-shaped demo LM (Kyutai's LMGen: N input frames give N - 1)."""
+    p, port, log = start_daemon(build_dir, tmp_path_factory.mktemp("k"),
+                                model__lm_dir=str(build_dir / "demo" / "kyutai" / "lm"))
+    yield port
+    stop_daemon(p, log)
+
+
+def lag(port):
+    """Input frames before the first output frame: 1 with Kyutai's LMGen
+    (step 0 returns nothing), 2 with PersonaPlex's (no model call on the
+    first call, no output on the second)."""
+    return {"kyutai": 1, "personaplex": 2}[json.loads(get(port, "/healthz")[1])["variant"]]
+
+
+def frames_in(pcm):
+    """Full frames the daemon can decode from pcm sent through sphn's Opus
+    writer: the client sends len(pcm) // 1920 whole frames, and the encoder
+    keeps its look-ahead (a few ms) until more audio comes, so the last of
+    them never completes at the server."""
+    return len(pcm) // FRAME - 1
+
+
+def opus_packets(stream):
+    """The page bodies of an Ogg stream (serial numbers and CRCs differ
+    between sessions; the packets do not)."""
+    out = []
+    for page in mc.ogg_pages(stream):
+        nseg = page[26]
+        out.append(page[27 + nseg:])
+    return out
 
 
 def get(port, path):
@@ -93,23 +129,27 @@ def test_health_and_metrics(daemon):
     assert get(daemon, "/nothing-here")[0] == 404
 
 
-def test_stream_10s_real_time(daemon):
+@pytest.mark.parametrize("variant", ["kyutai", "personaplex"])
+def test_stream_10s_real_time(request, variant):
     """10 s of speech in real time: the concatenated kind-1 payloads are one
     Ogg Opus stream that opusdec decodes to (frames_in - 1) x 1920 samples
-    (+- 1920: the OpusHead pre-skip of 80 ms), and text pieces arrive."""
+    with Kyutai's step (frames_in - 2 with PersonaPlex's), +- 1920 (the
+    OpusHead pre-skip of 80 ms), and text pieces arrive."""
+    port = request.getfixturevalue("daemon_kyutai" if variant == "kyutai" else "daemon")
+    L = lag(port)
     pcm = mc.speech_pcm("Hello there. This is a test of the moshid server, streaming ten seconds of speech "
                         "in real time, frame after frame, to see that everything comes back.", seconds=10.0)
-    frames_in = len(pcm) // FRAME
-    res = run(mc.session(daemon, pcm=pcm, expect_audio=frames_in - 1, tail_s=5))
+    fin = frames_in(pcm)
+    res = run(mc.session(port, pcm=pcm, expect_audio=fin - L, tail_s=5))
     assert res.errors == []
     meta = json.loads(res.meta)
     assert meta["server"] == "moshid" and meta["sample_rate"] == 24000
     assert len(res.handshake) == 8 and struct.unpack("<II", res.handshake)[0] == 0
-    assert len(res.audio) == frames_in - 1
+    assert len(res.audio) == fin - L
     stream = b"".join(res.audio)
     assert stream[:4] == b"OggS" and b"OpusHead" in stream[:100]
     n = mc.opusdec_samples(stream)
-    assert abs(n - (frames_in - 1) * FRAME) <= FRAME, (n, frames_in)
+    assert abs(n - (fin - L) * FRAME) <= FRAME, (n, fin)
     assert len(res.text) > 0
     assert all(isinstance(t, str) and t for t in res.text)
 
@@ -127,32 +167,33 @@ def test_kyutai_web_client_trace(daemon):
     res = run(mc.session(daemon, pages=pages, query=q, tail_s=3))
     assert res.errors == []
     assert res.handshake is not None
-    assert len(res.audio) >= len(pcm) // FRAME - 3
+    assert len(res.audio) >= frames_in(pcm) - 3  # opusenc's own padding and delay
 
 
 def test_python_client_trace_audio_before_handshake(daemon):
     """The Kyutai Python client streams at once, before the handshake: that
     audio is buffered, not lost."""
     pcm = mc.speech_pcm("Audio before the handshake.", seconds=2.0)
-    frames_in = len(pcm) // FRAME
-    res = run(mc.session(daemon, pcm=pcm, before_handshake=True, realtime=False, expect_audio=frames_in - 1))
+    n = frames_in(pcm) - lag(daemon)
+    res = run(mc.session(daemon, pcm=pcm, before_handshake=True, realtime=False, expect_audio=n))
     assert res.errors == []
-    assert len(res.audio) == frames_in - 1
+    assert len(res.audio) == n
 
 
 def test_seeds_reproduce(daemon):
     """The same seeds and the same audio give the same output."""
     pcm = mc.speech_pcm("Same seed, same answer.", seconds=2.0)
-    n = len(pcm) // FRAME - 1
+    n = frames_in(pcm) - lag(daemon)
     q = "text_seed=42&audio_seed=43"
     a = run(mc.session(daemon, pcm=pcm, query=q, realtime=False, expect_audio=n))
     b = run(mc.session(daemon, pcm=pcm, query=q, realtime=False, expect_audio=n))
-    assert a.audio == b.audio and a.text == b.text
+    assert len(a.audio) == n
+    assert opus_packets(b"".join(a.audio)) == opus_packets(b"".join(b.audio)) and a.text == b.text
 
 
 def test_eight_concurrent_sessions(daemon):
     pcm = mc.speech_pcm("Eight people talking at once.", seconds=3.0)
-    n = len(pcm) // FRAME - 1
+    n = frames_in(pcm) - lag(daemon)
 
     async def all8():
         return await asyncio.gather(*[mc.session(daemon, pcm=pcm, expect_audio=n) for _ in range(8)])
@@ -168,7 +209,7 @@ def test_max_steps_ends_session(daemon):
     res = run(mc.session(daemon, pcm=pcm, query="max_steps=5", realtime=False, tail_s=5))
     assert any("maximum length" in e for e in res.errors)
     assert res.close_code == 1000
-    assert len(res.audio) == 4  # steps 1..4 return a frame; step 0 returns none
+    assert len(res.audio) == 5 - lag(daemon)  # the first steps return nothing
 
 
 # ---- hostile inputs --------------------------------------------------------
@@ -231,7 +272,7 @@ def background(daemon):
     import threading
     out = {}
     pcm = mc.speech_pcm("I keep talking while others misbehave.", seconds=8.0)
-    n = len(pcm) // FRAME - 1
+    n = frames_in(pcm) - lag(daemon)
 
     def bg():
         out["res"] = asyncio.run(mc.session(daemon, pcm=pcm, expect_audio=n))
@@ -263,7 +304,7 @@ def test_ignored_messages_keep_session(daemon, background):
     are ignored and counted; the session goes on."""
     before = get(daemon, "/metrics")[1]
     pcm = mc.speech_pcm("Still here.", seconds=1.5)
-    n = len(pcm) // FRAME - 1
+    n = frames_in(pcm) - lag(daemon)
 
     async def junk(ws):
         for m in [b"", b"\x09abc", b"\x03\x00", b"\x06", b"\x02hello", b"\xff"]:
@@ -384,7 +425,7 @@ def test_served_matches_offline(build_dir, tmp_path, variant):
         h = json.loads(get(port, "/healthz")[1])
         assert h["variant"] == variant
         pcm = mc.speech_pcm("Served and offline must agree.", seconds=3.0)
-        n = len(pcm) // FRAME - 1
+        n = frames_in(pcm) - lag(port)
         res = run(mc.session(port, pcm=pcm, query="text_temperature=0&audio_temperature=0", realtime=False,
                              expect_audio=n))
         assert res.errors == []
