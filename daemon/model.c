@@ -158,6 +158,7 @@ static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     if (m->o.record_dir && m->o.record_dir[0]) rec_open(m, s, p->session_id);
     lm_samp samp;
     lm_samp_defaults(&samp, p->text_seed);
+    samp.audio_seed = p->audio_seed;
     samp.text_temp = p->greedy ? 0.0f : p->text_temperature;
     samp.text_topk = p->text_topk;
     samp.audio_temp = p->greedy ? 0.0f : p->audio_temperature;

@@ -212,8 +212,18 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     return s;
 }
 
-/* Hand one full frame to the engine (or keep it until READY). */
+/* Hand one full frame to the engine (or keep it until READY). Input is
+ * bounded in audio time against the wall clock: a client may be at most
+ * input_buffer_s ahead of real time (bursts of that size pass). */
 static int push_frame(sess *s, const float *pcm) {
+    double now = app_now_ms();
+    if (s->frames_in++ == 0) s->first_audio_ms = now;
+    double ahead_s = (double)s->frames_in * SESS_FRAME_MS / 1000.0 - (now - s->first_audio_ms) / 1000.0;
+    if (ahead_s > s->a->o.input_buffer_s) {
+        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+                  "audio arrives faster than real time: %.1f s ahead (limit %.1f s)", ahead_s, s->a->o.input_buffer_s);
+        return MS_ERR_LIMIT;
+    }
     if (!s->ready) {
         if (s->early_n == s->early_cap) {
             sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
@@ -348,7 +358,8 @@ static void on_ready(sess *s) {
     enqueue(s, m);
     LOGI("session_ready", "id=%llu slot=%d early_frames=%d", (unsigned long long)s->id, s->slot, s->early_n);
     for (int i = 0; i < s->early_n && !s->close_status; i++)
-        push_frame(s, s->early + (size_t)i * AUDIO_FRAME_SAMPLES);
+        if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * AUDIO_FRAME_SAMPLES) != MS_OK)
+            sess_fail(s, MET_ERR_input_overrun, WS_POLICY, "too much audio before the session was ready");
     s->early_n = 0;
 }
 

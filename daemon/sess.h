@@ -47,6 +47,8 @@ typedef struct sess {
     int queued_audio_frames;
     uint64_t steps;
     double last_rx_ms;
+    double first_audio_ms;     /* when the first input frame completed (0: none yet) */
+    uint64_t frames_in;        /* input frames completed */
 } sess;
 
 struct app {

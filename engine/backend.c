@@ -13,6 +13,7 @@ void lm_samp_defaults(lm_samp *s, uint64_t seed) {
     s->audio_temp = SAMP_AUDIO_TEMP;
     s->audio_topk = SAMP_AUDIO_TOPK;
     s->seed = seed;
+    s->audio_seed = seed;
 }
 
 void lm_samp_greedy(lm_samp *s) {

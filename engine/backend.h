@@ -42,8 +42,11 @@ typedef struct lm_samp {
     int text_topk;
     float audio_temp;
     int audio_topk;
-    uint64_t seed;        /* rng.h key; the noise of stream s at this step is
-                             keyed (seed, step, s, index), see samp.h */
+    uint64_t seed;        /* rng.h key of the text stream; the noise of stream s
+                             at this step is keyed (seed, step, s, index), see samp.h */
+    uint64_t audio_seed;  /* key of the audio streams (the Kyutai client sends
+                             text_seed and audio_seed); lm_samp_defaults sets it
+                             to seed */
 } lm_samp;
 
 /* One slot's part of a step call. Inputs are read, outputs written. */

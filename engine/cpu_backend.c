@@ -246,7 +246,7 @@ static int cpu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
             if (k >= nd) continue;
             const float *lg = c->logits + (size_t)r * g->card;
             if (s->audio_logits) memcpy(s->audio_logits + (size_t)k * g->card, lg, sizeof(float) * g->card);
-            s->out_audio[k] = samp_topk(lg, g->card, s->samp.audio_temp, s->samp.audio_topk, s->samp.seed, s->step,
+            s->out_audio[k] = samp_topk(lg, g->card, s->samp.audio_temp, s->samp.audio_topk, s->samp.audio_seed, s->step,
                                         SAMP_STREAM_AUDIO(k), c->samp_scratch);
             prev[r] = s->target && s->provided[1 + k] ? s->target[1 + k] : s->out_audio[k];
         }

@@ -45,6 +45,7 @@ def start_daemon(build_dir, tmp_path, **over):
         p.kill()
         raise AssertionError("moshid did not start: " + line + open(log.name).read())
     port = int(line.split("://")[1].split(":")[1].split("/")[0])
+    p.cfg_path, p.cfg = path, cfg
     return p, port, log.name
 
 
@@ -441,3 +442,101 @@ def test_served_matches_offline(build_dir, tmp_path, variant):
     assert len(offline) == len(served) >= n
     for a, b in zip(served, offline):
         assert a["step"] == b["step"] and a["out"] == b["out"], (a, b)
+
+
+def test_client_running_ahead(daemon):
+    """A client that sends audio faster than real time by more than
+    limits.input_buffer_s (4 s here) gets an error and a close."""
+    pcm = mc.speech_pcm("I talk much faster than real time.", seconds=10.0)
+    res = run(mc.session(daemon, pcm=pcm, realtime=False, tail_s=5))
+    assert res.errors and "faster than real time" in res.errors[0], res.errors
+    assert res.close_code == 1008
+    assert healthy(daemon)
+
+
+def test_idle_timeout(build_dir, tmp_path):
+    p, port, log = start_daemon(build_dir, tmp_path, limits__idle_timeout_s=1)
+    try:
+        t0 = time.monotonic()
+        res = run(mc.session(port, tail_s=10))
+        assert res.errors and "no message from the client" in res.errors[0], res.errors
+        assert res.close_code == 1008 and time.monotonic() - t0 < 8
+    finally:
+        stop_daemon(p, log)
+
+
+def test_reload_on_sighup(build_dir, tmp_path):
+    """SIGHUP re-reads the file: reloadable options apply to new sessions
+    (the metadata shows them); options that need a restart are refused and
+    the daemon keeps serving."""
+    p, port, log = start_daemon(build_dir, tmp_path)
+    try:
+        meta = json.loads(run(mc.session(port, tail_s=0.5)).meta)
+        assert meta["sampling"]["text_topk"] == 25
+        cfg = p.cfg
+        cfg["sampling"] = {"text_topk": 7, "audio_temperature": 0.5}
+        cfg["sessions"]["max"] = 3  # needs a restart: refused
+        with open(p.cfg_path, "w") as f:
+            json.dump(cfg, f)
+        p.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            meta = json.loads(run(mc.session(port, tail_s=0.2)).meta)
+            if meta["sampling"]["text_topk"] == 7:
+                break
+            time.sleep(0.1)
+        assert meta["sampling"]["text_topk"] == 7 and meta["sampling"]["audio_temperature"] == 0.5
+        assert json.loads(get(port, "/healthz")[1])["capacity"] == 8
+        logtext = open(log).read()
+        assert "sessions.max" in logtext and "reload_refused" in logtext
+    finally:
+        stop_daemon(p, log)
+
+
+def test_static_files_and_long_urls(build_dir, tmp_path):
+    """Static files at / (index.html by default); request headers up to the
+    16 KiB default (PersonaPlex clients put long prompts in the URL)."""
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("<html>moshid test page</html>")
+    p, port, log = start_daemon(build_dir, tmp_path, server__static_dir=str(www))
+    try:
+        st, body = get(port, "/")
+        assert st == 200 and "moshid test page" in body
+        assert get(port, "/missing.js")[0] == 404
+        res = run(mc.session(port, query="note=" + "x" * 12000, tail_s=0.5))
+        assert res.handshake is not None and res.errors == []
+        assert healthy(port)
+    finally:
+        stop_daemon(p, log)
+
+
+def test_tls(build_dir, tmp_path):
+    """With a certificate and key the daemon serves https and wss only."""
+    import ssl
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    p, port, log = start_daemon(build_dir, tmp_path, server__tls_cert=str(cert), server__tls_key=str(key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx.check_hostname = False
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=5) as resp:
+            assert resp.status == 200
+
+        async def wss():
+            import aiohttp
+            res = mc.Result()
+            async with aiohttp.ClientSession() as s:
+                async with s.ws_connect(f"https://127.0.0.1:{port}/api/chat", ssl=ctx) as ws:
+                    recv = asyncio.ensure_future(mc._receiver(ws, res))
+                    t0 = time.monotonic()
+                    while res.handshake is None and time.monotonic() - t0 < 10:
+                        await asyncio.sleep(0.01)
+                    recv.cancel()
+            return res
+
+        assert run(wss()).handshake is not None
+    finally:
+        stop_daemon(p, log)
