@@ -135,6 +135,19 @@ void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
                          float *C, int ldc, int accumulate);
 
+/* A stride-1 convolution's input over n streams, read in place: stream s's
+ * input with its kept state is xb + s*cin*L, (cin, L) row-major; the
+ * im2col matrix B (cin*K, n*Tout) is B[ci*K + kk, s*Tout + t] =
+ * xb_s[ci, t + kk*dil]. */
+typedef struct mimi_conv_src {
+    const float *xb;
+    int n, cin, K, S, dil, L, Tout;
+} mimi_conv_src;
+
+/* C (M, n*Tout; ldc) += Ap (pre-packed, M x cin*K) . B of src, without
+ * building B (S must be 1, Tout a multiple of 16). */
+void mimi_gemm_conv_direct(int M, const float *Ap, const mimi_conv_src *src, float *C, int ldc);
+
 /* The panel layout for weights of small-N products (the 25/12.5 Hz layers):
  * 16-row panels, k-major inside, so a product with few columns streams
  * the weights once. Size in floats, packing, and the product (any N: up to

@@ -96,6 +96,28 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
             mimi_elu(ws->col, x, (size_t)c->cin * NT);
             B = ws->col;
         }
+        if (c->wp && NT % 16 == 0) {   /* B read in place as one stream of NT steps */
+            mimi_conv_src src = {.xb = B, .n = 1, .cin = c->cin, .K = 1, .S = 1, .dil = 1, .L = (int)NT, .Tout = (int)NT};
+            set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
+            mimi_gemm_conv_direct(c->cout, c->wp, &src, y, (int)NO);
+            return;
+        }
+    } else if (c->wp && S == 1 && Tout % 16 == 0) {
+        /* stride 1, weights pre-packed: the GEMM reads its input in place */
+        for (int s = 0; s < n; s++) {
+            float *st = states[s] + c->state_off;          /* (cin, P) */
+            float *xb = ws->xb + (size_t)s * c->cin * L;   /* (cin, L) */
+            for (int ci = 0; ci < c->cin; ci++) {
+                float *row = xb + (size_t)ci * L;
+                elu_or_copy(row + P, x + ci * NT + (size_t)s * T, (size_t)T, elu_in);
+                memcpy(row, st + (size_t)ci * P, (size_t)P * sizeof(float));
+                memcpy(st + (size_t)ci * P, row + T, (size_t)P * sizeof(float));
+            }
+        }
+        mimi_conv_src src = {.xb = ws->xb, .n = n, .cin = c->cin, .K = K, .S = 1, .dil = c->dil, .L = L, .Tout = Tout};
+        set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
+        mimi_gemm_conv_direct(c->cout, c->wp, &src, y, (int)NO);
+        return;
     } else {
         for (int s = 0; s < n; s++) {
             float *st = states[s] + c->state_off;   /* (cin, P) */
