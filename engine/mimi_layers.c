@@ -64,6 +64,17 @@ void mimi_elu(float *dst, const float *src, size_t n) {
     for (; i < n; i++) dst[i] = src[i] > 0.f ? src[i] : expm1_neg(src[i]);
 }
 
+/* y[0..n) += w * x[0..n) */
+static void axpy(float *y, float w, const float *x, size_t n) {
+    size_t i = 0;
+#if MIMI_HAVE_AVX2
+    __m256 wv = _mm256_set1_ps(w);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += w * x[i];
+}
+
 static void elu_or_copy(float *dst, const float *src, size_t n, int elu) {
     if (elu) mimi_elu(dst, src, n);
     else memcpy(dst, src, n * sizeof(float));
@@ -90,6 +101,26 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
     const int S = c->stride, P = c->pad, K = c->k, Tout = T / S, L = P + T;
     const size_t NT = (size_t)n * T, NO = (size_t)n * Tout;
     const float *B;
+    if (c->w && S == 1) {
+        /* one output channel (the decoder's last conv): y[t] = b + sum over
+         * channels and taps of w * input, straight from the input rows */
+        MS_ASSERT(c->cout == 1);
+        set_bias_rows(y, 1, (int)NO, c->b, accumulate);
+        float *row = ws->xb;                                   /* (L) */
+        for (int s = 0; s < n; s++) {
+            float *st = states[s] + c->state_off;              /* (cin, P) */
+            float *ys = y + (size_t)s * Tout;
+            for (int ci = 0; ci < c->cin; ci++) {
+                elu_or_copy(row + P, x + ci * NT + (size_t)s * T, (size_t)T, elu_in);
+                memcpy(row, st + (size_t)ci * P, (size_t)P * sizeof(float));
+                memcpy(st + (size_t)ci * P, row + T, (size_t)P * sizeof(float));
+                for (int kk = 0; kk < K; kk++) {
+                    axpy(ys, c->w[(size_t)ci * K + kk], row + (size_t)kk * c->dil, (size_t)Tout);
+                }
+            }
+        }
+        return;
+    }
     if (K == 1 && S == 1 && P == 0) {
         B = x;
         if (elu_in) {
@@ -144,11 +175,7 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
     set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
     if (c->w) {                 /* one output channel (the decoder's last conv) */
         MS_ASSERT(c->cout == 1);
-        for (int r = 0; r < c->cin * K; r++) {
-            const float *br = B + (size_t)r * NO;
-            const float w = c->w[r];
-            for (size_t t = 0; t < NO; t++) y[t] += w * br[t];
-        }
+        for (int r = 0; r < c->cin * K; r++) axpy(y, c->w[r], B + (size_t)r * NO, NO);
     } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
     else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1);
 }
