@@ -75,6 +75,26 @@ static void axpy(float *y, float w, const float *x, size_t n) {
     for (; i < n; i++) y[i] += w * x[i];
 }
 
+/* sum of a[i] * b[i] over n */
+static float dot(const float *a, const float *b, int n) {
+    int i = 0;
+    float s = 0.f;
+#if MIMI_HAVE_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    __m256 v = _mm256_add_ps(acc0, acc1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 static void elu_or_copy(float *dst, const float *src, size_t n, int elu) {
     if (elu) mimi_elu(dst, src, n);
     else memcpy(dst, src, n * sizeof(float));
@@ -314,10 +334,7 @@ static void attention_layer(const mimi_model *m, int li, int n, int T, float *qk
                 for (int k = 0; k < ctx; k++) {
                     long pk = st->pos[k];
                     if (pk < 0 || pk > pos || pos - pk >= ctx) { sc[k] = -INFINITY; continue; }
-                    const float *kv = kr + (size_t)k * D + h * hd;
-                    float dot = 0.f;
-                    for (int d = 0; d < hd; d++) dot += q[d] * kv[d];
-                    sc[k] = dot * scale;
+                    sc[k] = dot(q, kr + (size_t)k * D + h * hd, hd) * scale;
                     if (sc[k] > mx) mx = sc[k];
                 }
                 float sum = 0.f;
@@ -329,9 +346,7 @@ static void attention_layer(const mimi_model *m, int li, int n, int T, float *qk
                 for (int d = 0; d < hd; d++) acc[d] = 0.f;
                 for (int k = 0; k < ctx; k++) {
                     if (sc[k] == 0.f) continue;
-                    const float *vv = vr + (size_t)k * D + h * hd;
-                    float w = sc[k] * inv;
-                    for (int d = 0; d < hd; d++) acc[d] += w * vv[d];
+                    axpy(acc, sc[k] * inv, vr + (size_t)k * D + h * hd, (size_t)hd);
                 }
                 for (int d = 0; d < hd; d++) att[(size_t)(h * hd + d) * N + j] = acc[d];
             }
