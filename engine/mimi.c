@@ -9,7 +9,8 @@
 
 static int tstate_init(mimi_tstate *t, const mimi_config *c) {
     size_t kv = (size_t)c->num_layers * 2 * c->context * c->d_model;
-    t->kv = calloc(kv ? kv : 1, sizeof(float));
+    t->kv = mimi_alloc_floats(kv);
+    if (t->kv) memset(t->kv, 0, (kv ? kv : 1) * sizeof(float));
     t->pos = malloc((size_t)c->context * sizeof(long));
     return t->kv && t->pos ? 0 : -1;
 }
@@ -32,11 +33,11 @@ static void ws_free(mimi_ws *w) {
 static int ws_reserve(mimi_ws *w, const mimi_model *m, int n, ms_error *err) {
     if ((size_t)n <= w->cap_n) return MS_OK;
     ws_free(w);
-    w->act0 = malloc(m->ws_act * n * sizeof(float));
-    w->act1 = malloc(m->ws_act * n * sizeof(float));
-    w->act2 = malloc(m->ws_act * n * sizeof(float));
-    w->col = malloc(m->ws_col * n * sizeof(float));
-    w->xb = malloc(m->ws_xb * n * sizeof(float));
+    w->act0 = mimi_alloc_floats(m->ws_act * n);
+    w->act1 = mimi_alloc_floats(m->ws_act * n);
+    w->act2 = mimi_alloc_floats(m->ws_act * n);
+    w->col = mimi_alloc_floats(m->ws_col * n);
+    w->xb = mimi_alloc_floats(m->ws_xb * n);
     if (!w->act0 || !w->act1 || !w->act2 || !w->col || !w->xb) {
         ws_free(w);
         return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory for a batch of %d", n);

@@ -97,6 +97,16 @@ struct mimi_stream {
     mimi_ws ws;
 };
 
+/* ---- mimi_model.c ---- */
+
+#define MIMI_HUGE_PAGE ((size_t)2 << 20)   /* bytes */
+#define MIMI_HUGE_MIN ((size_t)1 << 20)    /* buffers from this size get huge pages */
+
+/* mimi_alloc_floats: n floats (uninitialised) for weights, K/V rings and
+ * workspaces: buffers of 1 MB and more are 2 MB aligned and marked for
+ * transparent huge pages. Freed with free(). NULL when out of memory. */
+float *mimi_alloc_floats(size_t n);
+
 /* ---- mimi_layers.c ---- */
 
 /* mimi_conv_forward: y (cout, n*Tout) from x (cin, n*T) for n streams whose
