@@ -247,11 +247,12 @@ void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst) {
 
 /* The blocked product; A packed on the fly (A, lda) or pre-packed (Ap). */
 static void gemm_blocked(int M, int N, int K, const float *A, int lda, const float *Ap, const float *P,
-                         const float *B, int ldb, float *C, int ldc, int accumulate) {
+                         const float *B, int ldb, float *C, int ldc, int accumulate, float *scratch) {
     int ncap = N < NC ? N : NC;
     size_t bsz = (size_t)KC * ((ncap + NR - 1) / NR * NR);
     size_t asz = Ap ? 0 : (size_t)MC * KC;
-    float *bp = aligned_alloc(64, ((bsz + asz) * sizeof(float) + 63) / 64 * 64);
+    MS_ASSERT(bsz + asz <= MIMI_GEMM_SCRATCH);
+    float *bp = scratch ? scratch : aligned_alloc(64, ((bsz + asz) * sizeof(float) + 63) / 64 * 64);
     MS_ASSERT(bp);
     float *ap = bp + bsz;
     size_t mpad = (size_t)((M + MR - 1) / MR * MR);
@@ -284,7 +285,7 @@ static void gemm_blocked(int M, int N, int K, const float *A, int lda, const flo
             }
         }
     }
-    free(bp);
+    if (!scratch) free(bp);
 }
 
 static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) {
@@ -299,9 +300,9 @@ static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) 
 }
 
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
-                         float *C, int ldc, int accumulate) {
+                         float *C, int ldc, int accumulate, float *scratch) {
     if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
-    gemm_blocked(M, N, K, NULL, 0, Ap, NULL, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, NULL, 0, Ap, NULL, B, ldb, C, ldc, accumulate, scratch);
 }
 
 void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -316,7 +317,7 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
         free(bt);
         return;
     }
-    gemm_blocked(M, N, K, A, lda, NULL, NULL, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, A, lda, NULL, NULL, B, ldb, C, ldc, accumulate, NULL);
 }
 
 /* ---- the panel layout: weights streamed once by small-N products ---- */
@@ -373,10 +374,10 @@ static inline __attribute__((always_inline)) void panel_group(int ncol, int M, i
 #endif
 
 void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
-                     int accumulate) {
+                     int accumulate, float *scratch) {
     if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
     if (N > PANEL_MAX_N) {
-        gemm_blocked(M, N, K, NULL, 0, NULL, P, B, ldb, C, ldc, accumulate);
+        gemm_blocked(M, N, K, NULL, 0, NULL, P, B, ldb, C, ldc, accumulate, scratch);
         return;
     }
     for (int j0 = 0; j0 < N; j0 += 6) {

@@ -79,6 +79,7 @@ struct mimi_model {
 typedef struct mimi_ws {
     size_t cap_n;        /* streams it is sized for */
     float *act0, *act1, *act2, *col, *xb;
+    float *pack;         /* (MIMI_GEMM_SCRATCH) */
 } mimi_ws;
 
 /* A transformer's streaming state for one stream. */
@@ -143,7 +144,12 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
 size_t mimi_gemm_packed_size(int M, int K);
 void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
-                         float *C, int ldc, int accumulate);
+                         float *C, int ldc, int accumulate, float *scratch);
+
+/* Packing space of the blocked kernel, floats: a caller that passes a
+ * scratch buffer of this size (64-byte aligned) spares an allocation per
+ * call; NULL allocates. */
+#define MIMI_GEMM_SCRATCH ((size_t)256 * 2048 + (size_t)96 * 256)
 
 /* A stride-1 convolution's input over n streams, read in place: stream s's
  * input with its kept state is xb + s*cin*L, (cin, L) row-major; the
@@ -165,6 +171,6 @@ void mimi_gemm_conv_direct(int M, const float *Ap, const mimi_conv_src *src, flo
 size_t mimi_panel_size(int M, int K);
 void mimi_panel_pack(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
-                     int accumulate);
+                     int accumulate, float *scratch);
 
 #endif

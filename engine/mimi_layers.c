@@ -196,8 +196,8 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
     if (c->w) {                 /* one output channel (the decoder's last conv) */
         MS_ASSERT(c->cout == 1);
         for (int r = 0; r < c->cin * K; r++) axpy(y, c->w[r], B + (size_t)r * NO, NO);
-    } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
-    else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1);
+    } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1, ws->pack);
+    else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1, ws->pack);
 }
 
 static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, int elu_in,
@@ -211,8 +211,8 @@ static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, in
             X = ws->xb;
         }
         /* Z (cout*K, n*T) */
-        if (c->wp) mimi_gemm_prepacked(c->cout * K, (int)NT, c->cin, c->wp, X, (int)NT, ws->col, (int)NT, 0);
-        else mimi_gemm_panel(c->cout * K, (int)NT, c->cin, c->wpanel, X, (int)NT, ws->col, (int)NT, 0);
+        if (c->wp) mimi_gemm_prepacked(c->cout * K, (int)NT, c->cin, c->wp, X, (int)NT, ws->col, (int)NT, 0, ws->pack);
+        else mimi_gemm_panel(c->cout * K, (int)NT, c->cin, c->wpanel, X, (int)NT, ws->col, (int)NT, 0, ws->pack);
     } else {
         MS_ASSERT(!elu_in);
     }
@@ -364,18 +364,18 @@ void mimi_transformer_forward(const mimi_model *m, const mimi_transformer *tr, i
     for (int li = 0; li < tr->nlayers; li++) {
         const mimi_tlayer *L = &tr->layers[li];
         layer_norm(h, x, L->norm1_w, L->norm1_b, D, N);
-        mimi_gemm_panel(3 * D, N, D, L->in_proj, h, N, big, N, 0);
+        mimi_gemm_panel(3 * D, N, D, L->in_proj, h, N, big, N, 0, ws->pack);
         attention_layer(m, li, n, T, big, att, ts);
-        mimi_gemm_panel(D, N, D, L->out_proj, att, N, h, N, 0);
+        mimi_gemm_panel(D, N, D, L->out_proj, att, N, h, N, 0, ws->pack);
         for (int d = 0; d < D; d++) {
             float g = L->ls1 ? L->ls1[d] : 1.f;
             for (int j = 0; j < N; j++) x[(size_t)d * N + j] += g * h[(size_t)d * N + j];
         }
         layer_norm(h, x, L->norm2_w, L->norm2_b, D, N);
-        mimi_gemm_panel(F, N, D, L->linear1, h, N, big, N, 0);
+        mimi_gemm_panel(F, N, D, L->linear1, h, N, big, N, 0, ws->pack);
         for (size_t i = 0; i < (size_t)F * N; i++)
             big[i] = 0.5f * big[i] * (1.f + erff(big[i] * (float)M_SQRT1_2));
-        mimi_gemm_panel(D, N, F, L->linear2, big, N, att, N, 0);
+        mimi_gemm_panel(D, N, F, L->linear2, big, N, att, N, 0, ws->pack);
         for (int d = 0; d < D; d++) {
             float g = L->ls2 ? L->ls2[d] : 1.f;
             for (int j = 0; j < N; j++) x[(size_t)d * N + j] += g * att[(size_t)d * N + j];

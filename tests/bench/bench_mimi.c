@@ -122,7 +122,7 @@ static double gemm_rate(int M, int N, int K, int blas) {
     double t0 = now_s(), t;
     do {
         if (blas) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, A, K, B, N, 0.f, C, N);
-        else if (N < 8) mimi_gemm_panel(M, N, K, P, B, N, C, N, 0);
+        else if (N < 8) mimi_gemm_panel(M, N, K, P, B, N, C, N, 0, NULL);
         else mimi_gemm(M, N, K, A, K, B, N, C, N, 0);
         reps++;
     } while ((t = now_s() - t0) < 0.5);
