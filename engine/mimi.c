@@ -9,7 +9,8 @@
 
 static int tstate_init(mimi_tstate *t, const mimi_config *c) {
     size_t kv = (size_t)c->num_layers * 2 * c->context * c->d_model;
-    t->kv = calloc(kv ? kv : 1, sizeof(float));
+    t->kv = mimi_alloc_floats(kv);
+    if (t->kv) memset(t->kv, 0, (kv ? kv : 1) * sizeof(float));
     t->pos = malloc((size_t)c->context * sizeof(long));
     return t->kv && t->pos ? 0 : -1;
 }
@@ -25,6 +26,7 @@ static void ws_free(mimi_ws *w) {
     free(w->act2);
     free(w->col);
     free(w->xb);
+    free(w->pack);
     memset(w, 0, sizeof(*w));
 }
 
@@ -32,12 +34,13 @@ static void ws_free(mimi_ws *w) {
 static int ws_reserve(mimi_ws *w, const mimi_model *m, int n, ms_error *err) {
     if ((size_t)n <= w->cap_n) return MS_OK;
     ws_free(w);
-    w->act0 = malloc(m->ws_act * n * sizeof(float));
-    w->act1 = malloc(m->ws_act * n * sizeof(float));
-    w->act2 = malloc(m->ws_act * n * sizeof(float));
-    w->col = malloc(m->ws_col * n * sizeof(float));
-    w->xb = malloc(m->ws_xb * n * sizeof(float));
-    if (!w->act0 || !w->act1 || !w->act2 || !w->col || !w->xb) {
+    w->act0 = mimi_alloc_floats(m->ws_act * n);
+    w->act1 = mimi_alloc_floats(m->ws_act * n);
+    w->act2 = mimi_alloc_floats(m->ws_act * n);
+    w->col = mimi_alloc_floats(m->ws_col * n);
+    w->xb = mimi_alloc_floats(m->ws_xb * n);
+    w->pack = mimi_alloc_floats(MIMI_GEMM_SCRATCH);
+    if (!w->act0 || !w->act1 || !w->act2 || !w->col || !w->xb || !w->pack) {
         ws_free(w);
         return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory for a batch of %d", n);
     }
@@ -103,13 +106,13 @@ static int batch_begin(const mimi_model *m, mimi_stream *const *streams, int n, 
 /* One split-RVQ quantizer over latent (D, n): codes[s*stride] for `levels`
  * levels; r (Dq, n) and dist (bins, n) are scratch. */
 static void rvq_encode(const mimi_model *m, const mimi_rvq *q, int n, const float *latent,
-                       float *r, float *dist, int *codes, int code_stride) {
+                       float *r, float *dist, int *codes, int code_stride, float *scratch) {
     const int D = m->cfg.dimension, Dq = m->cfg.q_dimension, bins = m->cfg.q_bins;
-    mimi_gemm_panel(Dq, n, D, q->in_proj, latent, n, r, n, 0);
+    mimi_gemm_panel(Dq, n, D, q->in_proj, latent, n, r, n, 0, scratch);
     for (int l = 0; l < q->levels; l++) {
         const float *cb = q->codebooks + (size_t)l * bins * Dq;
         const float *nn = q->norms + (size_t)l * bins;
-        mimi_gemm_panel(bins, n, Dq, q->cb_panel + (size_t)l * mimi_panel_size(bins, Dq), r, n, dist, n, 0);
+        mimi_gemm_panel(bins, n, Dq, q->cb_panel + (size_t)l * mimi_panel_size(bins, Dq), r, n, dist, n, 0, scratch);
         for (int s = 0; s < n; s++) {
             int best = 0;
             float bd = INFINITY;
@@ -159,8 +162,8 @@ int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
         mimi_conv_forward(&m->down, n, T, ws->act0, 0, st, first, ws->act1, 0, ws);
         latent = ws->act1;                                       /* (D, n) */
     }
-    rvq_encode(m, &m->rvq_first, n, latent, ws->act2, ws->col, codes, K);
-    if (K > 1) rvq_encode(m, &m->rvq_rest, n, latent, ws->act2, ws->col, codes + 1, K);
+    rvq_encode(m, &m->rvq_first, n, latent, ws->act2, ws->col, codes, K, ws->pack);
+    if (K > 1) rvq_encode(m, &m->rvq_rest, n, latent, ws->act2, ws->col, codes + 1, K, ws->pack);
     free(tab);
     return MS_OK;
 }
@@ -202,10 +205,10 @@ int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
     mimi_ws *ws = &streams[0]->ws;
     float *sum = ws->col;                                        /* (Dq, n) x 2 */
     rvq_sum(m, &m->rvq_first, n, codes, K, sum);
-    mimi_gemm_panel(D, n, Dq, m->rvq_first.out_proj, sum, n, ws->act0, n, 0);
+    mimi_gemm_panel(D, n, Dq, m->rvq_first.out_proj, sum, n, ws->act0, n, 0, ws->pack);
     if (K > 1) {
         rvq_sum(m, &m->rvq_rest, n, codes + 1, K, sum);
-        mimi_gemm_panel(D, n, Dq, m->rvq_rest.out_proj, sum, n, ws->act0, n, 1);
+        mimi_gemm_panel(D, n, Dq, m->rvq_rest.out_proj, sum, n, ws->act0, n, 1, ws->pack);
     }
     int T = 1;
     if (c->resample_stride > 1) {

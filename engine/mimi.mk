@@ -31,7 +31,7 @@ $(BUILD)/bench/bench_mimi: tests/bench/bench_mimi.c $(LIBENGINE)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(call pc_cflags,openblas) $< $(LIBENGINE) -o $@ \
 		$(LDFLAGS_ALL) $(call pc_libs,openblas) $(LDLIBS_ALL)
 BENCH_DEPS += $(BUILD)/bench/bench_mimi
-BENCHES += 'OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/bench_mimi'
+BENCHES += $(BUILD)/bench/bench_mimi
 
 FIXVENV ?= /work/fixvenv
 parity-big: $(BUILD)/tests/check_mimi

@@ -84,7 +84,9 @@ static void pack_a_from_panel(int mc, int kc, const float *P, int K, int i0, int
 
 /* The micro-kernel: acc (MR x NR) = sum over kc of a-panel x b-panel; then
  * C[0..h, 0..w) += acc (or = acc when !add). */
-static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, int h, int w, int add) {
+static inline __attribute__((always_inline)) void micro_core(int kc, const float *ap, const float *bp,
+                                                             const float *const *brow, float *C, int ldc,
+                                                             int h, int w, int add) {
 #if MIMI_HAVE_AVX2
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
@@ -93,7 +95,8 @@ static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, i
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
     for (int k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+        const float *bk = brow ? brow[k] : bp;
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
         __m256 a;
         a = _mm256_broadcast_ss(ap + 0); c00 = _mm256_fmadd_ps(a, b0, c00); c01 = _mm256_fmadd_ps(a, b1, c01);
         a = _mm256_broadcast_ss(ap + 1); c10 = _mm256_fmadd_ps(a, b0, c10); c11 = _mm256_fmadd_ps(a, b1, c11);
@@ -130,8 +133,9 @@ static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, i
 #else
     float acc[MR * NR] = {0};
     for (int k = 0; k < kc; k++) {
+        const float *bk = brow ? brow[k] : bp;
         for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NR; j++) acc[r * NR + j] += ap[r] * bp[j];
+            for (int j = 0; j < NR; j++) acc[r * NR + j] += ap[r] * bk[j];
         ap += MR;
         bp += NR;
     }
@@ -141,6 +145,15 @@ static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, i
             float *c = C + (size_t)r * ldc + j;
             *c = add ? *c + acc[r * NR + j] : acc[r * NR + j];
         }
+}
+
+static void micro(int kc, const float *ap, const float *bp, float *C, int ldc, int h, int w, int add) {
+    micro_core(kc, ap, bp, NULL, C, ldc, h, w, add);
+}
+
+/* B row k read in place at brow[k] (NR floats), no packing. */
+static void micro_rows(int kc, const float *ap, const float *const *brow, float *C, int ldc, int h, int add) {
+    micro_core(kc, ap, NULL, brow, C, ldc, h, NR, add);
 }
 
 #if MIMI_HAVE_AVX2
@@ -234,11 +247,12 @@ void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst) {
 
 /* The blocked product; A packed on the fly (A, lda) or pre-packed (Ap). */
 static void gemm_blocked(int M, int N, int K, const float *A, int lda, const float *Ap, const float *P,
-                         const float *B, int ldb, float *C, int ldc, int accumulate) {
+                         const float *B, int ldb, float *C, int ldc, int accumulate, float *scratch) {
     int ncap = N < NC ? N : NC;
     size_t bsz = (size_t)KC * ((ncap + NR - 1) / NR * NR);
     size_t asz = Ap ? 0 : (size_t)MC * KC;
-    float *bp = aligned_alloc(64, ((bsz + asz) * sizeof(float) + 63) / 64 * 64);
+    MS_ASSERT(bsz + asz <= MIMI_GEMM_SCRATCH);
+    float *bp = scratch ? scratch : aligned_alloc(64, ((bsz + asz) * sizeof(float) + 63) / 64 * 64);
     MS_ASSERT(bp);
     float *ap = bp + bsz;
     size_t mpad = (size_t)((M + MR - 1) / MR * MR);
@@ -271,7 +285,7 @@ static void gemm_blocked(int M, int N, int K, const float *A, int lda, const flo
             }
         }
     }
-    free(bp);
+    if (!scratch) free(bp);
 }
 
 static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) {
@@ -286,9 +300,9 @@ static int gemm_trivial(int M, int N, int K, float *C, int ldc, int accumulate) 
 }
 
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
-                         float *C, int ldc, int accumulate) {
+                         float *C, int ldc, int accumulate, float *scratch) {
     if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
-    gemm_blocked(M, N, K, NULL, 0, Ap, NULL, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, NULL, 0, Ap, NULL, B, ldb, C, ldc, accumulate, scratch);
 }
 
 void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -303,7 +317,7 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
         free(bt);
         return;
     }
-    gemm_blocked(M, N, K, A, lda, NULL, NULL, B, ldb, C, ldc, accumulate);
+    gemm_blocked(M, N, K, A, lda, NULL, NULL, B, ldb, C, ldc, accumulate, NULL);
 }
 
 /* ---- the panel layout: weights streamed once by small-N products ---- */
@@ -360,10 +374,10 @@ static inline __attribute__((always_inline)) void panel_group(int ncol, int M, i
 #endif
 
 void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
-                     int accumulate) {
+                     int accumulate, float *scratch) {
     if (gemm_trivial(M, N, K, C, ldc, accumulate)) return;
     if (N > PANEL_MAX_N) {
-        gemm_blocked(M, N, K, NULL, 0, NULL, P, B, ldb, C, ldc, accumulate);
+        gemm_blocked(M, N, K, NULL, 0, NULL, P, B, ldb, C, ldc, accumulate, scratch);
         return;
     }
     for (int j0 = 0; j0 < N; j0 += 6) {
@@ -387,5 +401,32 @@ void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ld
                 c[(size_t)i * ldc + j] = accumulate ? c[(size_t)i * ldc + j] + s : s;
             }
 #endif
+    }
+}
+
+/* ---- stride-1 convolutions straight from their input ---------------- */
+
+void mimi_gemm_conv_direct(int M, const float *Ap, const mimi_conv_src *c, float *C, int ldc) {
+    const int K = c->cin * c->K, nstreams = c->n;
+    MS_ASSERT(c->S == 1 && c->Tout % NR == 0);
+    size_t mpad = (size_t)((M + MR - 1) / MR * MR);
+    const float *brow[KC];
+    for (int s = 0; s < nstreams; s++) {
+        const float *xs = c->xb + (size_t)s * c->cin * c->L;
+        for (int t0 = 0; t0 < c->Tout; t0 += NR) {
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                int kc = K - k0 < KC ? K - k0 : KC;
+                for (int k = 0; k < kc; k++) {
+                    int r = k0 + k, ci = r / c->K, kk = r % c->K;
+                    brow[k] = xs + (size_t)ci * c->L + (size_t)kk * c->dil + t0;
+                }
+                const float *ablk = Ap + (size_t)k0 * mpad;
+                float *cc = C + (size_t)s * c->Tout + t0;
+                for (int i = 0; i < M; i += MR) {
+                    int h = M - i < MR ? M - i : MR;
+                    micro_rows(kc, ablk + (size_t)i * kc, brow, cc + (size_t)i * ldc, ldc, h, 1);
+                }
+            }
+        }
     }
 }

@@ -79,6 +79,7 @@ struct mimi_model {
 typedef struct mimi_ws {
     size_t cap_n;        /* streams it is sized for */
     float *act0, *act1, *act2, *col, *xb;
+    float *pack;         /* (MIMI_GEMM_SCRATCH) */
 } mimi_ws;
 
 /* A transformer's streaming state for one stream. */
@@ -96,6 +97,16 @@ struct mimi_stream {
     mimi_tstate enc_tr, dec_tr;
     mimi_ws ws;
 };
+
+/* ---- mimi_model.c ---- */
+
+#define MIMI_HUGE_PAGE ((size_t)2 << 20)   /* bytes */
+#define MIMI_HUGE_MIN ((size_t)1 << 20)    /* buffers from this size get huge pages */
+
+/* mimi_alloc_floats: n floats (uninitialised) for weights, K/V rings and
+ * workspaces: buffers of 1 MB and more are 2 MB aligned and marked for
+ * transparent huge pages. Freed with free(). NULL when out of memory. */
+float *mimi_alloc_floats(size_t n);
 
 /* ---- mimi_layers.c ---- */
 
@@ -133,7 +144,25 @@ void mimi_gemm(int M, int N, int K, const float *A, int lda, const float *B, int
 size_t mimi_gemm_packed_size(int M, int K);
 void mimi_gemm_pack_a(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, int ldb,
-                         float *C, int ldc, int accumulate);
+                         float *C, int ldc, int accumulate, float *scratch);
+
+/* Packing space of the blocked kernel, floats: a caller that passes a
+ * scratch buffer of this size (64-byte aligned) spares an allocation per
+ * call; NULL allocates. */
+#define MIMI_GEMM_SCRATCH ((size_t)256 * 2048 + (size_t)96 * 256)
+
+/* A stride-1 convolution's input over n streams, read in place: stream s's
+ * input with its kept state is xb + s*cin*L, (cin, L) row-major; the
+ * im2col matrix B (cin*K, n*Tout) is B[ci*K + kk, s*Tout + t] =
+ * xb_s[ci, t + kk*dil]. */
+typedef struct mimi_conv_src {
+    const float *xb;
+    int n, cin, K, S, dil, L, Tout;
+} mimi_conv_src;
+
+/* C (M, n*Tout; ldc) += Ap (pre-packed, M x cin*K) . B of src, without
+ * building B (S must be 1, Tout a multiple of 16). */
+void mimi_gemm_conv_direct(int M, const float *Ap, const mimi_conv_src *src, float *C, int ldc);
 
 /* The panel layout for weights of small-N products (the 25/12.5 Hz layers):
  * 16-row panels, k-major inside, so a product with few columns streams
@@ -142,6 +171,6 @@ void mimi_gemm_prepacked(int M, int N, int K, const float *Ap, const float *B, i
 size_t mimi_panel_size(int M, int K);
 void mimi_panel_pack(int M, int K, const float *A, int lda, float *dst);
 void mimi_gemm_panel(int M, int N, int K, const float *P, const float *B, int ldb, float *C, int ldc,
-                     int accumulate);
+                     int accumulate, float *scratch);
 
 #endif

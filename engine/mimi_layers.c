@@ -64,6 +64,37 @@ void mimi_elu(float *dst, const float *src, size_t n) {
     for (; i < n; i++) dst[i] = src[i] > 0.f ? src[i] : expm1_neg(src[i]);
 }
 
+/* y[0..n) += w * x[0..n) */
+static void axpy(float *y, float w, const float *x, size_t n) {
+    size_t i = 0;
+#if MIMI_HAVE_AVX2
+    __m256 wv = _mm256_set1_ps(w);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += w * x[i];
+}
+
+/* sum of a[i] * b[i] over n */
+static float dot(const float *a, const float *b, int n) {
+    int i = 0;
+    float s = 0.f;
+#if MIMI_HAVE_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    __m256 v = _mm256_add_ps(acc0, acc1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 static void elu_or_copy(float *dst, const float *src, size_t n, int elu) {
     if (elu) mimi_elu(dst, src, n);
     else memcpy(dst, src, n * sizeof(float));
@@ -90,12 +121,54 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
     const int S = c->stride, P = c->pad, K = c->k, Tout = T / S, L = P + T;
     const size_t NT = (size_t)n * T, NO = (size_t)n * Tout;
     const float *B;
+    if (c->w && S == 1) {
+        /* one output channel (the decoder's last conv): y[t] = b + sum over
+         * channels and taps of w * input, straight from the input rows */
+        MS_ASSERT(c->cout == 1);
+        set_bias_rows(y, 1, (int)NO, c->b, accumulate);
+        float *row = ws->xb;                                   /* (L) */
+        for (int s = 0; s < n; s++) {
+            float *st = states[s] + c->state_off;              /* (cin, P) */
+            float *ys = y + (size_t)s * Tout;
+            for (int ci = 0; ci < c->cin; ci++) {
+                elu_or_copy(row + P, x + ci * NT + (size_t)s * T, (size_t)T, elu_in);
+                memcpy(row, st + (size_t)ci * P, (size_t)P * sizeof(float));
+                memcpy(st + (size_t)ci * P, row + T, (size_t)P * sizeof(float));
+                for (int kk = 0; kk < K; kk++) {
+                    axpy(ys, c->w[(size_t)ci * K + kk], row + (size_t)kk * c->dil, (size_t)Tout);
+                }
+            }
+        }
+        return;
+    }
     if (K == 1 && S == 1 && P == 0) {
         B = x;
         if (elu_in) {
             mimi_elu(ws->col, x, (size_t)c->cin * NT);
             B = ws->col;
         }
+        if (c->wp && NT % 16 == 0) {   /* B read in place as one stream of NT steps */
+            mimi_conv_src src = {.xb = B, .n = 1, .cin = c->cin, .K = 1, .S = 1, .dil = 1, .L = (int)NT, .Tout = (int)NT};
+            set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
+            mimi_gemm_conv_direct(c->cout, c->wp, &src, y, (int)NO);
+            return;
+        }
+    } else if (c->wp && S == 1 && Tout % 16 == 0) {
+        /* stride 1, weights pre-packed: the GEMM reads its input in place */
+        for (int s = 0; s < n; s++) {
+            float *st = states[s] + c->state_off;          /* (cin, P) */
+            float *xb = ws->xb + (size_t)s * c->cin * L;   /* (cin, L) */
+            for (int ci = 0; ci < c->cin; ci++) {
+                float *row = xb + (size_t)ci * L;
+                elu_or_copy(row + P, x + ci * NT + (size_t)s * T, (size_t)T, elu_in);
+                memcpy(row, st + (size_t)ci * P, (size_t)P * sizeof(float));
+                memcpy(st + (size_t)ci * P, row + T, (size_t)P * sizeof(float));
+            }
+        }
+        mimi_conv_src src = {.xb = ws->xb, .n = n, .cin = c->cin, .K = K, .S = 1, .dil = c->dil, .L = L, .Tout = Tout};
+        set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
+        mimi_gemm_conv_direct(c->cout, c->wp, &src, y, (int)NO);
+        return;
     } else {
         for (int s = 0; s < n; s++) {
             float *st = states[s] + c->state_off;   /* (cin, P) */
@@ -122,13 +195,9 @@ static void conv_plain(const mimi_conv *c, int n, int T, const float *x, int elu
     set_bias_rows(y, c->cout, (int)NO, c->b, accumulate);
     if (c->w) {                 /* one output channel (the decoder's last conv) */
         MS_ASSERT(c->cout == 1);
-        for (int r = 0; r < c->cin * K; r++) {
-            const float *br = B + (size_t)r * NO;
-            const float w = c->w[r];
-            for (size_t t = 0; t < NO; t++) y[t] += w * br[t];
-        }
-    } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1);
-    else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1);
+        for (int r = 0; r < c->cin * K; r++) axpy(y, c->w[r], B + (size_t)r * NO, NO);
+    } else if (c->wp) mimi_gemm_prepacked(c->cout, (int)NO, c->cin * K, c->wp, B, (int)NO, y, (int)NO, 1, ws->pack);
+    else mimi_gemm_panel(c->cout, (int)NO, c->cin * K, c->wpanel, B, (int)NO, y, (int)NO, 1, ws->pack);
 }
 
 static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, int elu_in,
@@ -142,8 +211,8 @@ static void conv_transposed(const mimi_conv *c, int n, int T, const float *x, in
             X = ws->xb;
         }
         /* Z (cout*K, n*T) */
-        if (c->wp) mimi_gemm_prepacked(c->cout * K, (int)NT, c->cin, c->wp, X, (int)NT, ws->col, (int)NT, 0);
-        else mimi_gemm_panel(c->cout * K, (int)NT, c->cin, c->wpanel, X, (int)NT, ws->col, (int)NT, 0);
+        if (c->wp) mimi_gemm_prepacked(c->cout * K, (int)NT, c->cin, c->wp, X, (int)NT, ws->col, (int)NT, 0, ws->pack);
+        else mimi_gemm_panel(c->cout * K, (int)NT, c->cin, c->wpanel, X, (int)NT, ws->col, (int)NT, 0, ws->pack);
     } else {
         MS_ASSERT(!elu_in);
     }
@@ -265,10 +334,7 @@ static void attention_layer(const mimi_model *m, int li, int n, int T, float *qk
                 for (int k = 0; k < ctx; k++) {
                     long pk = st->pos[k];
                     if (pk < 0 || pk > pos || pos - pk >= ctx) { sc[k] = -INFINITY; continue; }
-                    const float *kv = kr + (size_t)k * D + h * hd;
-                    float dot = 0.f;
-                    for (int d = 0; d < hd; d++) dot += q[d] * kv[d];
-                    sc[k] = dot * scale;
+                    sc[k] = dot(q, kr + (size_t)k * D + h * hd, hd) * scale;
                     if (sc[k] > mx) mx = sc[k];
                 }
                 float sum = 0.f;
@@ -280,9 +346,7 @@ static void attention_layer(const mimi_model *m, int li, int n, int T, float *qk
                 for (int d = 0; d < hd; d++) acc[d] = 0.f;
                 for (int k = 0; k < ctx; k++) {
                     if (sc[k] == 0.f) continue;
-                    const float *vv = vr + (size_t)k * D + h * hd;
-                    float w = sc[k] * inv;
-                    for (int d = 0; d < hd; d++) acc[d] += w * vv[d];
+                    axpy(acc, sc[k] * inv, vr + (size_t)k * D + h * hd, (size_t)hd);
                 }
                 for (int d = 0; d < hd; d++) att[(size_t)(h * hd + d) * N + j] = acc[d];
             }
@@ -300,18 +364,18 @@ void mimi_transformer_forward(const mimi_model *m, const mimi_transformer *tr, i
     for (int li = 0; li < tr->nlayers; li++) {
         const mimi_tlayer *L = &tr->layers[li];
         layer_norm(h, x, L->norm1_w, L->norm1_b, D, N);
-        mimi_gemm_panel(3 * D, N, D, L->in_proj, h, N, big, N, 0);
+        mimi_gemm_panel(3 * D, N, D, L->in_proj, h, N, big, N, 0, ws->pack);
         attention_layer(m, li, n, T, big, att, ts);
-        mimi_gemm_panel(D, N, D, L->out_proj, att, N, h, N, 0);
+        mimi_gemm_panel(D, N, D, L->out_proj, att, N, h, N, 0, ws->pack);
         for (int d = 0; d < D; d++) {
             float g = L->ls1 ? L->ls1[d] : 1.f;
             for (int j = 0; j < N; j++) x[(size_t)d * N + j] += g * h[(size_t)d * N + j];
         }
         layer_norm(h, x, L->norm2_w, L->norm2_b, D, N);
-        mimi_gemm_panel(F, N, D, L->linear1, h, N, big, N, 0);
+        mimi_gemm_panel(F, N, D, L->linear1, h, N, big, N, 0, ws->pack);
         for (size_t i = 0; i < (size_t)F * N; i++)
             big[i] = 0.5f * big[i] * (1.f + erff(big[i] * (float)M_SQRT1_2));
-        mimi_gemm_panel(D, N, F, L->linear2, big, N, att, N, 0);
+        mimi_gemm_panel(D, N, F, L->linear2, big, N, att, N, 0, ws->pack);
         for (int d = 0; d < D; d++) {
             float g = L->ls2 ? L->ls2[d] : 1.f;
             for (int j = 0; j < N; j++) x[(size_t)d * N + j] += g * att[(size_t)d * N + j];

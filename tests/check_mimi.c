@@ -326,6 +326,67 @@ START_TEST(test_hostile_weights) {
 }
 END_TEST
 
+/* The tiny weights stored as bf16 / f16 load (converted to float32) and
+ * decode the reference codes to audio close to the reference: the rounding
+ * of the weights (8 / 11 significant bits) is all that differs. */
+START_TEST(test_half_weights) {
+    static const st_dtype dts[2] = {ST_BF16, ST_F16};
+    static const double tol[2] = {0.2, 0.05};   /* max|delta| / rms: measured 0.079 and 0.0097 */
+    ref r;
+    mimi_model *m0 = load_model("tiny", &r);
+    mimi_model_free(m0);
+    char wpath[512], cpath[512], path[] = "/tmp/check_mimi_half_XXXXXX";
+    snprintf(wpath, sizeof wpath, "%s/tiny.safetensors", fixdir());
+    snprintf(cpath, sizeof cpath, "%s/tiny.json", fixdir());
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    for (int d = 0; d < 2; d++) {
+        ms_error e = {0};
+        st_file *f = st_open(wpath, &e);
+        ck_assert_ptr_nonnull(f);
+        st_writer *w = st_writer_create();
+        uint16_t **bufs = calloc(st_count(f), sizeof(*bufs));
+        for (size_t i = 0; i < st_count(f); i++) {
+            const st_tensor *t = st_at(f, i);
+            float *x = malloc(t->nel * sizeof(float) + 1);
+            ck_assert_int_eq(st_to_f32(t, 0, t->nel, x), MS_OK);
+            bufs[i] = malloc(t->nel * 2 + 1);
+            for (uint64_t j = 0; j < t->nel; j++)
+                bufs[i][j] = dts[d] == ST_BF16 ? st_f32_to_bf16(x[j]) : st_f32_to_f16(x[j]);
+            free(x);
+            ck_assert_int_eq(st_writer_add(w, t->name, dts[d], t->ndim, t->shape, bufs[i]), MS_OK);
+        }
+        ck_assert_int_eq(st_writer_save(w, path, &e), MS_OK);
+        st_writer_free(w);
+        for (size_t i = 0; i < st_count(f); i++) free(bufs[i]);
+        free(bufs);
+        st_close(f);
+        mimi_model *m = NULL;
+        ck_assert_msg(mimi_model_load(&m, path, cpath, &e) == MS_OK, "%s", e.msg);
+        mimi_stream *s = mimi_stream_create(m, &e);
+        float *pcm = malloc(r.ndecoded * sizeof(float));
+        for (int fr = 0; fr < r.frames; fr++)
+            ck_assert_int_eq(mimi_decode_batch(m, &s, 1, r.codes + (size_t)fr * r.K, pcm + (size_t)fr * r.frame, &e),
+                             MS_OK);
+        double ss = 0, mx = 0;
+        for (size_t i = 0; i < r.ndecoded; i++) {
+            ss += (double)r.decoded[i] * r.decoded[i];
+            double dd = fabs((double)pcm[i] - r.decoded[i]);
+            if (!(dd <= mx)) mx = dd;   /* NaN propagates to a failure */
+        }
+        double rel = mx / sqrt(ss / r.ndecoded);
+        fprintf(stderr, "tiny %s weights decode: max|delta| / rms = %.3g (limit %g)\n", st_dtype_name(dts[d]), rel, tol[d]);
+        ck_assert_msg(rel <= tol[d], "%s weights: %g", st_dtype_name(dts[d]), rel);
+        free(pcm);
+        mimi_stream_free(s);
+        mimi_model_free(m);
+    }
+    unlink(path);
+    free_ref(&r);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("mimi");
     TCase *tc = tcase_new("parity");
@@ -335,6 +396,7 @@ static Suite *make_suite(void) {
     tc = tcase_new("hostile");
     tcase_add_test(tc, test_hostile_codes_and_pcm);
     tcase_add_test(tc, test_hostile_weights);
+    tcase_add_test(tc, test_half_weights);
     suite_add_tcase(s, tc);
     return s;
 }
