@@ -39,7 +39,7 @@ PYTEST_DIRS ?=
 test-unit: $(CHECK_BINS) $(PROGRAMS)
 	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh unit $(CHECK_BINS) -- $(TEST_SCRIPTS)
 
-test-integration: $(PROGRAMS) $(VENV)/.ok
+test-integration: $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
 	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh pytest $(PYTEST_DIRS)
 
 test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
