@@ -116,7 +116,7 @@ sample_topk_kernel(int32_t *out,          /* (B) */
     for (int i = threadIdx.x; i < N; i += SP_THREADS) {
         float v = l[i];
         if (samp_key(v, (uint32_t)i) < thr) continue;
-        double g = samp_gumbel(samp_uniform(p.seed, p.step, stream_id, (uint32_t)i));
+        double g = samp_gumbel(rng_uniform(p.seed, p.step, stream_id, (uint32_t)i));
         double s = samp_score(v, p.temp, g);
         if (samp_better(s, i, bs, bi)) { bs = s; bi = i; }
     }

@@ -14,7 +14,7 @@
  *
  * Why CPU and GPU agree (docs/cuda.md has the long form): logits / T is an
  * IEEE division on both sides (nvcc without --use_fast_math, no FMA can
- * form); u is built exactly in double; the transform and the score are
+ * form); u is built exactly in double (rng_uniform); the transform and the score are
  * computed in double. The only inexact steps are the two log() calls, where
  * glibc and CUDA may differ by an ulp of a double (~1e-16 relative); the
  * index can differ only if the two best scores of a row lie within that
@@ -60,16 +60,8 @@ SAMP_FN uint64_t samp_key(float v, uint32_t i) {
     return ((uint64_t)samp_ord(v) << 32) | (uint64_t)(0xFFFFFFFFu - i);
 }
 
-/* samp_uniform: u in the open interval (0, 1), exact in double: the top 24
- * of rng_bits' 32 bits, centred. (rng_uniform rounds in float and returns
- * exactly 1.0 for one value in 2^24, which would make g infinite.) */
-SAMP_FN double samp_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
-    uint32_t b = rng_bits(seed, step, stream, index) >> 8;
-    return ((double)b + 0.5) * (1.0 / 16777216.0);
-}
-
 /* samp_gumbel: the standard Gumbel variate -log(-log(u)), in double; finite
- * for every u samp_uniform returns (|g| < 17.4). */
+ * for every u rng_uniform returns (|g| < 17.4). */
 SAMP_FN double samp_gumbel(double u) {
     return -log(-log(u));
 }

@@ -45,13 +45,15 @@ RNG_FN uint32_t rng_bits(uint64_t seed, uint64_t step, uint32_t stream, uint32_t
     return rng_philox(seed, index, stream, (uint32_t)step, (uint32_t)(step >> 32));
 }
 
-/* rng_uniform: a number in the open interval (0, 1) from 24 random bits,
- * (u + 0.5) / 2^24, computed exactly in double (so CPU and GPU agree bit for
- * bit). Keep it in double: rounded to float, the largest values become 1.0
- * (then -log(-log(u)) is infinite). */
+/* rng_unit: 32 random bits to a number in the open interval (0, 1): the top
+ * 24 bits, centred, (b + 0.5) / 2^24, exact in double (so CPU and GPU agree
+ * bit for bit). Keep it in double: rounded to float, the largest values
+ * become 1.0 (then -log(-log(u)) is infinite). */
+RNG_FN double rng_unit(uint32_t bits) { return ((double)(bits >> 8) + 0.5) * (1.0 / 16777216.0); }
+
+/* rng_uniform: rng_unit of the bits for (seed, step, stream, index). */
 RNG_FN double rng_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
-    uint32_t u = rng_bits(seed, step, stream, index) >> 8;
-    return ((double)u + 0.5) * (1.0 / 16777216.0);
+    return rng_unit(rng_bits(seed, step, stream, index));
 }
 
 #endif

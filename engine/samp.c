@@ -33,12 +33,8 @@ int samp_greedy(const float *logits, int n) {
     return best;
 }
 
-double samp_uniform01(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
-    return samp_bits_unit(rng_bits(seed, step, stream, index));
-}
-
 double samp_gumbel(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
-    return -log(-log(samp_uniform01(seed, step, stream, index)));
+    return -log(-log(rng_uniform(seed, step, stream, index)));
 }
 
 /* min-heap of indices by rank key (the worst kept candidate at the root) */

@@ -43,13 +43,8 @@ int samp_greedy(const float *logits, int n);
 int samp_topk(const float *logits, int n, float temp, int topk, uint64_t seed, uint64_t step, uint32_t stream,
               int *scratch);
 
-/* samp_bits_unit: 32 random bits to u in (0, 1): (top 24 bits + 0.5) /
- * 2^24, exact in double. */
-static inline double samp_bits_unit(uint32_t bits) { return ((double)(bits >> 8) + 0.5) * (1.0 / 16777216.0); }
-
-/* samp_uniform01: u in (0, 1) for (seed, step, stream, index), exact in
- * double (never 0 or 1). */
-double samp_uniform01(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index);
+/* The uniform behind every draw is rng_uniform (engine/rng.h): exact in
+ * double, strictly inside (0, 1). */
 
 /* samp_gumbel: the Gumbel noise -log(-log(u)) used for (seed, step, stream,
  * index), in double; |G| < 17.4. */

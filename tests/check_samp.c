@@ -103,11 +103,11 @@ START_TEST(test_keyed_noise) {
     ck_assert_int_lt(same_seed, 100);
     /* u is never 0 or 1, even at the extreme random words, so G is finite
      * (rng_uniform in float rounded the top values to 1.0) */
-    ck_assert(samp_bits_unit(0) > 0 && samp_bits_unit(0xFFFFFFFFu) < 1);
-    ck_assert(isfinite(-log(-log(samp_bits_unit(0)))) && isfinite(-log(-log(samp_bits_unit(0xFFFFFFFFu)))));
+    ck_assert(rng_unit(0) > 0 && rng_unit(0xFFFFFFFFu) < 1);
+    ck_assert(isfinite(-log(-log(rng_unit(0)))) && isfinite(-log(-log(rng_unit(0xFFFFFFFFu)))));
     for (uint32_t i = 0; i < 100000; i++) {
-        double u = samp_uniform01(3, 4, 5, i);
-        ck_assert(u > 0 && u < 1 && u == samp_bits_unit(rng_bits(3, 4, 5, i)));
+        double u = rng_uniform(3, 4, 5, i);
+        ck_assert(u > 0 && u < 1 && u == rng_unit(rng_bits(3, 4, 5, i)));
     }
     /* the Gumbel noise itself: mean ~ Euler-Mascheroni 0.5772 */
     double m = 0;

@@ -42,7 +42,7 @@ int ref_sample_topk(int32_t *out, const float *logits, const samp_row *rows, int
             double bs = 0.0;
             for (int i = 0; i < N; i++) {
                 if (samp_key(l[i], (uint32_t)i) < thr) continue;
-                double g = samp_gumbel(samp_uniform(p.seed, p.step, stream, (uint32_t)i));
+                double g = samp_gumbel(rng_uniform(p.seed, p.step, stream, (uint32_t)i));
                 double s = samp_score(l[i], p.temp, g);
                 if (samp_better(s, i, bs, best)) { bs = s; best = i; }
             }
