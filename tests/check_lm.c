@@ -47,36 +47,13 @@ START_TEST(test_manifest) {
         const js_value *files = js_get(cs, "files");
         ck_assert_int_ge((int)files->len, 5);
         nfiles -= (int)files->len - 5;   /* the bf16 case also records the bf16 runtime */
-        for (const js_value *f = files->child; f; f = f->next) {
-            char path[512], hex[65];
-            snprintf(path, sizeof path, LM_FIX_DIR "/%s/%s", lm_fix_cases[i], f->key);
-            size_t n;
-            char *b = slurp(path, &n);
-            ck_assert_msg(b != NULL, "%s: unreadable", path);
-            sha256_hex(b, n, hex);
-            free(b);
-            ck_assert_msg((int64_t)n == js_get(f, "bytes")->i, "%s: %zu bytes, manifest says %lld", path, n,
-                          (long long)js_get(f, "bytes")->i);
-            ck_assert_msg(strcmp(hex, js_get(f, "sha256")->str) == 0, "%s: sha256 %s, manifest says %s", path, hex,
-                          js_get(f, "sha256")->str);
-            nfiles++;
-        }
+        nfiles += check_manifest_files(LM_FIX_DIR, lm_fix_cases[i], files);
     }
     ck_assert_int_eq(nfiles, 5 * LM_FIX_NCASES);
     js_free(root);
     free(txt);
 }
 END_TEST
-
-static double rel_err(const float *a, const float *ref, int n) {
-    double md = 0, mr = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= md)) md = d;   /* NaN propagates */
-        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
-    }
-    return md / (mr > 0 ? mr : 1);
-}
 
 /* one case: every frame equal to the official trace, every logit within tol */
 static void parity_case(const char *name) {

@@ -15,35 +15,7 @@
 #include "st.h"
 #include "check_lm_util.h"
 
-static char tmpd[64];
-static char out_txt[1 << 16], err_txt[1 << 14];
-
-static void setup(void) {
-    strcpy(tmpd, "/tmp/check_lm_run_XXXXXX");
-    ck_assert(mkdtemp(tmpd) != NULL);
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpd);
-    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", tmpd);
-}
-
-/* run moshi-run with args; stdout and stderr captured; returns exit status */
-static int run(const char *args) {
-    char cmd[2048], po[128], pe[128];
-    snprintf(po, sizeof po, "%s/stdout", tmpd);
-    snprintf(pe, sizeof pe, "%s/stderr", tmpd);
-    snprintf(cmd, sizeof cmd, "%s/moshi-run %s >'%s' 2>'%s'", check_build_dir(), args, po, pe);
-    int st = system(cmd);
-    size_t n;
-    char *o = slurp(po, &n), *e = slurp(pe, &n);
-    snprintf(out_txt, sizeof out_txt, "%s", o ? o : "");
-    snprintf(err_txt, sizeof err_txt, "%s", e ? e : "");
-    free(o);
-    free(e);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+#include "check_run_util.h"
 
 static void write_file(const char *name, const char *text) {
     char p[256];
@@ -332,7 +304,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("lm_run");
     TCase *tc = tcase_new("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, run_setup, run_teardown);
     tcase_add_loop_test(tc, test_greedy_traces, 0, LM_FIX_NCASES);
     tcase_add_test(tc, test_logits_out);
     tcase_add_test(tc, test_sampling);

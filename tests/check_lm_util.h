@@ -1,12 +1,19 @@
-/* check_lm_util.h - helpers shared by the LM test suites: fixture paths,
- * whole-file reads, SHA-256 (FIPS 180-4) for the fixture manifest. */
+/* check_lm_util.h - helpers shared by the LM and PersonaPlex test suites:
+ * fixture paths, whole-file reads, SHA-256 (FIPS 180-4) and the check of a
+ * fixture manifest's files, the normalised error of logits. Include after
+ * check_main.h. */
 #ifndef MOSHID_CHECK_LM_UTIL_H
 #define MOSHID_CHECK_LM_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <check.h>
+
+#include "json.h"
 
 #define LM_FIX_DIR "tests/fixtures/lm"
 static const char *const lm_fix_cases[] __attribute__((unused)) = {"ring_f32", "hs4_f32", "ring_bf16"};
@@ -155,5 +162,38 @@ static inline void write_mutant(const char *dir, const mutation *mu) {
 }
 
 #endif
+
+/* check_manifest_files: every entry of a manifest case's "files" object
+ * ({name: {"bytes": n, "sha256": hex}}) names a file under dir/case of that
+ * size and sha256 (a failed check names the file). Returns the count. */
+static inline int check_manifest_files(const char *dir, const char *casename, const js_value *files) {
+    int n_ok = 0;
+    for (const js_value *f = files ? files->child : NULL; f; f = f->next) {
+        char path[512], hex[65];
+        snprintf(path, sizeof path, "%s/%s/%s", dir, casename, f->key);
+        size_t n;
+        char *b = slurp(path, &n);
+        ck_assert_msg(b != NULL, "%s: unreadable", path);
+        sha256_hex(b, n, hex);
+        free(b);
+        ck_assert_msg((int64_t)n == js_get(f, "bytes")->i, "%s: %zu bytes, manifest says %lld", path, n,
+                      (long long)js_get(f, "bytes")->i);
+        ck_assert_msg(strcmp(hex, js_get(f, "sha256")->str) == 0, "%s: sha256 %s, manifest says %s", path, hex,
+                      js_get(f, "sha256")->str);
+        n_ok++;
+    }
+    return n_ok;
+}
+
+/* rel_err: max |a - ref| / max |ref| over n values (NaN propagates). */
+static inline double rel_err(const float *a, const float *ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / (mr > 0 ? mr : 1);
+}
 
 #endif

@@ -155,36 +155,13 @@ START_TEST(test_manifest) {
         const js_value *cs = js_get(cases, pp_cases[i]);
         ck_assert_msg(cs != NULL, "case %s missing from the manifest", pp_cases[i]);
         ck_assert_int_eq((int)js_get(js_get(cs, "config"), "dep_q")->i, 16);
-        for (const js_value *f = js_get(cs, "files")->child; f; f = f->next) {
-            char path[512], hex[65];
-            snprintf(path, sizeof path, PP_FIX_DIR "/%s/%s", pp_cases[i], f->key);
-            size_t n;
-            char *b = slurp(path, &n);
-            ck_assert_msg(b != NULL, "%s: unreadable", path);
-            sha256_hex(b, n, hex);
-            free(b);
-            ck_assert_msg((int64_t)n == js_get(f, "bytes")->i, "%s: %zu bytes, manifest says %lld", path, n,
-                          (long long)js_get(f, "bytes")->i);
-            ck_assert_msg(!strcmp(hex, js_get(f, "sha256")->str), "%s: sha256 %s, manifest says %s", path, hex,
-                          js_get(f, "sha256")->str);
-            nfiles++;
-        }
+        nfiles += check_manifest_files(PP_FIX_DIR, pp_cases[i], js_get(cs, "files"));
     }
     ck_assert_int_eq(nfiles, 13 * PP_NCASES);
     js_free(root);
     free(txt);
 }
 END_TEST
-
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= md)) md = d;   /* NaN propagates */
-        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
-    }
-    return md / (mr > 0 ? mr : 1);
-}
 
 /* live greedy steps from a fresh slot: every frame, every logit; run with
  * all 16 sub-steps too: the same frames, and the logits of 8..15 */

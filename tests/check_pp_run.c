@@ -16,35 +16,7 @@
 static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap"};
 #define PP_NCASES 2
 
-static char tmpd[64];
-static char out_txt[1 << 16], err_txt[1 << 14];
-
-static void setup(void) {
-    strcpy(tmpd, "/tmp/check_pp_run_XXXXXX");
-    ck_assert(mkdtemp(tmpd) != NULL);
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpd);
-    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", tmpd);
-}
-
-/* run moshi-run with args; stdout and stderr captured; exit status */
-static int run(const char *args) {
-    char cmd[4096], po[128], pe[128];
-    snprintf(po, sizeof po, "%s/stdout", tmpd);
-    snprintf(pe, sizeof pe, "%s/stderr", tmpd);
-    snprintf(cmd, sizeof cmd, "%s/moshi-run %s >'%s' 2>'%s'", check_build_dir(), args, po, pe);
-    int st = system(cmd);
-    size_t n;
-    char *o = slurp(po, &n), *e = slurp(pe, &n);
-    snprintf(out_txt, sizeof out_txt, "%s", o ? o : "");
-    snprintf(err_txt, sizeof err_txt, "%s", e ? e : "");
-    free(o);
-    free(e);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+#include "check_run_util.h"
 
 static void same_as(const char *what, const char *ref_path) {
     size_t n;
@@ -183,7 +155,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("pp_run");
     TCase *tc = tcase_new("pp_run");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, run_setup, run_teardown);
     tcase_add_loop_test(tc, test_live, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_primed, 0, 4 * PP_NCASES);
     tcase_add_test(tc, test_sampled);
