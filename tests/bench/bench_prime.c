@@ -144,7 +144,10 @@ static int write_model(const char *dir) {
             " \"n_q\": 16, \"dep_q\": 16, \"card\": %d, \"text_card\": %d,\n"
             " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
             " \"depformer_dim\": %d, \"depformer_num_heads\": %d, \"depformer_num_layers\": %d,\n"
-            " \"depformer_dim_feedforward\": %d}\n",
+            " \"depformer_dim_feedforward\": %d, \"gating\": \"silu\", \"norm\": \"rms_norm_f32\",\n"
+            " \"positional_embedding\": \"rope\", \"depformer_gating\": \"silu\", \"depformer_pos_emb\": \"none\",\n"
+            " \"depformer_multi_linear\": true, \"depformer_weights_per_step\": true, \"depformer_context\": 16,\n"
+            " \"max_period\": 10000, \"existing_text_padding_id\": 3}\n",
             B_DIM, B_HEADS, B_LAYERS, B_CONTEXT, B_CARD, B_TEXT_CARD, B_DDIM, B_DHEADS, B_DLAYERS,
             (int)(4.125 * B_DDIM));
     return fclose(f) != 0;
