@@ -103,8 +103,8 @@ run: $(BUILD)/moshid $(DEMO_DIR)/.ok
 
 # Benchmark of the daemon (make bench-daemon, outside CI: about 5 minutes):
 # clients streaming in real time, doubling until a level fails.
-bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok $(VENV)/.ok
-	$(Q)$(VENV)/bin/python tests/bench/loadgen.py --moshid $(BUILD)/moshid --config-args \
+bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
+	$(Q)build/venv/bin/python tests/bench/loadgen.py --moshid $(BUILD)/moshid --config-args \
 	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn" \
 	  --seconds $(or $(BENCH_SECONDS),60)
 .PHONY: run demo-model bench-daemon

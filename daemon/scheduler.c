@@ -172,6 +172,10 @@ static void *engine_main(void *arg) {
                            .has_pcm = s->has_pcm[j], .text = s->text[j], .latency_ms = t1 - s->t_in[j]};
             met_observe_frame_ms(o.latency_ms);
             if (o.latency_ms > s->cfg.frame_ms) met_add(MET_late_frames_total, 1);
+            if (o.latency_ms > 20)
+                LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f step_ms=%.1f batch=%d queued=%llu t_in=%.1f t0=%.1f",
+                     s->batch[j], (unsigned long long)o.step, o.latency_ms, dt, n,
+                     (unsigned long long)(atomic_load(&sl->in_head) - atomic_load(&sl->in_tail)), s->t_in[j], t0);
             if (!out_push(s, sl, &o, s->pcm_out + (size_t)j * F)) atomic_store(&sl->overflow, 1);
             atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
         }

@@ -114,10 +114,22 @@ async def _receiver(ws, res, stop_after_audio=None):
             res.other.append(m.data)
 
 
-async def session(port, pcm=None, pages=None, query="", realtime=True, before_handshake=False, expect_audio=None,
-                  tail_s=3.0, extra=None):
-    """Run one session: stream pcm (through sphn) or prepared Ogg pages, one
-    per message. Returns a Result. extra(ws) runs after streaming."""
+def sphn_messages(pcm):
+    """pcm as the kind-1 messages a sphn-based client sends, one per 80 ms
+    frame (None where the encoder had no complete page yet)."""
+    wr = sphn.OpusStreamWriter(SR)
+    out = []
+    for i in range(0, len(pcm) - FRAME + 1, FRAME):
+        b = wr.append_pcm(pcm[i:i + FRAME])
+        out.append(b"\x01" + b if b else None)
+    return out
+
+
+async def session(port, pcm=None, pages=None, msgs=None, query="", realtime=True, before_handshake=False,
+                  expect_audio=None, tail_s=3.0, extra=None):
+    """Run one session: stream pcm (through sphn), prepared Ogg pages (one
+    per message, 40 ms apart) or prepared messages (sphn_messages, 80 ms
+    apart). Returns a Result. extra(ws) runs after streaming."""
     res = Result()
     url = f"http://127.0.0.1:{port}/api/chat" + (f"?{query}" if query else "")
     async with aiohttp.ClientSession() as s:
@@ -127,16 +139,14 @@ async def session(port, pcm=None, pages=None, query="", realtime=True, before_ha
                 t0 = time.monotonic()
                 while res.handshake is None and not recv.done() and time.monotonic() - t0 < 20:
                     await asyncio.sleep(0.01)
-            msgs = []
+            period = FRAME / SR
             if pages is not None:
                 msgs = [b"\x01" + p for p in pages]
                 period = 0.04
             elif pcm is not None:
-                wr = sphn.OpusStreamWriter(SR)
-                for i in range(0, len(pcm) - FRAME + 1, FRAME):
-                    b = wr.append_pcm(pcm[i:i + FRAME])
-                    msgs.append(b"\x01" + b if b else None)
-                period = FRAME / SR
+                msgs = sphn_messages(pcm)
+            elif msgs is None:
+                msgs = []
             t0 = time.monotonic()
             for i, msg in enumerate(msgs):
                 if recv.done():
