@@ -7,7 +7,8 @@
 ENGINE_SRCS += engine/mimi_config.c engine/mimi_model.c engine/mimi_gemm.c \
                engine/mimi_layers.c engine/mimi.c
 ENGINE_IO_SRCS += engine/audio_file.c
-EXTRA_CFLAGS_engine_ += $(call pc_cflags,sndfile soxr)
+# only the I/O objects see libsndfile/libsoxr (the engine core stays library-free)
+$(ENGINE_IO_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/engine/cli/mimi_codec.o: CPPFLAGS_ALL += $(call pc_cflags,sndfile soxr)
 
 AUDIO_LIBS = $(call pc_libs,sndfile soxr)
 
