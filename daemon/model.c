@@ -183,7 +183,7 @@ static int m_step(void *ctx, int n, const int *slots, const float *pcm_in, float
         m->streams[j] = m->s[slots[j]].mimi;
         m->gens[j] = &m->s[slots[j]].g;
     }
-    int rc = mimi_encode_batch(m->mimi, m->streams, n, pcm_in, m->codes, err);
+    int rc = lm_backend_mimi_encode(m->lm, m->streams, n, pcm_in, m->codes, err);
     if (rc) return rc;
     for (int j = 0; j < n; j++) {
         model_slot *s = &m->s[slots[j]];
@@ -225,7 +225,7 @@ static int m_step(void *ctx, int n, const int *slots, const float *pcm_in, float
         m->dec_rows[nd++] = j;
     }
     if (nd) {
-        rc = mimi_decode_batch(m->mimi, m->streams, nd, m->dec_codes, m->dec_pcm, err);
+        rc = lm_backend_mimi_decode(m->lm, m->streams, nd, m->dec_codes, m->dec_pcm, err);
         if (rc) return rc;
         for (int d = 0; d < nd; d++) {
             int j = m->dec_rows[d];

@@ -109,7 +109,7 @@ typedef struct lm_backend_ops {
     int (*kv_snapshot)(void *ctx, int slot, int P, lm_kv_snap **out, ms_error *err);
     int (*kv_restore)(void *ctx, int slot, const lm_kv_snap *snap, ms_error *err);
     void (*kv_snap_free)(void *ctx, lm_kv_snap *snap);
-    /* Mimi for a batch of streams (the lead wires these to engine/mimi.h):
+    /* Mimi for a batch of streams (the CPU backend runs engine/mimi.h on the streams' model):
      *   pcm (n, 1920) float32 at 24 kHz, codes (n, ncb). */
     int (*mimi_encode)(void *ctx, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
                        ms_error *err);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "mimi.h"
 #include "kern_cpu.h"
 #include "lm.h"
 #include "log.h"
@@ -334,6 +335,34 @@ static int cpu_stats(void *vctx, lm_backend_stats *st) {
     return MS_OK;
 }
 
+/* Mimi on the CPU: the streams carry their model (engine/mimi.h); every
+ * stream of one call must belong to the same model. */
+static const mimi_model *common_model(struct mimi_stream *const *streams, int n, ms_error *err) {
+    const mimi_model *m = mimi_stream_model(streams[0]);
+    for (int i = 1; i < n; i++)
+        if (mimi_stream_model(streams[i]) != m) {
+            ms_err_set(err, MS_ERR_ARG, "mimi: the streams of one batch belong to different models");
+            return NULL;
+        }
+    return m;
+}
+
+static int cpu_mimi_encode(void *ctx, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
+                           ms_error *err) {
+    (void)ctx;
+    if (n == 0) return MS_OK;
+    const mimi_model *m = common_model(streams, n, err);
+    return m ? mimi_encode_batch(m, streams, n, pcm, codes, err) : MS_ERR_ARG;
+}
+
+static int cpu_mimi_decode(void *ctx, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
+                           ms_error *err) {
+    (void)ctx;
+    if (n == 0) return MS_OK;
+    const mimi_model *m = common_model(streams, n, err);
+    return m ? mimi_decode_batch(m, streams, n, codes, pcm, err) : MS_ERR_ARG;
+}
+
 const lm_backend_ops lm_cpu_backend = {
     .name = "cpu",
     .open = cpu_open,
@@ -346,7 +375,7 @@ const lm_backend_ops lm_cpu_backend = {
     .kv_snapshot = cpu_kv_snapshot,
     .kv_restore = cpu_kv_restore,
     .kv_snap_free = cpu_kv_snap_free,
-    .mimi_encode = NULL,   /* wired by the lead to engine/mimi.h */
-    .mimi_decode = NULL,
+    .mimi_encode = cpu_mimi_encode,
+    .mimi_decode = cpu_mimi_decode,
     .stats = cpu_stats,
 };

@@ -48,6 +48,8 @@ static int ws_reserve(mimi_ws *w, const mimi_model *m, int n, ms_error *err) {
     return MS_OK;
 }
 
+const mimi_model *mimi_stream_model(const mimi_stream *s) { return s->m; }
+
 mimi_stream *mimi_stream_create(const mimi_model *m, ms_error *err) {
     mimi_stream *s = calloc(1, sizeof(*s));
     if (!s) goto nomem;

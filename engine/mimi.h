@@ -107,6 +107,8 @@ int mimi_cardinality(const mimi_model *m);     /* codebook entries: 2048 by defa
 /* mimi_stream_create: a fresh streaming state for m (borrowed: m must
  * outlive the stream). NULL with err set on allocation failure. */
 mimi_stream *mimi_stream_create(const mimi_model *m, ms_error *err);
+/* mimi_stream_model: the model the stream was created for (borrowed). */
+const mimi_model *mimi_stream_model(const mimi_stream *s);
 void mimi_stream_free(mimi_stream *s);
 /* Back to the fresh state (encoder side / decoder side only). The Kyutai
  * server resets the encoder after the first frame of a session. */

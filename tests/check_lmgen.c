@@ -13,6 +13,7 @@
 #include "check_main.h"
 #include "lm.h"
 #include "lmgen.h"
+#include "mimi.h"
 #include "samp.h"
 
 #define FIX LM_FIX_DIR "/ring_f32"
@@ -307,11 +308,33 @@ START_TEST(test_dispatcher) {
     r[1].samp.text_temp = 0;
     ck_assert_int_eq(lm_backend_step(b, r, 2, &e), MS_OK);
     ck_assert_int_eq(lm_backend_reset_slot(b, -1, &e), MS_ERR_RANGE);
-    /* Mimi entries are NULL in the CPU table until the lead wires them */
-    float pcm[1920] = {0};
-    int codes[8];
-    ck_assert_int_eq(lm_backend_mimi_encode(b, NULL, 0, pcm, codes, &e), MS_ERR_UNSUPPORTED);
-    ck_assert_int_eq(lm_backend_mimi_decode(b, NULL, 0, codes, pcm, &e), MS_ERR_UNSUPPORTED);
+    /* Mimi through the backend table: the CPU entries run engine/mimi.h on
+     * the streams' model; one batch may not mix models */
+    mimi_model *mm = NULL, *mm2 = NULL;
+    ck_assert_int_eq(mimi_model_load(&mm, "tests/fixtures/mimi/tiny.safetensors", "tests/fixtures/mimi/tiny.json", &e),
+                     MS_OK);
+    ck_assert_int_eq(mimi_model_load(&mm2, "tests/fixtures/mimi/tiny.safetensors", "tests/fixtures/mimi/tiny.json", &e),
+                     MS_OK);
+    int F = mimi_frame_samples(mm), ncb = mimi_num_codebooks(mm);
+    ck_assert_int_le(ncb, 32);
+    mimi_stream *ms[2] = {mimi_stream_create(mm, &e), mimi_stream_create(mm, &e)};
+    mimi_stream *direct = mimi_stream_create(mm, &e), *other = mimi_stream_create(mm2, &e);
+    float *pcm = calloc((size_t)(2 * F), sizeof(float)), *back = calloc((size_t)(2 * F), sizeof(float));
+    float *back_direct = calloc((size_t)F, sizeof(float));
+    int codes[2 * 32], codes_direct[32];
+    for (int i = 0; i < 2 * F; i++) pcm[i] = 0.3f * sinf(0.01f * (float)i * (1 + i / F));
+    ck_assert_int_eq(lm_backend_mimi_encode(b, ms, 2, pcm, codes, &e), MS_OK);
+    ck_assert_int_eq(mimi_encode_batch(mm, &direct, 1, pcm + F, codes_direct, &e), MS_OK);
+    ck_assert_mem_eq(codes + ncb, codes_direct, sizeof(int) * (size_t)ncb);
+    ck_assert_int_eq(lm_backend_mimi_decode(b, ms, 2, codes, back, &e), MS_OK);
+    ck_assert_int_eq(mimi_decode_batch(mm, &direct, 1, codes + ncb, back_direct, &e), MS_OK);
+    ck_assert_mem_eq(back + F, back_direct, sizeof(float) * (size_t)F);
+    mimi_stream *mixed[2] = {ms[0], other};
+    ck_assert_int_eq(lm_backend_mimi_encode(b, mixed, 2, pcm, codes, &e), MS_ERR_ARG);
+    ck_assert_int_eq(lm_backend_mimi_encode(b, NULL, 0, pcm, codes, &e), MS_OK);
+    free(pcm); free(back); free(back_direct);
+    mimi_stream_free(ms[0]); mimi_stream_free(ms[1]); mimi_stream_free(direct); mimi_stream_free(other);
+    mimi_model_free(mm); mimi_model_free(mm2);
     lm_backend_stats st;
     ck_assert_int_eq(lm_backend_stats_get(b, &st), MS_OK);
     ck_assert_uint_eq(st.steps, 2);
