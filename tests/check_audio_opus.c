@@ -126,16 +126,6 @@ START_TEST(test_roundtrip) {
 }
 END_TEST
 
-static char tmpdir[64];
-static void mk_tmp(void) {
-    strcpy(tmpdir, "/tmp/check_audio_opus_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-static void rm_tmp(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
 static void write_file(const char *path, const void *b, size_t n) {
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
@@ -162,14 +152,14 @@ static void need(const char *prog) {
 
 START_TEST(test_opusdec_reads_our_stream) {
     need("opusdec");
-    mk_tmp();
+    check_tmp_make();
     const int N = 25;
     size_t len;
     int la;
     uint8_t *s = encode_chirp(N, &len, &la);
     char in[128], out[128], cmd[512];
-    snprintf(in, sizeof in, "%s/ours.opus", tmpdir);
-    snprintf(out, sizeof out, "%s/ours.f32", tmpdir);
+    snprintf(in, sizeof in, "%s/ours.opus", check_tmp);
+    snprintf(out, sizeof out, "%s/ours.f32", check_tmp);
     write_file(in, s, len);
     snprintf(cmd, sizeof cmd, "opusdec --quiet --rate 24000 --float '%s' '%s'", in, out);
     ck_assert_int_eq(system(cmd), 0);
@@ -197,7 +187,7 @@ START_TEST(test_opusdec_reads_our_stream) {
     free(mine.x);
     free(ref);
     free(s);
-    rm_tmp();
+    check_tmp_remove();
 }
 END_TEST
 
@@ -240,7 +230,7 @@ static int count_pkts(void *user, const ogg_pkt *k, ms_error *err) {
 
 START_TEST(test_we_read_opusenc) {
     need("opusenc");
-    mk_tmp();
+    check_tmp_make();
     for (int channels = 1; channels <= 2; channels++) {
         const uint32_t n = 3 * AUDIO_RATE_HZ;
         int16_t *x = malloc(n * 2 * sizeof(int16_t));
@@ -249,8 +239,8 @@ START_TEST(test_we_read_opusenc) {
         for (uint32_t i = 0; i < n; i++)
             for (int c = 0; c < channels; c++) x[i * (uint32_t)channels + (uint32_t)c] = (int16_t)lrintf(xf[i] * 32767);
         char wav[128], opus[128], cmd[512];
-        snprintf(wav, sizeof wav, "%s/in%d.wav", tmpdir, channels);
-        snprintf(opus, sizeof opus, "%s/in%d.opus", tmpdir, channels);
+        snprintf(wav, sizeof wav, "%s/in%d.wav", check_tmp, channels);
+        snprintf(opus, sizeof opus, "%s/in%d.opus", check_tmp, channels);
         write_wav(wav, x, n, channels, AUDIO_RATE_HZ);
         snprintf(cmd, sizeof cmd, "opusenc --quiet --max-delay 1000 '%s' '%s'", wav, opus);
         ck_assert_int_eq(system(cmd), 0);
@@ -277,7 +267,7 @@ START_TEST(test_we_read_opusenc) {
         free(x);
         free(xf);
     }
-    rm_tmp();
+    check_tmp_remove();
 }
 END_TEST
 

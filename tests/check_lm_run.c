@@ -19,7 +19,7 @@
 
 static void write_file(const char *name, const char *text) {
     char p[256];
-    snprintf(p, sizeof p, "%s/%s", tmpd, name);
+    snprintf(p, sizeof p, "%s/%s", check_tmp, name);
     FILE *f = fopen(p, "w");
     ck_assert(f != NULL);
     fputs(text, f);
@@ -45,7 +45,7 @@ START_TEST(test_greedy_traces) {
     free(ref);
     /* --out writes the same to a file, nothing to stdout */
     snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/%s --codes-in " LM_FIX_DIR "/%s/codes.txt --greedy --out %s/o.jsonl",
-             name, name, tmpd);
+             name, name, check_tmp);
     ck_assert_int_eq(run(args), 0);
     ck_assert_str_eq(out_txt, "");
 }
@@ -54,7 +54,7 @@ END_TEST
 /* --logits-out: the logits of every step, as the official ones (1e-4) */
 START_TEST(test_logits_out) {
     char args[512], path[256];
-    snprintf(path, sizeof path, "%s/l.safetensors", tmpd);
+    snprintf(path, sizeof path, "%s/l.safetensors", check_tmp);
     snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/hs4_f32 --codes-in " LM_FIX_DIR "/hs4_f32/codes.txt --greedy --logits-out %s", path);
     ck_assert_msg(run(args) == 0, "%s", err_txt);
     ms_error e = {0};
@@ -123,7 +123,7 @@ START_TEST(test_hostile_codes) {
     char args[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_file("c.txt", cases[i].codes);
-        snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", tmpd);
+        snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", check_tmp);
         ck_assert_msg(run(args) == 1, "case %zu accepted", i);
         ck_assert_msg(strstr(err_txt, cases[i].needle), "case %zu: stderr: %s", i, err_txt);
     }
@@ -134,17 +134,17 @@ START_TEST(test_hostile_codes) {
     big[9999] = 0;
     write_file("c.txt", big);
     free(big);
-    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", tmpd);
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", check_tmp);
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "longer than"), "%s", err_txt);
     /* a NUL byte, and a last line without its newline (accepted) */
     {
         char pth[256];
-        snprintf(pth, sizeof pth, "%s/c.txt", tmpd);
+        snprintf(pth, sizeof pth, "%s/c.txt", check_tmp);
         FILE *f = fopen(pth, "w");
         fwrite("1 2 3 4 5 6 7 8\n1 2\0003 4 5 6 7 8\n", 1, 33, f);
         fclose(f);
-        snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", tmpd);
+        snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/c.txt --greedy", check_tmp);
         ck_assert_int_eq(run(args), 1);
         ck_assert_msg(strstr(err_txt, "c.txt:2: NUL byte"), "%s", err_txt);
         /* the fixture's first 3 frames, the last without newline: the
@@ -165,12 +165,12 @@ START_TEST(test_hostile_codes) {
         free(ref);
     }
     /* unreadable codes file: missing, a directory */
-    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/none.txt --greedy", tmpd);
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s/none.txt --greedy", check_tmp);
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "none.txt: cannot open"), "%s", err_txt);
-    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s --greedy", tmpd);
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in %s --greedy", check_tmp);
     ck_assert_int_eq(run(args), 1);
-    ck_assert_msg(strstr(err_txt, tmpd), "%s", err_txt);
+    ck_assert_msg(strstr(err_txt, check_tmp), "%s", err_txt);
 }
 END_TEST
 
@@ -183,7 +183,7 @@ START_TEST(test_hostile_model) {
     };
     char args[512], d[256];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(d, sizeof d, "%s/m%zu", tmpd, i);
+        snprintf(d, sizeof d, "%s/m%zu", check_tmp, i);
         ck_assert_int_eq(mkdir(d, 0700), 0);
         write_mutant(d, &cases[i].mu);
         snprintf(args, sizeof args, "--lm %s --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy %s", d, cases[i].extra);
@@ -192,7 +192,7 @@ START_TEST(test_hostile_model) {
         ck_assert_str_eq(out_txt, "");
     }
     /* a bad config.json, a missing directory */
-    snprintf(d, sizeof d, "%s/m0", tmpd);
+    snprintf(d, sizeof d, "%s/m0", check_tmp);
     write_file("m0/config.json", "{\"norm\": \"layer_norm\"}");
     snprintf(args, sizeof args, "--lm %s --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy", d);
     ck_assert_int_eq(run(args), 1);
@@ -200,9 +200,9 @@ START_TEST(test_hostile_model) {
     ck_assert_int_eq(run("--lm /nonexistent --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy"), 1);
     ck_assert_msg(strstr(err_txt, "/nonexistent/model.safetensors"), "%s", err_txt);
     /* a truncated safetensors file */
-    snprintf(d, sizeof d, "%s/m1/model.safetensors", tmpd);
+    snprintf(d, sizeof d, "%s/m1/model.safetensors", check_tmp);
     ck_assert_int_eq(truncate(d, 5000), 0);
-    snprintf(args, sizeof args, "--lm %s/m1 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy", tmpd);
+    snprintf(args, sizeof args, "--lm %s/m1 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --greedy", check_tmp);
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "model.safetensors"), "%s", err_txt);
 }
@@ -249,7 +249,7 @@ static size_t put_varint(unsigned char *b, size_t v) {
  * the piece of its out[0] with U+2581 as a space, "" for PAD 3 / EPAD 0 */
 START_TEST(test_tokenizer) {
     char path[256];
-    snprintf(path, sizeof path, "%s/t.model", tmpd);
+    snprintf(path, sizeof path, "%s/t.model", check_tmp);
     FILE *f = fopen(path, "wb");
     ck_assert(f != NULL);
     for (int i = 0; i < 48; i++) {
@@ -294,7 +294,7 @@ START_TEST(test_tokenizer) {
     ck_assert_int_eq(lines, 24);
     ck_assert_int_eq(texts, 23);
     /* an unreadable tokenizer file */
-    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --tokenizer %s/none.model", tmpd);
+    snprintf(args, sizeof args, "--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --tokenizer %s/none.model", check_tmp);
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "none.model"), "%s", err_txt);
 }
@@ -304,7 +304,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("lm_run");
     TCase *tc = tcase_new("core");
-    tcase_add_checked_fixture(tc, run_setup, run_teardown);
+    tcase_add_checked_fixture(tc, check_tmp_make, check_tmp_remove);
     tcase_add_loop_test(tc, test_greedy_traces, 0, LM_FIX_NCASES);
     tcase_add_test(tc, test_logits_out);
     tcase_add_test(tc, test_sampling);

@@ -196,4 +196,20 @@ static inline double rel_err(const float *a, const float *ref, size_t n) {
     return md / (mr > 0 ? mr : 1);
 }
 
+/* manifest_open: parse the fixture manifest at path and check the pinned
+ * generator versions (moshi 0.2.13, torch 2.9.1). Returns the tree (js_free)
+ * and *txt (free). */
+static inline js_value *manifest_open(const char *path, char **txt) {
+    size_t len;
+    *txt = slurp(path, &len);
+    ck_assert_msg(*txt != NULL, "cannot read the manifest %s", path);
+    ms_error e = {0};
+    js_value *root = js_parse(*txt, len, &e);
+    ck_assert_msg(root != NULL, "%s: %s", path, e.msg);
+    const js_value *v = js_get(root, "versions");
+    ck_assert_str_eq(js_get(v, "moshi")->str, "0.2.13");
+    ck_assert(strncmp(js_get(v, "torch")->str, "2.9.1", 5) == 0);
+    return root;
+}
+
 #endif

@@ -10,7 +10,9 @@
 #define MOSHID_CHECK_MAIN_H
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef CHECK_TIMEOUT_S
 #define CHECK_TIMEOUT_S 60
@@ -33,6 +35,21 @@ static inline const char *check_build_dir(void) {
         srunner_free(sr);                                              \
         return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;              \
     }
+
+/* check_tmp: a fresh temporary directory for one test (check_tmp_make),
+ * removed with everything in it by check_tmp_remove. */
+static char check_tmp[64] __attribute__((unused));
+
+static inline void check_tmp_make(void) {
+    strcpy(check_tmp, "/tmp/moshid_check_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(check_tmp));
+}
+
+static inline void check_tmp_remove(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", check_tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
 
 /* tcase_new: a test case with the standard timeout. */
 static inline TCase *tcase_new(const char *name) {

@@ -139,15 +139,8 @@ static void run_live(lm_backend *b, lmgen_slot *g, const int *codes, int T, trac
 }
 
 START_TEST(test_manifest) {
-    size_t len;
-    char *txt = slurp(PP_FIX_DIR "/MANIFEST.json", &len);
-    ck_assert_msg(txt != NULL, "cannot read the manifest");
-    ms_error e = {0};
-    js_value *root = js_parse(txt, len, &e);
-    ck_assert_msg(root != NULL, "%s", e.msg);
-    const js_value *v = js_get(root, "versions");
-    ck_assert_str_eq(js_get(v, "moshi")->str, "0.2.13");
-    ck_assert(strncmp(js_get(v, "torch")->str, "2.9.1", 5) == 0);
+    char *txt;
+    js_value *root = manifest_open(PP_FIX_DIR "/MANIFEST.json", &txt);
     const js_value *cases = js_get(root, "cases");
     ck_assert_int_eq((int)cases->len, PP_NCASES);
     int nfiles = 0;
@@ -476,10 +469,9 @@ START_TEST(test_lmgen_dispatch) {
 }
 END_TEST
 
-static char tmpd[64];
 
 static void write_tmp(const char *file, const char *text, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", tmpd, file);
+    snprintf(path, cap, "%s/%s", check_tmp, file);
     FILE *f = fopen(path, "w");
     ck_assert(f != NULL);
     fputs(text, f);
@@ -487,8 +479,7 @@ static void write_tmp(const char *file, const char *text, char *path, size_t cap
 }
 
 START_TEST(test_hostile) {
-    strcpy(tmpd, "/tmp/check_pp_XXXXXX");
-    ck_assert(mkdtemp(tmpd) != NULL);
+    check_tmp_make();
     ms_error e = {0};
     /* a Kyutai model cannot be stepped PersonaPlex's way */
     lm_config kc;
@@ -586,9 +577,7 @@ START_TEST(test_hostile) {
     ck_assert_int_eq(pp_prompt_load(&pb, &pa, c, &e), MS_ERR_IO);
     pp_prompt_buf_free(&pb);
     lm_backend_close(b);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpd);
-    ck_assert_int_eq(system(cmd), 0);
+    check_tmp_remove();
 }
 END_TEST
 

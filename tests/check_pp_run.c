@@ -35,11 +35,11 @@ static void same_as(const char *what, const char *ref_path) {
     free(ref);
 }
 
-/* the first n lines of the case's codes.txt, as a file in tmpd */
+/* the first n lines of the case's codes.txt, as a file in check_tmp */
 static void head_codes(const char *name, int n, char *path, size_t cap) {
     char src[256];
     snprintf(src, sizeof src, PP_FIX_DIR "/%s/codes.txt", name);
-    snprintf(path, cap, "%s/codes_%d.txt", tmpd, n);
+    snprintf(path, cap, "%s/codes_%d.txt", check_tmp, n);
     size_t len;
     char *t = slurp(src, &len);
     ck_assert(t != NULL);
@@ -124,7 +124,7 @@ START_TEST(test_refused) {
     ck_assert_msg(strstr(err_txt, "SILENCE/SINE"), "%s", err_txt);
     /* a voice file with an out-of-range code, named with its line */
     char p[256];
-    snprintf(p, sizeof p, "%s/v.txt", tmpd);
+    snprintf(p, sizeof p, "%s/v.txt", check_tmp);
     FILE *f = fopen(p, "w");
     ck_assert(f != NULL);
     fputs("1 2 3 4 5 6 7 8\n1 2 3 4 5 6 7 800\n", f);
@@ -141,7 +141,7 @@ START_TEST(test_refused) {
     ck_assert_int_eq(run(args), 1);
     ck_assert_msg(strstr(err_txt, "embeddings"), "%s", err_txt);
     /* a user line of 7 codes */
-    snprintf(p, sizeof p, "%s/c.txt", tmpd);
+    snprintf(p, sizeof p, "%s/c.txt", check_tmp);
     f = fopen(p, "w");
     ck_assert(f != NULL);
     fputs("1 2 3 4 5 6 7\n", f);
@@ -155,7 +155,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("pp_run");
     TCase *tc = tcase_new("pp_run");
-    tcase_add_checked_fixture(tc, run_setup, run_teardown);
+    tcase_add_checked_fixture(tc, check_tmp_make, check_tmp_remove);
     tcase_add_loop_test(tc, test_live, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_primed, 0, 4 * PP_NCASES);
     tcase_add_test(tc, test_sampled);

@@ -10,17 +10,6 @@
 #include "check_main.h"
 #include "spm.h"
 
-static char dir[64];
-
-static void mk_tmp(void) {
-    strcpy(dir, "/tmp/check_spm_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-static void rm_tmp(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
 static void write_file(const char *path, const void *b, size_t n) {
     unlink(path); /* a fresh file: ext4 flushes files truncated and rewritten on close (slow) */
     FILE *f = fopen(path, "wb");
@@ -52,7 +41,7 @@ static const char *train(const char *type, int vocab, int byte_fallback, const c
                                 "\xE6\x97\xA5", "the", "ing", "qu", "br", "x"};
     const unsigned nsyl = sizeof syl / sizeof syl[0];
     char corpus[128], cmd[1024];
-    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", check_tmp);
     FILE *f = fopen(corpus, "w");
     ck_assert_ptr_nonnull(f);
     unsigned s = 7;
@@ -72,13 +61,13 @@ static const char *train(const char *type, int vocab, int byte_fallback, const c
     }
     fclose(f);
     static char model[160];
-    snprintf(model, sizeof model, "%s/m_%s.model", dir, type);
+    snprintf(model, sizeof model, "%s/m_%s.model", check_tmp, type);
     snprintf(cmd, sizeof cmd,
              "spm_train --input='%s' --model_prefix='%s/m_%s' --model_type=%s --vocab_size=%d "
              "--character_coverage=1.0 --byte_fallback=%s --normalization_rule_name=%s --minloglevel=2 "
              ">'%s/train.log' 2>&1",
-             corpus, dir, type, type, vocab, byte_fallback ? "true" : "false", norm, dir);
-    ck_assert_msg(system(cmd) == 0, "spm_train failed (Debian package sentencepiece); see %s/train.log", dir);
+             corpus, check_tmp, type, type, vocab, byte_fallback ? "true" : "false", norm, check_tmp);
+    ck_assert_msg(system(cmd) == 0, "spm_train failed (Debian package sentencepiece); see %s/train.log", check_tmp);
     return model;
 }
 
@@ -120,12 +109,12 @@ static int compare_with_export(const char *model) {
 }
 
 START_TEST(test_trained_models) {
-    mk_tmp();
+    check_tmp_make();
     int n = compare_with_export(train("unigram", 400, 1, "nmt_nfkc"));
     ck_assert_int_eq(n, 400);
     n = compare_with_export(train("bpe", 120, 0, "identity"));
     ck_assert_int_eq(n, 120);
-    rm_tmp();
+    check_tmp_remove();
 }
 END_TEST
 
@@ -158,7 +147,7 @@ static void w_piece(pbw *w, const char *text) { /* a full SentencePiece message 
 
 static spm_model *load_buf(const void *b, size_t n, ms_error *e) {
     char path[128];
-    snprintf(path, sizeof path, "%s/x.model", dir);
+    snprintf(path, sizeof path, "%s/x.model", check_tmp);
     write_file(path, b, n);
     return spm_load(path, e);
 }
@@ -172,7 +161,7 @@ static void expect_refused(const pbw *w, int code, const char *needle) {
 }
 
 START_TEST(test_hand_built) {
-    mk_tmp();
+    check_tmp_make();
     ms_error e = {0};
     pbw w = {.n = 0};
     /* unknown fields of every wire type around the pieces */
@@ -257,22 +246,22 @@ START_TEST(test_hand_built) {
     /* missing file, a directory, a file over the size limit (sparse) */
     ck_assert_ptr_null(spm_load("/nonexistent/x.model", &e));
     ck_assert_int_eq(e.code, MS_ERR_IO);
-    ck_assert_ptr_null(spm_load(dir, &e));
+    ck_assert_ptr_null(spm_load(check_tmp, &e));
     ck_assert_int_eq(e.code, MS_ERR_IO);
     char path[128];
-    snprintf(path, sizeof path, "%s/huge.model", dir);
+    snprintf(path, sizeof path, "%s/huge.model", check_tmp);
     int fd = open(path, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(ftruncate(fd, (off_t)SPM_MAX_FILE_BYTES + 1), 0);
     close(fd);
     ck_assert_ptr_null(spm_load(path, &e));
     ck_assert_int_eq(e.code, MS_ERR_LIMIT);
-    rm_tmp();
+    check_tmp_remove();
 }
 END_TEST
 
 START_TEST(test_truncated_and_random) {
-    mk_tmp();
+    check_tmp_make();
     /* identity normalisation: no 240 KB character map, a small file */
     const char *model = train("unigram", 300, 0, "identity");
     ms_error e = {0};
@@ -317,7 +306,7 @@ START_TEST(test_truncated_and_random) {
     free(c);
     free(b);
     spm_free(full);
-    rm_tmp();
+    check_tmp_remove();
 }
 END_TEST
 
