@@ -49,7 +49,7 @@ CC ?= cc
 ARCH ?= -march=native
 OPT ?= -O2
 CSTD := -std=gnu11
-WARN := -Wall -Wextra -Werror -Wno-format-truncation
+WARN := -Wall -Wextra -Werror -Wno-format-truncation -Wno-format-zero-length
 CPPFLAGS_ALL := -D_GNU_SOURCE -Iengine -Iproto -Idaemon -Icuda
 CFLAGS_ALL := $(CSTD) $(OPT) $(ARCH) -g -fPIC -pthread $(WARN) -MMD -MP
 LDFLAGS_ALL := -pthread

@@ -112,6 +112,9 @@ static int parse_tensor(st_file *f, const js_value *m, st_tensor *t, uint64_t da
     for (const js_value *c = m->child; c; c = c->next)
         if (strcmp(c->key, "dtype") && strcmp(c->key, "shape") && strcmp(c->key, "data_offsets"))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: tensor %s: unknown field \"%s\"", f->path, nm, c->key);
+    const char *dup;
+    if (js_has_duplicate_keys(m, &dup))
+        return ms_err_set(err, MS_ERR_FORMAT, "%s: tensor %s: field \"%s\" given twice", f->path, nm, dup);
     const js_value *dt = js_get(m, "dtype"), *sh = js_get(m, "shape"), *off = js_get(m, "data_offsets");
     if (!dt || dt->type != JS_STRING)
         return ms_err_set(err, MS_ERR_FORMAT, "%s: tensor %s: missing or non-string dtype", f->path, nm);

@@ -84,6 +84,7 @@ START_TEST(test_hostile) {
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, MS_ERR_FORMAT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, MS_ERR_FORMAT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, MS_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, MS_ERR_FORMAT},
         {"{\"a\":[1]}", 0, MS_ERR_FORMAT},
         {"[1,2]", 0, MS_ERR_FORMAT},
         {"{\"a\":", 0, MS_ERR_FORMAT},                                                          /* bad JSON */
