@@ -146,6 +146,17 @@ int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_er
     return b->ops->kv_restore(b->ctx, slot, snap, err);
 }
 
+int lm_backend_kv_snap_len(lm_backend *b, const lm_kv_snap *snap) {
+    return snap && b->ops->kv_snap_len ? b->ops->kv_snap_len(b->ctx, snap) : -1;
+}
+
+int lm_backend_kv_snap_read(lm_backend *b, const lm_kv_snap *snap, int layer, int which, float *dst, ms_error *err) {
+    NEED_ENTRY(kv_snap_read);
+    if (!snap || !dst || layer < 0 || layer >= b->cfg.num_layers || (which != 0 && which != 1))
+        return ms_err_set(err, MS_ERR_ARG, "kv_snap_read: bad arguments (layer %d, which %d)", layer, which);
+    return b->ops->kv_snap_read(b->ctx, snap, layer, which, dst, err);
+}
+
 void lm_backend_kv_snap_free(lm_backend *b, lm_kv_snap *snap) {
     if (snap && b->ops->kv_snap_free) b->ops->kv_snap_free(b->ctx, snap);
 }

@@ -109,6 +109,11 @@ typedef struct lm_backend_ops {
     int (*kv_snapshot)(void *ctx, int slot, int P, lm_kv_snap **out, ms_error *err);
     int (*kv_restore)(void *ctx, int slot, const lm_kv_snap *snap, ms_error *err);
     void (*kv_snap_free)(void *ctx, lm_kv_snap *snap);
+    /* kv_snap_len: positions a snapshot holds. kv_snap_read: one layer of it
+     * as float32, keys (which 0) or values (which 1), into dst (len, dim).
+     * For tests and cross-backend comparisons. */
+    int (*kv_snap_len)(void *ctx, const lm_kv_snap *snap);
+    int (*kv_snap_read)(void *ctx, const lm_kv_snap *snap, int layer, int which, float *dst, ms_error *err);
     /* Mimi for a batch of streams (the CPU backend runs engine/mimi.h on the streams' model):
      *   pcm (n, 1920) float32 at 24 kHz, codes (n, ncb). */
     int (*mimi_encode)(void *ctx, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
@@ -144,6 +149,10 @@ int lm_backend_prefill(lm_backend *b, int slot, int64_t pos0, int P, const int *
 int lm_backend_kv_snapshot(lm_backend *b, int slot, int P, lm_kv_snap **out, ms_error *err);
 int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_error *err);
 void lm_backend_kv_snap_free(lm_backend *b, lm_kv_snap *snap);
+/* lm_backend_kv_snap_len / _read: see kv_snap_len / kv_snap_read (layer in
+ * [0, num_layers), which 0 or 1; dst holds len x dim floats). */
+int lm_backend_kv_snap_len(lm_backend *b, const lm_kv_snap *snap);
+int lm_backend_kv_snap_read(lm_backend *b, const lm_kv_snap *snap, int layer, int which, float *dst, ms_error *err);
 int lm_backend_mimi_encode(lm_backend *b, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
                            ms_error *err);
 int lm_backend_mimi_decode(lm_backend *b, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,

@@ -322,6 +322,19 @@ static int cpu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, ms_error *e
     return MS_OK;
 }
 
+static int cpu_kv_snap_len(void *vctx, const lm_kv_snap *s) {
+    (void)vctx;
+    return s->P;
+}
+
+static int cpu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int which, float *dst, ms_error *err) {
+    (void)vctx;
+    (void)err;
+    size_t n = (size_t)s->P * (size_t)s->dim;
+    memcpy(dst, (which ? s->v : s->k) + (size_t)layer * n, n * sizeof(float));
+    return MS_OK;
+}
+
 static void cpu_kv_snap_free(void *vctx, lm_kv_snap *s) {
     (void)vctx;
     if (!s) return;
@@ -375,6 +388,8 @@ const lm_backend_ops lm_cpu_backend = {
     .kv_snapshot = cpu_kv_snapshot,
     .kv_restore = cpu_kv_restore,
     .kv_snap_free = cpu_kv_snap_free,
+    .kv_snap_len = cpu_kv_snap_len,
+    .kv_snap_read = cpu_kv_snap_read,
     .mimi_encode = cpu_mimi_encode,
     .mimi_decode = cpu_mimi_decode,
     .stats = cpu_stats,
