@@ -162,6 +162,11 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     /* Query parameters (libwebsockets hands them URL-decoded). */
     proto_query_init(&s->q);
     ms_error e = {0};
+    if (nargs < 0) {
+        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: more than %u parameters or %u bytes",
+                  PROTO_QUERY_MAX_PARAMS, PROTO_QUERY_MAX_BYTES);
+        return s;
+    }
     for (int i = 0; i < nargs; i++) {
         const char *eq = strchr(args[i], '=');
         size_t kl = eq ? (size_t)(eq - args[i]) : strlen(args[i]);

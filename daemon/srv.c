@@ -11,8 +11,8 @@
 const size_t srv_pre = LWS_PRE;
 
 /* Longest query string and argument list accepted on /api/chat. */
-#define SRV_MAX_ARGS 32
-#define SRV_MAX_ARG_BYTES 8192
+#define SRV_MAX_ARGS 64
+#define SRV_MAX_ARG_BYTES (32 * 1024)
 /* Shutdown: poll period and the most polls before the second destroy. */
 #define SRV_SHUTDOWN_POLL_MS 5
 #define SRV_SHUTDOWN_MAX_POLLS 400
@@ -151,14 +151,17 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
         }
         /* The decoded query arguments, one "name=value" fragment each. */
-        char argbuf[SRV_MAX_ARG_BYTES];
+        static char argbuf[SRV_MAX_ARG_BYTES]; /* loop thread only */
         const char *args[SRV_MAX_ARGS];
         int nargs = 0;
         size_t used = 0;
-        for (int i = 0; nargs < SRV_MAX_ARGS; i++) {
+        for (int i = 0;; i++) {
             int fl = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
             if (fl <= 0) break;
-            if (used + (size_t)fl + 1 > sizeof argbuf) break;
+            if (nargs == SRV_MAX_ARGS || used + (size_t)fl + 1 > sizeof argbuf) {
+                nargs = -1; /* more than the limits: the handler refuses it */
+                break;
+            }
             if (lws_hdr_copy_fragment(wsi, argbuf + used, (int)(sizeof argbuf - used), WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
                 break;
             args[nargs++] = argbuf + used;

@@ -49,7 +49,8 @@ typedef struct srv_handlers {
      * let the static files / 404 handle it. */
     int (*http_get)(void *ud, const char *path, srv_http_reply *reply);
     /* ws_open: a WebSocket on /api/chat is up. query: the decoded query
-     * arguments as "name=value" strings (n of them, borrowed for the call).
+     * arguments as "name=value" strings (n of them, borrowed for the call);
+     * nargs is -1 when the query has more than 64 arguments or 32 KiB.
      * Return the session pointer to attach, or NULL to close at once. */
     void *(*ws_open)(void *ud, srv_conn *c, const char *const *args, int nargs);
     /* ws_message: one complete message (borrowed for the call). */

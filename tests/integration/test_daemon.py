@@ -327,7 +327,7 @@ def test_ignored_messages_keep_session(daemon, background):
 
 @pytest.mark.parametrize("query", ["text_temperature=abc", "text_topk=0", "audio_temperature=-1",
                                    "repetition_penalty=1.3", "max_steps=-4", "text_seed=1.5",
-                                   "text_topk=1&text_topk=2"])
+                                   "text_topk=1&text_topk=2", "&".join(f"p{i}=1" for i in range(70))])
 def test_bad_query(daemon, query):
     res = run(mc.session(daemon, query=query, tail_s=5))
     assert res.errors and "bad query" in res.errors[0], res.errors

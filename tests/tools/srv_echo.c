@@ -41,6 +41,7 @@ static void *ws_open(void *ud, srv_conn *c, const char *const *args, int nargs) 
     echo_sess *s = calloc(1, sizeof *s);
     s->c = c;
     nopen++;
+    if (nargs < 0) nargs = 0; /* over the limits: echo nothing */
     /* First message: the decoded query arguments, "\n"-joined. */
     size_t len = 0;
     for (int i = 0; i < nargs; i++) len += strlen(args[i]) + 1;
