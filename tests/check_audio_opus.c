@@ -126,24 +126,6 @@ START_TEST(test_roundtrip) {
 }
 END_TEST
 
-static void write_file(const char *path, const void *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long l = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)l + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)l, f), (size_t)l);
-    fclose(f);
-    *n = (size_t)l;
-    return b;
-}
 static void need(const char *prog) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", prog);
@@ -160,11 +142,11 @@ START_TEST(test_opusdec_reads_our_stream) {
     char in[128], out[128], cmd[512];
     snprintf(in, sizeof in, "%s/ours.opus", check_tmp);
     snprintf(out, sizeof out, "%s/ours.f32", check_tmp);
-    write_file(in, s, len);
+    check_write_file(in, s, len);
     snprintf(cmd, sizeof cmd, "opusdec --quiet --rate 24000 --float '%s' '%s'", in, out);
     ck_assert_int_eq(system(cmd), 0);
     size_t nb;
-    float *ref = (float *)read_file(out, &nb);
+    float *ref = (float *)check_read_file(out, &nb);
     size_t nref = nb / sizeof(float);
     ck_assert_uint_eq(nref, (size_t)N * AUDIO_FRAME_SAMPLES - 1920);
     /* our decoder and opusdec agree (opusdec decodes at 48 kHz and
@@ -245,7 +227,7 @@ START_TEST(test_we_read_opusenc) {
         snprintf(cmd, sizeof cmd, "opusenc --quiet --max-delay 1000 '%s' '%s'", wav, opus);
         ck_assert_int_eq(system(cmd), 0);
         size_t len;
-        uint8_t *s = read_file(opus, &len);
+        uint8_t *s = check_read_file(opus, &len);
         /* the file really uses long pages (about 1 s: 50 packets of 20 ms) */
         int c[2] = {0, 0};
         ms_error e = {0};

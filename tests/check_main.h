@@ -10,9 +10,11 @@
 #define MOSHID_CHECK_MAIN_H
 
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef CHECK_TIMEOUT_S
 #define CHECK_TIMEOUT_S 60
@@ -49,6 +51,30 @@ static inline void check_tmp_remove(void) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", check_tmp);
     ck_assert_int_eq(system(cmd), 0);
+}
+
+/* check_write_file: write n bytes at b to path (a fresh file). */
+static inline void check_write_file(const char *path, const void *b, size_t n) {
+    unlink(path); /* a fresh file: ext4 flushes files truncated and rewritten on close (slow) */
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    if (n) ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* check_read_file: the whole file, NUL-terminated; *n its size. Caller frees. */
+static inline uint8_t *check_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)l + 1);
+    ck_assert_uint_eq(fread(b, 1, (size_t)l, f), (size_t)l);
+    b[l] = 0;
+    fclose(f);
+    *n = (size_t)l;
+    return b;
 }
 
 /* tcase_new: a test case with the standard timeout. */

@@ -10,27 +10,6 @@
 #include "check_main.h"
 #include "spm.h"
 
-static void write_file(const char *path, const void *b, size_t n) {
-    unlink(path); /* a fresh file: ext4 flushes files truncated and rewritten on close (slow) */
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    if (n) ck_assert_uint_eq(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long l = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)l + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)l, f), (size_t)l);
-    b[l] = 0;
-    fclose(f);
-    *n = (size_t)l;
-    return b;
-}
-
 /* Train a model of vocab_size pieces on a generated corpus; returns the
  * path of the .model file (static buffer). */
 static const char *train(const char *type, int vocab, int byte_fallback, const char *norm) {
@@ -81,7 +60,7 @@ static int compare_with_export(const char *model) {
     spm_model *m = spm_load(model, &e);
     ck_assert_msg(m != NULL, "%s", e.msg);
     size_t n;
-    char *txt = (char *)read_file(vocab, &n);
+    char *txt = (char *)check_read_file(vocab, &n);
     int id = 0;
     for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n"), id++) {
         char *tab = strchr(line, '\t');
@@ -148,7 +127,7 @@ static void w_piece(pbw *w, const char *text) { /* a full SentencePiece message 
 static spm_model *load_buf(const void *b, size_t n, ms_error *e) {
     char path[128];
     snprintf(path, sizeof path, "%s/x.model", check_tmp);
-    write_file(path, b, n);
+    check_write_file(path, b, n);
     return spm_load(path, e);
 }
 
@@ -268,7 +247,7 @@ START_TEST(test_truncated_and_random) {
     spm_model *full = spm_load(model, &e);
     ck_assert_ptr_nonnull(full);
     size_t n;
-    uint8_t *b = read_file(model, &n);
+    uint8_t *b = check_read_file(model, &n);
     /* Every cut either is refused or (at a field boundary) yields a valid
      * model whose pieces are a prefix of the full list. */
     int refused = 0, accepted = 0;
