@@ -9,7 +9,7 @@
 #   make clean
 #
 # Each area declares its sources, programs and test suites in its own
-# fragment (engine/*.mk, proto/proto.mk, daemon/daemon.mk, cuda/cuda.mk,
+# fragment (engine/*/*.mk, proto/proto.mk, daemon/daemon.mk, cuda/cuda.mk,
 # tests/tests.mk); this file holds the flags and the generic rules.
 # Missing Debian packages are installed first (tests/deps.sh, list in
 # tests/deps.txt), then the real work runs in a sub-make so that pkg-config
@@ -50,7 +50,10 @@ ARCH ?= -march=native
 OPT ?= -O2
 CSTD := -std=gnu11
 WARN := -Wall -Wextra -Werror -Wno-format-truncation -Wno-format-zero-length
-CPPFLAGS_ALL := -D_GNU_SOURCE -Iengine -Iproto -Idaemon -Icuda
+# The engine's concept folders (engine/*/): each holds its public headers.
+ENGINE_DIRS := base lm mimi cpu persona
+ENGINE_INC := $(ENGINE_DIRS:%=-Iengine/%)
+CPPFLAGS_ALL := -D_GNU_SOURCE $(ENGINE_INC) -Iproto -Idaemon -Icuda
 CFLAGS_ALL := $(CSTD) $(OPT) $(ARCH) -g -fPIC -pthread $(WARN) -MMD -MP
 LDFLAGS_ALL := -pthread
 LDLIBS_ALL := -lm -ldl
@@ -84,10 +87,12 @@ CHECK_SUITES :=     # tests/check_<suite>.c -> $(BUILD)/tests/check_<suite>
 OPTIONAL_LINES :=   # lines printed by `make` about optional components
 BENCHES :=          # commands run by `make bench`
 
-include engine/core.mk
--include engine/lm.mk
--include engine/pp.mk
--include engine/mimi.mk
+include engine/base/base.mk
+include engine/lm/lm.mk
+include engine/mimi/mimi.mk
+include engine/cpu/cpu.mk
+include engine/persona/persona.mk
+include engine/cli/cli.mk
 -include proto/proto.mk
 -include daemon/daemon.mk
 -include cuda/cuda.mk

@@ -50,7 +50,7 @@ CU_BUILD_STR := CUDA $(NVCC_VERSION); $(CU_ARCHS) + PTX $(CU_PTX); cudart static
 # No --use_fast_math: the sampler relies on IEEE division and the library
 # log to draw the same token as the C twin (docs/cuda.md).
 NVCCFLAGS := -std=c++17 -O2 -lineinfo $(CU_GENCODE) -Werror all-warnings \
-	-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE -Iengine -Icuda
+	-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE $(ENGINE_INC) -Icuda
 CU_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
 
 # Kernels (nvcc) and the plugin entry (plain C against the runtime API).
@@ -61,7 +61,7 @@ CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(CU_OBJS)
 EXTRA_CFLAGS_cuda_ := -isystem $(CUDA_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
 EXTRA_CFLAGS_tests_gpu_ := -isystem $(CUDA_HOME)/include -Itests/gpu
 # The engine parts the plugin carries its own copy of (errors, logging).
-CU_ENGINE_OBJS := $(BUILD)/obj/engine/err.o $(BUILD)/obj/engine/log.o
+CU_ENGINE_OBJS := $(BUILD)/obj/engine/base/err.o $(BUILD)/obj/engine/base/log.o
 
 $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	@mkdir -p $(@D)
@@ -115,7 +115,7 @@ CHECK_plugin_CFLAGS = -DCU_PLUGIN_BUILT=$(if $(CU_TARGETS),1,0)
 FAKE_PLUGINS := $(BUILD)/tests/plugins/libmoshid-badabi.so $(BUILD)/tests/plugins/libmoshid-nosym.so
 $(BUILD)/tests/plugins/libmoshid-badabi.so: FAKE_DEFS := -DFAKE_ABI=999
 $(BUILD)/tests/plugins/libmoshid-nosym.so: FAKE_DEFS := -DFAKE_NOSYM
-$(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/plugin.h
+$(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/base/plugin.h
 	@mkdir -p $(@D)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@

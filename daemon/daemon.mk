@@ -75,10 +75,6 @@ PYTEST_DIRS += tests/integration
 # layout (engine/cli/mkmodel.c: PersonaPlex-shaped in $(DEMO_DIR), a
 # Kyutai-shaped LM in $(DEMO_DIR)/kyutai) and a SentencePiece tokenizer
 # trained on config/demo/corpus.txt; generated once.
-PROGRAMS += $(BUILD)/moshid-mkmodel
-$(BUILD)/moshid-mkmodel: $(BUILD)/obj/engine/cli/mkmodel.o $(LIBENGINE)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
 DEMO_DIR := $(BUILD)/demo
 SPM_TRAIN_FLAGS := --vocab_size=400 --model_type=unigram --character_coverage=1.0 --hard_vocab_limit=false \
 	--unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3 --num_threads=1 --minloglevel=2

@@ -34,7 +34,3 @@ CHECK_audio_opus_DEPS = $(DAEMON_AUDIO_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBPROTO) $(
 CHECK_audio_opus_CFLAGS = $(call pc_cflags,opus)
 CHECK_audio_opus_LIBS = $(call pc_libs,opus)
 
-# SentencePiece model reader (engine core: no external library).
-ENGINE_SRCS += engine/spm.c
-CHECK_SUITES += spm
-CHECK_spm_DEPS = $(LIBENGINE)

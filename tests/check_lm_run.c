@@ -224,14 +224,9 @@ START_TEST(test_bad_options) {
         ck_assert_msg(run(cases[i]) == 2, "case %zu: exit status", i);
         ck_assert_msg(strlen(err_txt) > 0 && strlen(out_txt) == 0, "case %zu", i);
     }
-#ifndef MOSHID_HAVE_SPM
-    ck_assert_int_eq(run("--lm " LM_FIX_DIR "/ring_f32 --codes-in " LM_FIX_DIR "/ring_f32/codes.txt --tokenizer x.model"), 1);
-    ck_assert_msg(strstr(err_txt, "no tokenizer"), "%s", err_txt);
-#endif
 }
 END_TEST
 
-#ifdef MOSHID_HAVE_SPM
 /* protobuf varint */
 static size_t put_varint(unsigned char *b, size_t v) {
     size_t n = 0;
@@ -299,7 +294,6 @@ START_TEST(test_tokenizer) {
     ck_assert_msg(strstr(err_txt, "none.model"), "%s", err_txt);
 }
 END_TEST
-#endif
 
 static Suite *make_suite(void) {
     Suite *s = suite_create("lm_run");
@@ -311,9 +305,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_hostile_codes);
     tcase_add_test(tc, test_hostile_model);
     tcase_add_test(tc, test_bad_options);
-#ifdef MOSHID_HAVE_SPM
     tcase_add_test(tc, test_tokenizer);
-#endif
     suite_add_tcase(s, tc);
     return s;
 }

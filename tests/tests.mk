@@ -6,11 +6,6 @@
 #   CHECK_foo_LIBS := $(call pc_libs,ogg)     # extra libraries
 # and writes tests/check_foo.c (one Check suite, see tests/check_main.h).
 
-CHECK_SUITES += json st log err
-CHECK_json_DEPS = $(LIBENGINE)
-CHECK_st_DEPS = $(LIBENGINE)
-CHECK_log_DEPS = $(LIBENGINE)
-CHECK_err_DEPS = $(LIBENGINE)
 
 CHECK_CFLAGS := $(call pc_cflags,check)
 CHECK_LIBS := $(call pc_libs,check)

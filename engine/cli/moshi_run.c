@@ -33,9 +33,7 @@
 #include "prime_io.h"
 #include "samp.h"
 #include "st.h"
-#ifdef MOSHID_HAVE_SPM
 #include "spm.h"
-#endif
 
 /* Longest line of the codes file, bytes. */
 #define RUN_MAX_LINE 4096
@@ -204,17 +202,10 @@ int main(int argc, char **argv) {
     char *line = NULL;
     pp_prompt_buf pb;
     memset(&pb, 0, sizeof pb);
-#ifdef MOSHID_HAVE_SPM
     spm_model *spm = NULL;
-#endif
     if (o.tokenizer) {
-#ifdef MOSHID_HAVE_SPM
         spm = spm_load(o.tokenizer, &err);
         if (!spm) goto fail;
-#else
-        ms_err_set(&err, MS_ERR_UNSUPPORTED, "--tokenizer: this build has no tokenizer (engine/spm.h missing)");
-        goto fail;
-#endif
     }
     in = fopen(o.codes, "r");
     if (!in) {
@@ -316,13 +307,11 @@ int main(int argc, char **argv) {
             fputc('[', out);
             for (int k = 0; k <= c->dep_q; k++) fprintf(out, k ? ", %d" : "%d", frame[k]);
             fputc(']', out);
-#ifdef MOSHID_HAVE_SPM
             if (spm) {
                 const char *piece = frame[0] == 0 || frame[0] == c->existing_text_padding_id ? "" : spm_piece(spm, frame[0]);
                 fputs(", \"text\": ", out);
                 json_string(out, piece ? piece : "");
             }
-#endif
         }
         fputs("}\n", out);
         step++;
@@ -360,8 +349,6 @@ fail:
     free(al);
     pp_prompt_buf_free(&pb);
     lm_backend_close(b);
-#ifdef MOSHID_HAVE_SPM
     spm_free(spm);
-#endif
     return rc;
 }

@@ -26,7 +26,7 @@ CC=${CC:-cc}
 plugin() {
     local dir=$1; shift
     mkdir -p "$dir"
-    "$CC" -shared -fPIC -I"$root/engine" -x c - -o "$dir/libmoshid-cuda.so" "$@" || fail "cannot build fake plugin in $dir"
+    "$CC" -shared -fPIC -I"$root/engine/base" -I"$root/engine/lm" -x c - -o "$dir/libmoshid-cuda.so" "$@" || fail "cannot build fake plugin in $dir"
 }
 HEAD='#include "plugin.h"
 #include <stdio.h>'
@@ -65,7 +65,7 @@ const moshid_plugin *moshid_plugin_entry(void) { return &p; }
 EOF2
 run p3 env -i MOSHID_PLUGIN_DIR="$TMP/p3" "$TMP/bin/moshid" --version
 expect_rc 0 "plugin with a wrong ABI"
-expect_in "$out" "plugin ABI $(( $(sed -nE 's/^#define MOSHID_PLUGIN_ABI ([0-9]+).*/\1/p' "$root/engine/plugin.h") + 998 )), moshid expects" \
+expect_in "$out" "plugin ABI $(( $(sed -nE 's/^#define MOSHID_PLUGIN_ABI ([0-9]+).*/\1/p' "$root/engine/base/plugin.h") + 998 )), moshid expects" \
     "plugin with a wrong ABI"
 
 # 4. no entry point

@@ -3,7 +3,7 @@
 #
 # A fragment adds a target with
 #   FUZZ_TARGETS += foo
-#   FUZZ_foo_SRCS := proto/foo.c engine/err.c ...   # compiled with the harness
+#   FUZZ_foo_SRCS := proto/foo.c engine/base/err.c ...   # compiled with the harness
 #   FUZZ_foo_LIBS := $(call pc_libs,ogg)            # extra libraries (optional)
 #   FUZZ_foo_CFLAGS := ...                          # extra flags (optional)
 # and writes tests/fuzz/fuzz_foo.c (LLVMFuzzerTestOneInput) plus seed inputs
@@ -12,8 +12,8 @@
 # $(BUILD)/fuzz/fuzz_foo.
 
 FUZZ_TARGETS += st cfg
-FUZZ_st_SRCS := engine/st.c engine/json.c engine/err.c engine/log.c
-FUZZ_cfg_SRCS := daemon/cfg.c daemon/cfg_dump.c daemon/cfg_table.c daemon/cfg_doc.c engine/err.c engine/log.c
+FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
+FUZZ_cfg_SRCS := daemon/cfg.c daemon/cfg_dump.c daemon/cfg_table.c daemon/cfg_doc.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
 
 FUZZ_CC ?= clang
@@ -22,7 +22,7 @@ FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Wall -Wextra -Werror $(CPPFLAGS_ALL)
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-FUZZ_HDRS := $(wildcard engine/*.h proto/*.h daemon/*.h)
+FUZZ_HDRS := $(wildcard engine/*/*.h proto/*.h daemon/*.h)
 
 # clang and its libFuzzer runtime present? (Debian: clang, libclang-rt-14-dev)
 FUZZ_RT := $(shell $(FUZZ_CC) -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)

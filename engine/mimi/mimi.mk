@@ -1,26 +1,13 @@
-# engine/mimi.mk - the Mimi codec (engine core: C compiler only), audio files
-# (libsndfile + libsoxr, in the I/O archive), the mimi-codec program, tests,
-# the benchmark and the real-dimension parity check.
+# engine/mimi/mimi.mk - the Mimi codec (engine core: C compiler only), its
+# tests, the benchmark and the real-dimension parity check.
 #
 #   make parity-big   real-dimension random-weight parity (needs /work/fixvenv
 #                     or FIXVENV=...: torch + moshi; about 400 MB in build/)
-ENGINE_SRCS += engine/mimi_config.c engine/mimi_model.c engine/mimi_gemm.c \
-               engine/mimi_layers.c engine/mimi.c
-ENGINE_IO_SRCS += engine/audio_file.c
-# only the I/O objects see libsndfile/libsoxr (the engine core stays library-free)
-$(ENGINE_IO_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/engine/cli/mimi_codec.o: CPPFLAGS_ALL += $(call pc_cflags,sndfile soxr)
+ENGINE_SRCS += engine/mimi/mimi_config.c engine/mimi/mimi_model.c engine/mimi/mimi_gemm.c \
+               engine/mimi/mimi_layers.c engine/mimi/mimi.c
 
-AUDIO_LIBS = $(call pc_libs,sndfile soxr)
-
-PROGRAMS += $(BUILD)/mimi-codec
-$(BUILD)/mimi-codec: $(BUILD)/obj/engine/cli/mimi_codec.o $(LIBENGINE_IO) $(LIBENGINE)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(AUDIO_LIBS) $(LDLIBS_ALL)
-
-CHECK_SUITES += mimi mimi_config audio_file
+CHECK_SUITES += mimi mimi_config
 CHECK_mimi_config_DEPS = $(LIBENGINE)
-CHECK_audio_file_DEPS = $(LIBENGINE_IO) $(LIBENGINE)
-CHECK_audio_file_LIBS = $(AUDIO_LIBS)
 CHECK_mimi_DEPS = $(LIBENGINE)
 TEST_SCRIPTS += tests/check_mimi_manifest.sh tests/check_mimi_codec.sh
 

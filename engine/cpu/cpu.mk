@@ -1,0 +1,21 @@
+# engine/cpu/cpu.mk - the CPU reference backend: its kernels (the C twins of
+# the CUDA kernels), the thread pool, and the backend table.
+ENGINE_SRCS += engine/cpu/kern_cpu.c engine/cpu/kern_pool.c engine/cpu/cpu_backend.c
+
+# Benchmarks (make bench): matvec bandwidth vs read references, one 7B layer.
+$(BUILD)/bench_lm: tests/bench/bench_lm.c $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+BENCH_DEPS += $(BUILD)/bench_lm
+BENCHES += '$(BUILD)/bench_lm'
+
+# make bench-7b (outside CI): a 7B-shaped bf16 checkpoint from a seed
+# (15 GB in BENCH_7B_DIR), then load time, resident memory and one step.
+BENCH_7B_DIR ?= $(BUILD)/bench-7b
+$(BUILD)/bench_7b: tests/bench/bench_lm_7b.c $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+bench-7b: $(BUILD)/bench_7b
+	$(Q)$(BUILD)/bench_7b $(BENCH_7B_DIR)
