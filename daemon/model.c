@@ -156,14 +156,7 @@ static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     model_slot *s = &m->s[slot];
     rec_close(s);
     if (m->o.record_dir && m->o.record_dir[0]) rec_open(m, s, p->session_id);
-    lm_samp samp;
-    lm_samp_defaults(&samp, p->text_seed);
-    samp.audio_seed = p->audio_seed;
-    samp.text_temp = p->greedy ? 0.0f : p->text_temperature;
-    samp.text_topk = p->text_topk;
-    samp.audio_temp = p->greedy ? 0.0f : p->audio_temperature;
-    samp.audio_topk = p->audio_topk;
-    lmgen_init(&s->g, m->cfg, slot, &samp);
+    lmgen_init(&s->g, m->cfg, slot, &p->samp);
     s->frames = 0;
     mimi_stream_reset_encoder(s->mimi);
     mimi_stream_reset_decoder(s->mimi);

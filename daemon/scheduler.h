@@ -20,15 +20,14 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "backend.h"
 #include "err.h"
 
 /* Per-session parameters handed to the model when a slot begins. */
 typedef struct sched_params {
-    float text_temperature, audio_temperature;
-    int text_topk, audio_topk;
-    uint64_t text_seed, audio_seed;
-    int greedy;
-    void *persona;                 /* model-specific (snapshot to restore), may be NULL */
+    lm_samp samp;                  /* sampling, resolved once from the query and the
+                                      configuration's defaults (sess.c) */
+    const void *persona;           /* model-specific (snapshot to restore), may be NULL */
     uint64_t session_id;           /* for logs and debug recordings */
 } sched_params;
 

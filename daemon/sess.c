@@ -109,10 +109,7 @@ static void send_metadata(sess *s) {
                      "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}}",
                      a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
                      model_backend_name(a->m), PROTO_VERSION,
-                     proto_query_has(&s->q, PROTO_Q_TEXT_TEMPERATURE) ? s->q.text_temperature : a->o.text_temperature,
-                     proto_query_has(&s->q, PROTO_Q_TEXT_TOPK) ? s->q.text_topk : a->o.text_topk,
-                     proto_query_has(&s->q, PROTO_Q_AUDIO_TEMPERATURE) ? s->q.audio_temperature : a->o.audio_temperature,
-                     proto_query_has(&s->q, PROTO_Q_AUDIO_TOPK) ? s->q.audio_topk : a->o.audio_topk,
+                     (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
                      (long long)s->max_steps, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
                      a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context);
     if (n > 0 && (size_t)n < sizeof json) {
@@ -127,9 +124,9 @@ static void send_metadata(sess *s) {
     }
 }
 
-/* A random 63-bit seed for "pick one" (-1 or absent). */
+/* A random 63-bit seed for "pick one" (PROTO_SEED_RANDOM). */
 static uint64_t pick_seed(int64_t v) {
-    if (v >= 0) return (uint64_t)v;
+    if (v != PROTO_SEED_RANDOM) return (uint64_t)v;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     static uint64_t ctr;
@@ -138,6 +135,22 @@ static uint64_t pick_seed(int64_t v) {
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 27;
     return x & 0x7fffffffffffffffull;
+}
+
+/* The session's sampling: each parameter from the query when given, else
+ * the configuration's default; seeds as proto_query_*_seed resolve them,
+ * random when neither is given. The one struct that travels to the engine
+ * and that the metadata message reports. */
+static void resolve_samp(sess *s) {
+    const server_opts *o = &s->a->o;
+    const proto_query *q = &s->q;
+    lm_samp *p = &s->samp;
+    p->text_temp = (float)(proto_query_has(q, PROTO_Q_TEXT_TEMPERATURE) ? q->text_temperature : o->text_temperature);
+    p->text_topk = proto_query_has(q, PROTO_Q_TEXT_TOPK) ? q->text_topk : o->text_topk;
+    p->audio_temp = (float)(proto_query_has(q, PROTO_Q_AUDIO_TEMPERATURE) ? q->audio_temperature : o->audio_temperature);
+    p->audio_topk = proto_query_has(q, PROTO_Q_AUDIO_TOPK) ? q->audio_topk : o->audio_topk;
+    p->seed = pick_seed(proto_query_text_seed(q));
+    p->audio_seed = pick_seed(proto_query_audio_seed(q));
 }
 
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
@@ -194,18 +207,9 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
         return s;
     }
+    resolve_samp(s);
     send_metadata(s);
-    sched_params p = {
-        .text_temperature = (float)(proto_query_has(&s->q, PROTO_Q_TEXT_TEMPERATURE) ? s->q.text_temperature : a->o.text_temperature),
-        .audio_temperature = (float)(proto_query_has(&s->q, PROTO_Q_AUDIO_TEMPERATURE) ? s->q.audio_temperature : a->o.audio_temperature),
-        .text_topk = proto_query_has(&s->q, PROTO_Q_TEXT_TOPK) ? s->q.text_topk : a->o.text_topk,
-        .audio_topk = proto_query_has(&s->q, PROTO_Q_AUDIO_TOPK) ? s->q.audio_topk : a->o.audio_topk,
-        .session_id = s->id,
-    };
-    /* seed (PersonaPlex) sets both; text_seed / audio_seed (Kyutai) each */
-    int64_t seed = proto_query_has(&s->q, PROTO_Q_SEED) ? s->q.seed : -1;
-    p.text_seed = pick_seed(proto_query_has(&s->q, PROTO_Q_TEXT_SEED) ? s->q.text_seed : seed);
-    p.audio_seed = pick_seed(proto_query_has(&s->q, PROTO_Q_AUDIO_SEED) ? s->q.audio_seed : seed);
+    sched_params p = {.samp = s->samp, .session_id = s->id};
     if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",

@@ -36,6 +36,7 @@ typedef struct sess {
     int close_status;          /* != 0: close once the queue is flushed */
     char close_reason[64];
     proto_query q;
+    lm_samp samp;              /* the session's sampling, resolved once (query over config) */
     int64_t max_steps;
     audio_dec *dec;
     audio_enc *enc;

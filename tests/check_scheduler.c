@@ -27,7 +27,7 @@ static int f_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     fake *f = ctx;
     (void)err;
     f->begun[slot]++;
-    f->steps[slot] = (int)p->text_seed; /* lets a test tell sessions apart */
+    f->steps[slot] = (int)p->samp.seed; /* lets a test tell sessions apart */
     return MS_OK;
 }
 static void f_end(void *ctx, int slot) { ((fake *)ctx)->ended[slot]++; }
@@ -88,7 +88,7 @@ static void frame(float *pcm, float base) {
 START_TEST(test_order) {
     fake f;
     sched *s = make(&f, 8);
-    sched_params p = {.text_seed = 100};
+    sched_params p = {.samp.seed = 100};
     int slot;
     uint32_t gen;
     ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
@@ -138,7 +138,7 @@ START_TEST(test_admission_and_generations) {
     ck_assert_int_eq(sched_free_slots(s), 1);
     f.gate = 0;
     sem_post(&f.sem);
-    p.text_seed = 7;
+    p.samp.seed = 7;
     int ns;
     uint32_t ng;
     ck_assert_int_eq(sched_attach(s, &p, &ns, &ng), MS_OK);
