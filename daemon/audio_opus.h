@@ -13,11 +13,12 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "frame.h"
 #include "ogg.h"
 #include "ogg_opus.h"
 
-#define AUDIO_RATE_HZ 24000           /* model sample rate */
-#define AUDIO_FRAME_SAMPLES 1920      /* one model frame: 80 ms at 24 kHz */
+#define AUDIO_RATE_HZ MS_SAMPLE_RATE_HZ         /* model sample rate (frame.h) */
+#define AUDIO_FRAME_SAMPLES MS_FRAME_SAMPLES    /* one model frame: 80 ms at 24 kHz */
 #define AUDIO_PACKET_SAMPLES 960      /* one Opus packet moshid sends: 40 ms */
 #define AUDIO_MAX_PACKET_SAMPLES 2880 /* longest Opus packet: 120 ms at 24 kHz */
 #define AUDIO_ENC_MIN_BITRATE 6000    /* bit/s accepted by audio_enc_create */

@@ -2,11 +2,12 @@
  * tokenizer, with the per-slot LMGen bookkeeping and Mimi streams, exposed
  * to the engine thread as a sched_model.
  *
- * One frame of a slot: Mimi-encode the user's 1920 samples into codes,
- * LMGen step (all slots of the batch in one backend call), Mimi-decode the
- * Moshi audio codes of the slots that have output. The first-frame rule
- * follows the variant: with Kyutai's bookkeeping the encoder is reset after
- * the first frame (as Kyutai's server does); PersonaPlex's server does not.
+ * One frame of a batch of slots is one frame step of the backend (encode
+ * the user's 1920 samples, LMGen + LM step, decode Moshi's audio; the
+ * backend owns each slot's K/V and codec state and applies the variant's
+ * first-frame rule). The model owns each slot's LMGen bookkeeping and one
+ * lm_frame per scheduler batch buffer, so that a batch's decode can run
+ * while the next batch steps.
  *
  * Threads: model_open/close and the accessors on the loop thread at start
  * and exit; the sched_model callbacks on the engine thread only.
@@ -15,6 +16,7 @@
 #define MOSHID_MODEL_H
 
 #include "err.h"
+#include "backend.h"
 #include "lm_config.h"
 #include "scheduler.h"
 
@@ -28,6 +30,8 @@ typedef struct model_opts {
     int threads;               /* CPU backend threads (<= 0: all) */
     int slots;                 /* sessions served at once */
     lm_variant variant;        /* LM_VARIANT_AUTO: from the checkpoint */
+    int pipeline;              /* 1: the backend overlaps a frame's decode with
+                                  the next frame's encode and LM step */
     const char *record_dir;    /* debug: when set, each session's input codes
                                   (session-ID.codes, moshi-run's --codes-in format)
                                   and LM outputs (session-ID.jsonl, moshi-run's
@@ -44,6 +48,8 @@ void model_close(model *m);
 sched_model model_sched(model *m);
 
 const lm_config *model_lm_config(const model *m);
+/* model_stats: the backend's figures (memory used and free, pipeline). */
+int model_stats(const model *m, lm_backend_stats *st);
 const char *model_variant_name(const model *m);
 const char *model_backend_name(const model *m);
 /* model_piece: the text piece for a sampled text token (U+2581 turned into

@@ -10,10 +10,14 @@
 #include "log.h"
 #include "metrics.h"
 
-enum { SLOT_FREE, SLOT_BEGIN, SLOT_ACTIVE, SLOT_DETACH };
+enum { SLOT_FREE, SLOT_BEGIN, SLOT_JOB, SLOT_ACTIVE, SLOT_DETACH, SLOT_ENDED };
 
 /* Weight of the newest step in the step-time average used for overload. */
 #define SCHED_EWMA_ALPHA 0.2
+/* Frame latency above which a debug line is logged, ms. */
+#define SCHED_SLOW_FRAME_MS 20.0
+
+#define F MS_FRAME_SAMPLES
 
 typedef struct slot {
     _Atomic int state;
@@ -23,19 +27,23 @@ typedef struct slot {
     float *in;          /* (in_frames, F) */
     double *in_t;       /* (in_frames) time the frame was complete, ms */
     _Atomic uint64_t in_head, in_tail;
-    /* output ring: engine -> loop */
+    /* output ring: engine -> loop; an entry is the loop's from sched_pop
+     * until sched_release advances out_tail */
     sched_out *out;     /* (out_frames) */
     float *out_pcm;     /* (out_frames, F) */
     _Atomic uint64_t out_head, out_tail;
     _Atomic int overflow;
     int overflow_told;  /* loop thread */
-    uint64_t step;      /* engine thread */
+    int holding;        /* loop thread: sched_pop returned an entry not yet released */
+    /* engine thread */
+    uint64_t step;
+    uint64_t in_taken;  /* next input frame to put in a batch (>= in_tail) */
+    int inflight;       /* submitted batches holding the slot */
 } slot;
 
 struct sched {
     sched_config cfg;
     sched_model m;
-    int F;
     slot *slots;
     uv_async_t async;
     void (*on_output)(void *ud);
@@ -49,12 +57,10 @@ struct sched {
     ms_error fail_err;   /* written by the engine before failed is set */
     _Atomic int nfree;
     _Atomic int overloaded;
+    _Atomic uint64_t progress;   /* engine-thread progress counter (loops that did work) */
     double ewma_ms;      /* engine thread */
-    /* engine-thread batch buffers */
-    int *batch;          /* (slots) */
-    float *pcm_in, *pcm_out; /* (slots, F) */
-    int *has_pcm, *text; /* (slots) */
-    double *t_in;        /* (slots) */
+    int next_job;        /* engine thread: round-robin start of the job scan */
+    sched_batch batch[2];
 };
 
 static double now_ms(void) {
@@ -77,8 +83,8 @@ static int out_push(sched *s, slot *sl, const sched_out *o, const float *pcm) {
     if (h - t >= (uint64_t)s->cfg.out_frames) return 0;
     size_t i = (size_t)(h % (uint64_t)s->cfg.out_frames);
     sl->out[i] = *o;
-    sl->out[i].pcm = sl->out_pcm + i * (size_t)s->F;
-    if (pcm) memcpy(sl->out[i].pcm, pcm, sizeof(float) * (size_t)s->F);
+    sl->out[i].pcm = sl->out_pcm + i * (size_t)F;
+    if (pcm) memcpy(sl->out_pcm + i * (size_t)F, pcm, sizeof(float) * (size_t)F);
     atomic_store_explicit(&sl->out_head, h + 1, memory_order_release);
     return 1;
 }
@@ -90,6 +96,39 @@ static void engine_fail(sched *s, const ms_error *e) {
     uv_async_send(&s->async);
 }
 
+/* Engine thread: the slot's session is gone and nothing holds the slot. */
+static void slot_free(sched *s, int i) {
+    atomic_store_explicit(&s->slots[i].state, SLOT_FREE, memory_order_release);
+    atomic_fetch_add(&s->nfree, 1);
+}
+
+/* Engine thread: a start (begin or job) failed: end the slot now, tell the
+ * session; the loop's detach frees it. If the loop detached meanwhile, free
+ * it here. */
+static void start_failed(sched *s, int i, int from, const ms_error *e) {
+    slot *sl = &s->slots[i];
+    LOGW("slot_start_failed", "slot=%d msg=\"%s\"", i, e->msg);
+    s->m.end(s->m.ctx, i);
+    sched_out o = {.kind = SCHED_OUT_ERROR, .gen = atomic_load(&sl->gen)};
+    out_push(s, sl, &o, NULL);
+    int expect = from;
+    if (!atomic_compare_exchange_strong(&sl->state, &expect, SLOT_ENDED)) slot_free(s, i); /* DETACH won */
+}
+
+/* Engine thread: the slot is ready: READY to the session, unless the loop
+ * detached it meanwhile (then it is ended and freed). */
+static void start_done(sched *s, int i, int from) {
+    slot *sl = &s->slots[i];
+    sched_out o = {.kind = SCHED_OUT_READY, .gen = atomic_load(&sl->gen)};
+    int expect = from;
+    if (atomic_compare_exchange_strong(&sl->state, &expect, SLOT_ACTIVE)) {
+        out_push(s, sl, &o, NULL);
+        return;
+    }
+    s->m.end(s->m.ctx, i);   /* DETACH won */
+    slot_free(s, i);
+}
+
 /* Engine thread: begin and end slots as the loop asked. Returns whether
  * anything was done. */
 static int engine_admin(sched *s) {
@@ -99,30 +138,97 @@ static int engine_admin(sched *s) {
         int st = atomic_load_explicit(&sl->state, memory_order_acquire);
         if (st == SLOT_BEGIN) {
             ms_error e = {0};
-            sched_out o = {.kind = SCHED_OUT_READY, .gen = atomic_load(&sl->gen)};
-            if (s->m.begin(s->m.ctx, i, &sl->params, &e) != MS_OK) {
-                LOGW("slot_begin_failed", "slot=%d msg=\"%s\"", i, e.msg);
-                o.kind = SCHED_OUT_ERROR;
-            }
             sl->step = 0;
-            out_push(s, sl, &o, NULL);
-            atomic_store_explicit(&sl->state, o.kind == SCHED_OUT_READY ? SLOT_ACTIVE : SLOT_DETACH,
-                                  memory_order_release);
-            if (o.kind != SCHED_OUT_READY) s->m.end(s->m.ctx, i);
+            sl->in_taken = atomic_load(&sl->in_tail);
             did = 1;
-        } else if (st == SLOT_DETACH) {
+            if (s->m.begin(s->m.ctx, i, &sl->params, &e) != MS_OK) {
+                start_failed(s, i, SLOT_BEGIN, &e);
+                continue;
+            }
+            if (s->m.job) {
+                int expect = SLOT_BEGIN;
+                if (!atomic_compare_exchange_strong(&sl->state, &expect, SLOT_JOB)) {
+                    s->m.end(s->m.ctx, i);   /* detached during begin */
+                    slot_free(s, i);
+                }
+            } else {
+                start_done(s, i, SLOT_BEGIN);
+            }
+        } else if (st == SLOT_DETACH && sl->inflight == 0) {
             s->m.end(s->m.ctx, i);
-            atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
-            atomic_fetch_add(&s->nfree, 1);
+            slot_free(s, i);
             did = 1;
         }
     }
     return did;
 }
 
+/* Engine thread: one chunk of one slot's start-up job (round robin), so
+ * that live sessions keep their frame rate while a job runs. */
+static int engine_job(sched *s) {
+    if (!s->m.job) return 0;
+    for (int k = 0; k < s->cfg.slots; k++) {
+        int i = (s->next_job + k) % s->cfg.slots;
+        if (atomic_load_explicit(&s->slots[i].state, memory_order_acquire) != SLOT_JOB) continue;
+        s->next_job = (i + 1) % s->cfg.slots;
+        ms_error e = {0};
+        int done = 0;
+        if (s->m.job(s->m.ctx, i, &done, &e) != MS_OK) start_failed(s, i, SLOT_JOB, &e);
+        else if (done) start_done(s, i, SLOT_JOB);
+        return 1;
+    }
+    return 0;
+}
+
+/* Engine thread: every active slot with a frame not yet in a batch. */
+static void gather(sched *s, sched_batch *b) {
+    b->n = 0;
+    for (int i = 0; i < s->cfg.slots; i++) {
+        slot *sl = &s->slots[i];
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) != SLOT_ACTIVE) continue;
+        if (atomic_load_explicit(&sl->in_head, memory_order_acquire) == sl->in_taken) continue;
+        size_t k = (size_t)(sl->in_taken % (uint64_t)s->cfg.in_frames);
+        memcpy(b->pcm_in + (size_t)b->n * F, sl->in + k * (size_t)F, sizeof(float) * (size_t)F);
+        b->t_in[b->n] = sl->in_t[k];
+        b->slots[b->n++] = i;
+        sl->in_taken++;
+        sl->inflight++;
+    }
+}
+
+/* Engine thread: the outputs of a finished batch to the slots' rings; the
+ * input frames it consumed are released. */
+static void deliver(sched *s, sched_batch *b, double t0) {
+    double t1 = now_ms(), dt = t1 - t0;
+    s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
+    atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
+    met_observe_step_ms(dt);
+    met_add(MET_engine_steps_total, 1);
+    met_add(MET_frames_stepped_total, (uint64_t)b->n);
+    for (int j = 0; j < b->n; j++) {
+        slot *sl = &s->slots[b->slots[j]];
+        sched_out o = {.kind = SCHED_OUT_FRAME, .gen = atomic_load(&sl->gen), .step = sl->step++,
+                       .has_pcm = b->has_pcm[j], .text = b->text[j], .latency_ms = t1 - b->t_in[j]};
+        met_observe_frame_ms(o.latency_ms);
+        if (o.latency_ms > MS_FRAME_MS) met_add(MET_late_frames_total, 1);
+        if (o.latency_ms > SCHED_SLOW_FRAME_MS)
+            LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f step_ms=%.1f batch=%d", b->slots[j],
+                 (unsigned long long)o.step, o.latency_ms, dt, b->n);
+        /* a detached slot's outputs are dropped (its session is gone) */
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
+            !out_push(s, sl, &o, b->pcm_out + (size_t)j * F))
+            atomic_store(&sl->overflow, 1);
+        atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
+        sl->inflight--;
+    }
+    b->n = 0;
+}
+
 static void *engine_main(void *arg) {
     sched *s = arg;
-    const int F = s->F;
+    sched_batch *pending = NULL;   /* submitted, not yet waited */
+    double pending_t0 = 0;
+    int cur = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         s->work = 0;
@@ -131,55 +237,51 @@ static void *engine_main(void *arg) {
         if (stop) break;
 
         int did = engine_admin(s);
-        /* Gather every active slot holding a full frame. */
-        int n = 0;
-        for (int i = 0; i < s->cfg.slots; i++) {
-            slot *sl = &s->slots[i];
-            if (atomic_load_explicit(&sl->state, memory_order_acquire) != SLOT_ACTIVE) continue;
-            uint64_t t = atomic_load_explicit(&sl->in_tail, memory_order_relaxed);
-            if (atomic_load_explicit(&sl->in_head, memory_order_acquire) == t) continue;
-            size_t k = (size_t)(t % (uint64_t)s->cfg.in_frames);
-            memcpy(s->pcm_in + (size_t)n * F, sl->in + k * (size_t)F, sizeof(float) * (size_t)F);
-            s->t_in[n] = sl->in_t[k];
-            s->batch[n++] = i;
-        }
-        if (n == 0) {
-            if (did) { uv_async_send(&s->async); continue; }
-            pthread_mutex_lock(&s->mu);
-            while (!s->work && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
-            pthread_mutex_unlock(&s->mu);
-            continue;
-        }
-        if (atomic_load(&s->failed)) { /* keep serving nothing after a failure */
-            for (int j = 0; j < n; j++) atomic_fetch_add(&s->slots[s->batch[j]].in_tail, 1);
-            continue;
-        }
-        double t0 = now_ms();
+        did |= engine_job(s);
+        sched_batch *b = &s->batch[cur];
+        if (!atomic_load(&s->failed)) gather(s, b);
+        else b->n = 0;
         ms_error e = {0};
-        if (s->m.step(s->m.ctx, n, s->batch, s->pcm_in, s->pcm_out, s->has_pcm, s->text, &e) != MS_OK) {
-            engine_fail(s, &e);
+        double t0 = now_ms();
+        if (b->n > 0) {
+            if (s->m.submit(s->m.ctx, b, &e) != MS_OK) {
+                engine_fail(s, &e);
+                for (int j = 0; j < b->n; j++) s->slots[b->slots[j]].inflight--;
+                b->n = 0;
+            }
+        }
+        /* While b runs, finish the previous batch and hand its outputs over. */
+        if (pending) {
+            if (s->m.wait(s->m.ctx, pending, &e) != MS_OK) {
+                engine_fail(s, &e);
+                for (int j = 0; j < pending->n; j++) s->slots[pending->slots[j]].inflight--;
+                pending->n = 0;
+            } else {
+                deliver(s, pending, pending_t0);
+            }
+            pending = NULL;
+            did = 1;
+            uv_async_send(&s->async);
+        }
+        if (b->n > 0) {
+            pending = b;
+            pending_t0 = t0;
+            cur ^= 1;
+            did = 1;
+        }
+        if (did) {
+            atomic_fetch_add(&s->progress, 1);
+            uv_async_send(&s->async);
             continue;
         }
-        double t1 = now_ms(), dt = t1 - t0;
-        s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
-        atomic_store(&s->overloaded, s->ewma_ms > s->cfg.frame_ms);
-        met_observe_step_ms(dt);
-        met_add(MET_engine_steps_total, 1);
-        met_add(MET_frames_stepped_total, (uint64_t)n);
-        for (int j = 0; j < n; j++) {
-            slot *sl = &s->slots[s->batch[j]];
-            sched_out o = {.kind = SCHED_OUT_FRAME, .gen = atomic_load(&sl->gen), .step = sl->step++,
-                           .has_pcm = s->has_pcm[j], .text = s->text[j], .latency_ms = t1 - s->t_in[j]};
-            met_observe_frame_ms(o.latency_ms);
-            if (o.latency_ms > s->cfg.frame_ms) met_add(MET_late_frames_total, 1);
-            if (o.latency_ms > 20)
-                LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f step_ms=%.1f batch=%d queued=%llu t_in=%.1f t0=%.1f",
-                     s->batch[j], (unsigned long long)o.step, o.latency_ms, dt, n,
-                     (unsigned long long)(atomic_load(&sl->in_head) - atomic_load(&sl->in_tail)), s->t_in[j], t0);
-            if (!out_push(s, sl, &o, s->pcm_out + (size_t)j * F)) atomic_store(&sl->overflow, 1);
-            atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
-        }
-        uv_async_send(&s->async);
+        pthread_mutex_lock(&s->mu);
+        while (!s->work && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (pending) {   /* stopping: the model must not keep a batch of ours */
+        ms_error e = {0};
+        s->m.wait(s->m.ctx, pending, &e);
+        for (int j = 0; j < pending->n; j++) s->slots[pending->slots[j]].inflight--;
     }
     return NULL;
 }
@@ -189,10 +291,23 @@ static void on_async(uv_async_t *a) {
     s->on_output(s->ud);
 }
 
+/* Everything sched_create allocates; safe on a partly made s. */
+static void sched_release_memory(sched *s) {
+    for (int i = 0; s->slots && i < s->cfg.slots; i++) {
+        free(s->slots[i].in); free(s->slots[i].in_t); free(s->slots[i].out); free(s->slots[i].out_pcm);
+    }
+    free(s->slots);
+    for (int k = 0; k < 2; k++) {
+        sched_batch *b = &s->batch[k];
+        free(b->slots); free(b->pcm_in); free(b->pcm_out); free(b->has_pcm); free(b->text); free(b->t_in);
+    }
+    free(s);
+}
+
 sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model *m, void (*on_output)(void *ud),
                     void *ud, ms_error *err) {
-    if (cfg->slots <= 0 || cfg->slots > m->max_slots || cfg->in_frames <= 0 || cfg->out_frames <= 0 ||
-        m->frame_samples <= 0) {
+    if (cfg->slots <= 0 || cfg->slots > m->max_slots || cfg->in_frames <= 0 || cfg->out_frames <= 0 || !m->begin ||
+        !m->end || !m->submit || !m->wait) {
         ms_err_set(err, MS_ERR_ARG, "scheduler: bad configuration (slots %d of %d, rings %d/%d)", cfg->slots,
                    m->max_slots, cfg->in_frames, cfg->out_frames);
         return NULL;
@@ -201,18 +316,22 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
     if (!s) { ms_err_set(err, MS_ERR_NOMEM, "scheduler: out of memory"); return NULL; }
     s->cfg = *cfg;
     s->m = *m;
-    s->F = m->frame_samples;
     s->on_output = on_output;
     s->ud = ud;
-    size_t F = (size_t)s->F, S = (size_t)cfg->slots;
+    size_t S = (size_t)cfg->slots;
     s->slots = calloc(S, sizeof *s->slots);
-    s->batch = calloc(S, sizeof *s->batch);
-    s->pcm_in = calloc(S * F, sizeof(float));
-    s->pcm_out = calloc(S * F, sizeof(float));
-    s->has_pcm = calloc(S, sizeof(int));
-    s->text = calloc(S, sizeof(int));
-    s->t_in = calloc(S, sizeof(double));
-    int ok = s->slots && s->batch && s->pcm_in && s->pcm_out && s->has_pcm && s->text && s->t_in;
+    int ok = s->slots != NULL;
+    for (int k = 0; k < 2; k++) {
+        sched_batch *b = &s->batch[k];
+        b->id = k;
+        b->slots = calloc(S, sizeof *b->slots);
+        b->pcm_in = calloc(S * F, sizeof(float));
+        b->pcm_out = calloc(S * F, sizeof(float));
+        b->has_pcm = calloc(S, sizeof(int));
+        b->text = calloc(S, sizeof(int));
+        b->t_in = calloc(S, sizeof(double));
+        ok = ok && b->slots && b->pcm_in && b->pcm_out && b->has_pcm && b->text && b->t_in;
+    }
     for (size_t i = 0; ok && i < S; i++) {
         slot *sl = &s->slots[i];
         sl->in = calloc((size_t)cfg->in_frames * F, sizeof(float));
@@ -221,39 +340,32 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
         sl->out_pcm = calloc((size_t)cfg->out_frames * F, sizeof(float));
         ok = sl->in && sl->in_t && sl->out && sl->out_pcm;
     }
-    s->nfree = cfg->slots;
     if (!ok) {
         ms_err_set(err, MS_ERR_NOMEM, "scheduler: out of memory for %d slots", cfg->slots);
-        goto fail;
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    uv_async_init(loop, &s->async, on_async);
-    s->async.data = s;
-    if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
-        ms_err_set(err, MS_ERR_NOMEM, "scheduler: cannot start the engine thread");
-        uv_close((uv_handle_t *)&s->async, NULL); /* s leaks until the loop closes it: rare, at start-up */
+        sched_release_memory(s);
         return NULL;
     }
-    return s;
-fail:
-    for (size_t i = 0; s->slots && i < S; i++) {
-        free(s->slots[i].in); free(s->slots[i].in_t); free(s->slots[i].out); free(s->slots[i].out_pcm);
+    s->nfree = cfg->slots;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+        ms_err_set(err, MS_ERR_NOMEM, "scheduler: cannot start the engine thread");
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        sched_release_memory(s);
+        return NULL;
     }
-    free(s->slots); free(s->batch); free(s->pcm_in); free(s->pcm_out); free(s->has_pcm); free(s->text); free(s->t_in);
-    free(s);
-    return NULL;
+    /* the async handle last: nothing to close on the failures above */
+    uv_async_init(loop, &s->async, on_async);
+    s->async.data = s;
+    return s;
 }
 
 static void async_closed(uv_handle_t *h) {
     sched *s = h->data;
-    for (int i = 0; i < s->cfg.slots; i++) {
-        free(s->slots[i].in); free(s->slots[i].in_t); free(s->slots[i].out); free(s->slots[i].out_pcm);
-    }
-    free(s->slots); free(s->batch); free(s->pcm_in); free(s->pcm_out); free(s->has_pcm); free(s->text); free(s->t_in);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s);
+    sched_release_memory(s);
 }
 
 void sched_free(sched *s) {
@@ -263,10 +375,11 @@ void sched_free(sched *s) {
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
-    /* End the slots still held, on this thread now that the engine is gone. */
+    /* End the slots still held, on this thread now that the engine is gone
+     * (ENDED and FREE slots hold nothing). */
     for (int i = 0; i < s->cfg.slots; i++) {
         int st = atomic_load(&s->slots[i].state);
-        if (st == SLOT_ACTIVE || st == SLOT_DETACH) s->m.end(s->m.ctx, i);
+        if (st == SLOT_JOB || st == SLOT_ACTIVE || st == SLOT_DETACH) s->m.end(s->m.ctx, i);
     }
     uv_close((uv_handle_t *)&s->async, async_closed);
 }
@@ -282,11 +395,12 @@ int sched_attach(sched *s, const sched_params *p, int *slot_out, uint32_t *gen) 
         atomic_store(&sl->out_tail, 0);
         atomic_store(&sl->overflow, 0);
         sl->overflow_told = 0;
+        sl->holding = 0;
         sl->params = *p;
         uint32_t g = atomic_load(&sl->gen) + 1;
         atomic_store(&sl->gen, g);
-        atomic_store_explicit(&sl->state, SLOT_BEGIN, memory_order_release);
         atomic_fetch_sub(&s->nfree, 1);
+        atomic_store_explicit(&sl->state, SLOT_BEGIN, memory_order_release);
         *slot_out = i;
         *gen = g;
         wake_engine(s);
@@ -302,7 +416,7 @@ int sched_push(sched *s, int i, uint32_t gen, const float *pcm) {
     uint64_t t = atomic_load_explicit(&sl->in_tail, memory_order_acquire);
     if (h - t >= (uint64_t)s->cfg.in_frames) return MS_ERR_LIMIT;
     size_t k = (size_t)(h % (uint64_t)s->cfg.in_frames);
-    memcpy(sl->in + k * (size_t)s->F, pcm, sizeof(float) * (size_t)s->F);
+    memcpy(sl->in + k * (size_t)F, pcm, sizeof(float) * (size_t)F);
     sl->in_t[k] = now_ms();
     atomic_store_explicit(&sl->in_head, h + 1, memory_order_release);
     wake_engine(s);
@@ -311,31 +425,49 @@ int sched_push(sched *s, int i, uint32_t gen, const float *pcm) {
 
 int sched_pop(sched *s, int i, uint32_t gen, sched_out *out) {
     slot *sl = &s->slots[i];
+    if (atomic_load(&sl->gen) != gen) return 0;
     for (;;) {
         uint64_t t = atomic_load_explicit(&sl->out_tail, memory_order_relaxed);
         if (atomic_load_explicit(&sl->out_head, memory_order_acquire) == t) {
-            if (atomic_load(&sl->overflow) && !sl->overflow_told && atomic_load(&sl->gen) == gen) {
+            if (atomic_load(&sl->overflow) && !sl->overflow_told) {
                 sl->overflow_told = 1;
+                sl->holding = 0;   /* nothing in the ring to release */
                 *out = (sched_out){.kind = SCHED_OUT_ERROR, .gen = gen};
                 return 1;
             }
             return 0;
         }
         *out = sl->out[t % (uint64_t)s->cfg.out_frames];
-        atomic_store_explicit(&sl->out_tail, t + 1, memory_order_release);
-        if (out->gen == gen) return 1;
+        if (out->gen == gen) {
+            sl->holding = 1;
+            return 1;
+        }
+        atomic_store_explicit(&sl->out_tail, t + 1, memory_order_release);   /* stale: drop */
     }
+}
+
+void sched_release(sched *s, int i, uint32_t gen) {
+    slot *sl = &s->slots[i];
+    if (atomic_load(&sl->gen) != gen || !sl->holding) return;
+    sl->holding = 0;
+    atomic_fetch_add_explicit(&sl->out_tail, 1, memory_order_release);
 }
 
 void sched_detach(sched *s, int i, uint32_t gen) {
     slot *sl = &s->slots[i];
     if (atomic_load(&sl->gen) != gen) return;
     int st = atomic_load(&sl->state);
-    /* BEGIN: the engine will begin it, see DETACH next round and end it. */
-    if (st == SLOT_FREE || st == SLOT_DETACH) return;
-    int expect = st;
-    while (!atomic_compare_exchange_weak(&sl->state, &expect, SLOT_DETACH)) {
-        if (expect == SLOT_FREE || expect == SLOT_DETACH) return;
+    for (;;) {
+        if (st == SLOT_FREE || st == SLOT_DETACH) return;
+        if (st == SLOT_ENDED) {
+            /* its start failed and the engine ended it: free it here */
+            if (atomic_compare_exchange_weak(&sl->state, &st, SLOT_FREE)) {
+                atomic_fetch_add(&s->nfree, 1);
+                return;
+            }
+            continue;
+        }
+        if (atomic_compare_exchange_weak(&sl->state, &st, SLOT_DETACH)) break;
     }
     wake_engine(s);
 }
@@ -343,6 +475,7 @@ void sched_detach(sched *s, int i, uint32_t gen) {
 int sched_free_slots(const sched *s) { return atomic_load(&((sched *)s)->nfree); }
 int sched_capacity(const sched *s) { return s->cfg.slots; }
 int sched_overloaded(const sched *s) { return atomic_load(&((sched *)s)->overloaded); }
+uint64_t sched_progress(const sched *s) { return atomic_load(&((sched *)s)->progress); }
 
 int sched_failed(const sched *s, ms_error *err) {
     if (!atomic_load(&((sched *)s)->failed)) return 0;

@@ -10,6 +10,15 @@
  * Slots carry a generation number: a result of a slot's previous session
  * never reaches the next session that gets the same slot.
  *
+ * Pipelining: the engine submits a batch, then waits for the previous one
+ * and pushes its outputs while the model works on the new one (two batch
+ * buffers). A slot's life: FREE -> BEGIN (attached by the loop) -> JOB (the
+ * model's start-up work, in chunks between steps) -> ACTIVE -> DETACH (the
+ * loop detached it; the engine ends it once no submitted batch holds it) ->
+ * FREE. A start that fails ends the slot at once (ENDED) and the loop's
+ * detach frees it. Every change the two threads race on is a
+ * compare-and-swap.
+ *
  * Thread rules: sched_create/free, attach, push, pop, detach and the
  * accessors run on the loop thread; the model callbacks run on the engine
  * thread only.
@@ -22,6 +31,7 @@
 
 #include "backend.h"
 #include "err.h"
+#include "frame.h"
 
 /* Per-session parameters handed to the model when a slot begins. */
 typedef struct sched_params {
@@ -31,21 +41,43 @@ typedef struct sched_params {
     uint64_t session_id;           /* for logs and debug recordings */
 } sched_params;
 
-/* The model as the engine thread sees it (an adapter over LM + Mimi). */
+/* One batch of the engine: the scheduler's buffers (two of them: the
+ * outputs of one are pushed while the other is in the model), lent to the
+ * model from submit until wait returns. */
+typedef struct sched_batch {
+    int id;                        /* 0 or 1 */
+    int n;                         /* slots in the batch */
+    int *slots;                    /* (slots) */
+    float *pcm_in;                 /* (slots, MS_FRAME_SAMPLES) */
+    /* results, written by the model by the time wait returns */
+    float *pcm_out;                /* (slots, MS_FRAME_SAMPLES) */
+    int *has_pcm;                  /* (slots) 0 while the model has no audio yet */
+    int *text;                     /* (slots) a token id, or -1 for none */
+    double *t_in;                  /* (slots) scheduler's: when each input frame was complete, ms */
+} sched_batch;
+
+/* The model as the engine thread sees it (an adapter over the backend).
+ * Every callback runs on the engine thread. */
 typedef struct sched_model {
     void *ctx;
     int max_slots;                 /* slots the model holds */
-    int frame_samples;             /* PCM samples per frame (1920) */
-    /* begin: prepare slot for a new session (reset or restore state). */
+    /* begin: start a new session on slot: short work only (reset). Long work
+     * (a persona's restore, priming) is left to job. */
     int (*begin)(void *ctx, int slot, const sched_params *p, ms_error *err);
-    /* end: the session left; release what the slot holds. */
+    /* job: one bounded chunk (about a frame period at most) of the slot's
+     * start-up work; *done = 1 when the slot is ready to step. NULL: begin
+     * leaves nothing to do. The engine interleaves chunks with steps. */
+    int (*job)(void *ctx, int slot, int *done, ms_error *err);
+    /* end: the session left (or its start failed); release what the slot
+     * holds. Called once per begin, never while the slot is in a submitted
+     * batch. */
     void (*end)(void *ctx, int slot);
-    /* step: one frame for each of n slots. pcm_in (n, frame_samples);
-     * writes pcm_out (n, frame_samples), has_pcm[n] (0 while the model has
-     * no audio yet) and text[n] (a token id, or -1 for none). A failure is
-     * fatal for the process (the service manager restarts it). */
-    int (*step)(void *ctx, int n, const int *slots, const float *pcm_in, float *pcm_out, int *has_pcm,
-                int *text, ms_error *err);
+    /* submit: start one frame for each slot of b; wait: finish the oldest
+     * submitted batch (waits come in submit order; at most two batches are
+     * submitted and not waited; a slot may be in both). A failure is fatal
+     * for the process (the service manager restarts it). */
+    int (*submit)(void *ctx, sched_batch *b, ms_error *err);
+    int (*wait)(void *ctx, sched_batch *b, ms_error *err);
 } sched_model;
 
 /* What the engine hands back to the loop for one slot. */
@@ -57,14 +89,13 @@ typedef struct sched_out {
     uint64_t step;          /* the session's frame index (FRAME) */
     int has_pcm, text;      /* FRAME */
     double latency_ms;      /* FRAME: input frame complete -> output ready */
-    float *pcm;             /* FRAME: frame_samples, owned by the ring slot */
+    const float *pcm;       /* FRAME: MS_FRAME_SAMPLES, owned by the ring entry */
 } sched_out;
 
 typedef struct sched_config {
     int slots;               /* sessions served at once (<= model max_slots) */
     int in_frames;           /* input ring capacity per slot, frames */
     int out_frames;          /* output ring capacity per slot, frames */
-    double frame_ms;         /* 80 */
 } sched_config;
 
 typedef struct sched sched;
@@ -82,13 +113,16 @@ void sched_free(sched *s);
  * it. Returns MS_ERR_BUSY when every slot is taken. A READY output follows
  * when the model has begun the slot (or ERROR). */
 int sched_attach(sched *s, const sched_params *p, int *slot, uint32_t *gen);
-/* sched_push: queue one input frame (frame_samples floats, copied).
+/* sched_push: queue one input frame (MS_FRAME_SAMPLES floats, copied).
  * MS_ERR_LIMIT when the slot's input ring is full (the client runs ahead). */
 int sched_push(sched *s, int slot, uint32_t gen, const float *pcm);
-/* sched_pop: next output of the slot, or 0 when none. The pcm pointer is
- * valid until the next sched_pop on that slot. Outputs of an older
- * generation are dropped here. */
+/* sched_pop: the slot's oldest unreleased output, or 0 when none; the
+ * entry (its pcm included) stays the caller's, and the engine does not
+ * write over it, until sched_release. Outputs of an older generation are
+ * dropped here. sched_release: done with the entry sched_pop returned (the
+ * next sched_pop returns the next one). */
 int sched_pop(sched *s, int slot, uint32_t gen, sched_out *out);
+void sched_release(sched *s, int slot, uint32_t gen);
 /* sched_detach: the session is gone; the engine ends the slot and frees it
  * for reuse. */
 void sched_detach(sched *s, int slot, uint32_t gen);
@@ -98,6 +132,10 @@ int sched_free_slots(const sched *s);
 int sched_capacity(const sched *s);
 /* sched_overloaded: 1 while recent steps take longer than a frame. */
 int sched_overloaded(const sched *s);
+/* sched_progress: a counter the engine thread advances each time it does
+ * something (a step, a job chunk, a begin or an end); unchanged while it is
+ * idle or stuck (any thread). */
+uint64_t sched_progress(const sched *s);
 /* sched_failed: 1 after a model failure (the daemon exits non-zero). */
 int sched_failed(const sched *s, ms_error *err);
 

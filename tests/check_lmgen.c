@@ -175,8 +175,24 @@ START_TEST(test_snapshot) {
     ck_assert_msg(lm_backend_kv_snapshot(b, 0, 6, &snap, &e) == MS_OK, "%s", e.msg);
     /* slot 2 holds something else first */
     ck_assert_int_eq(lm_backend_prefill(b, 2, 0, 3, tok + 3 * c->n_streams, NULL, &e), MS_OK);
-    ck_assert_msg(lm_backend_kv_restore(b, 2, snap, &e) == MS_OK, "%s", e.msg);
-    ck_assert_int_eq((int)lm_backend_pos(b, 2), 6);
+    /* restored in layer chunks (as an engine job does): the position moves
+     * with the last layer only */
+    for (int l = 0; l < c->num_layers; l++) {
+        ck_assert_msg(lm_backend_kv_restore_layers(b, 2, snap, l, l + 1, &e) == MS_OK, "%s", e.msg);
+        ck_assert_int_eq((int)lm_backend_pos(b, 2), l + 1 < c->num_layers ? 3 : 6);
+    }
+    ck_assert_int_eq(lm_backend_kv_restore_layers(b, 2, snap, 1, 1, &e), MS_ERR_RANGE);
+    ck_assert_int_eq(lm_backend_kv_restore_layers(b, 2, snap, 0, c->num_layers + 1, &e), MS_ERR_RANGE);
+    lm_snap_info info;
+    ck_assert_int_eq(lm_backend_kv_snap_info(b, snap, &info), MS_OK);
+    ck_assert_int_eq(info.positions, 6);
+    ck_assert_uint_eq(info.bytes, 2 * (size_t)c->num_layers * 6 * c->dim * sizeof(float));
+    ck_assert_int_eq(info.where, LM_MEM_HOST);
+    lm_backend_stats bst;
+    ck_assert_int_eq(lm_backend_stats_get(b, &bst), MS_OK);
+    ck_assert_uint_eq(bst.snap_bytes, info.bytes);
+    ck_assert_uint_ge(bst.mem_used, bst.weight_bytes + bst.kv_bytes + bst.snap_bytes);
+    ck_assert_uint_gt(bst.mem_free, 0);
     float t0[48], t2[48];
     lm_step_slot r0 = greedy_req(0, tok + 6 * c->n_streams, c), r2 = greedy_req(2, tok + 6 * c->n_streams, c);
     r0.text_logits = t0;
@@ -191,7 +207,16 @@ START_TEST(test_snapshot) {
     int many[10 * LM_MAX_STREAMS];
     for (int p = 0; p < 10; p++) rand_tokens(c, many + p * c->n_streams, &s);
     ck_assert_int_eq(lm_backend_prefill(b, 1, 0, 10, many, NULL, &e), MS_OK);
-    ck_assert_int_eq(lm_backend_kv_snapshot(b, 1, 10, &snap, &e), MS_ERR_RANGE);
+    /* the ring has wrapped: rows 0..1 hold positions 8..9, so no prefix of
+     * the slot can be snapshotted any more (not even 4 positions) */
+    ck_assert_int_eq(lm_backend_kv_snapshot(b, 1, 10, &snap, &e), MS_ERR_STATE);
+    ck_assert_int_eq(lm_backend_kv_snapshot(b, 1, 4, &snap, &e), MS_ERR_STATE);
+    ck_assert_msg(strstr(e.msg, "overwritten") != NULL, "%s", e.msg);
+    /* exactly a full ring still can */
+    ck_assert_int_eq(lm_backend_reset_slot(b, 1, &e), MS_OK);
+    ck_assert_int_eq(lm_backend_prefill(b, 1, 0, c->context, many, NULL, &e), MS_OK);
+    ck_assert_msg(lm_backend_kv_snapshot(b, 1, c->context, &snap, &e) == MS_OK, "%s", e.msg);
+    lm_backend_kv_snap_free(b, snap);
     lm_backend_close(b);
 }
 END_TEST
@@ -308,33 +333,12 @@ START_TEST(test_dispatcher) {
     r[1].samp.text_temp = 0;
     ck_assert_int_eq(lm_backend_step(b, r, 2, &e), MS_OK);
     ck_assert_int_eq(lm_backend_reset_slot(b, -1, &e), MS_ERR_RANGE);
-    /* Mimi through the backend table: the CPU entries run engine/mimi.h on
-     * the streams' model; one batch may not mix models */
-    mimi_model *mm = NULL, *mm2 = NULL;
-    ck_assert_int_eq(mimi_model_load(&mm, "tests/fixtures/mimi/tiny.safetensors", "tests/fixtures/mimi/tiny.json", &e),
-                     MS_OK);
-    ck_assert_int_eq(mimi_model_load(&mm2, "tests/fixtures/mimi/tiny.safetensors", "tests/fixtures/mimi/tiny.json", &e),
-                     MS_OK);
-    int F = mimi_frame_samples(mm), ncb = mimi_num_codebooks(mm);
-    ck_assert_int_le(ncb, 32);
-    mimi_stream *ms[2] = {mimi_stream_create(mm, &e), mimi_stream_create(mm, &e)};
-    mimi_stream *direct = mimi_stream_create(mm, &e), *other = mimi_stream_create(mm2, &e);
-    float *pcm = calloc((size_t)(2 * F), sizeof(float)), *back = calloc((size_t)(2 * F), sizeof(float));
-    float *back_direct = calloc((size_t)F, sizeof(float));
-    int codes[2 * 32], codes_direct[32];
-    for (int i = 0; i < 2 * F; i++) pcm[i] = 0.3f * sinf(0.01f * (float)i * (1 + i / F));
-    ck_assert_int_eq(lm_backend_mimi_encode(b, ms, 2, pcm, codes, &e), MS_OK);
-    ck_assert_int_eq(mimi_encode_batch(mm, &direct, 1, pcm + F, codes_direct, &e), MS_OK);
-    ck_assert_mem_eq(codes + ncb, codes_direct, sizeof(int) * (size_t)ncb);
-    ck_assert_int_eq(lm_backend_mimi_decode(b, ms, 2, codes, back, &e), MS_OK);
-    ck_assert_int_eq(mimi_decode_batch(mm, &direct, 1, codes + ncb, back_direct, &e), MS_OK);
-    ck_assert_mem_eq(back + F, back_direct, sizeof(float) * (size_t)F);
-    mimi_stream *mixed[2] = {ms[0], other};
-    ck_assert_int_eq(lm_backend_mimi_encode(b, mixed, 2, pcm, codes, &e), MS_ERR_ARG);
-    ck_assert_int_eq(lm_backend_mimi_encode(b, NULL, 0, pcm, codes, &e), MS_OK);
-    free(pcm); free(back); free(back_direct);
-    mimi_stream_free(ms[0]); mimi_stream_free(ms[1]); mimi_stream_free(direct); mimi_stream_free(other);
-    mimi_model_free(mm); mimi_model_free(mm2);
+    /* a backend opened without a codec has no Mimi or frame step */
+    int sl0 = 0, cd[8];
+    float pcm1[MS_FRAME_SAMPLES] = {0};
+    ck_assert_int_eq(lm_backend_mimi_encode(b, &sl0, 1, pcm1, cd, &e), MS_ERR_STATE);
+    lm_frame fr;
+    ck_assert_int_eq(lm_frame_alloc(b, &fr, 1, &e), MS_ERR_STATE);
     lm_backend_stats st;
     ck_assert_int_eq(lm_backend_stats_get(b, &st), MS_OK);
     ck_assert_uint_eq(st.steps, 2);
@@ -355,6 +359,187 @@ START_TEST(test_dispatcher) {
 }
 END_TEST
 
+
+/* ---- the frame step: codec + LM behind the backend ---- */
+
+static const char *demo_dir(char *buf, size_t n, const char *rel_path) {
+    const char *bd = getenv("BUILD");
+    snprintf(buf, n, "%s/demo/%s", bd && bd[0] ? bd : "build", rel_path);
+    return buf;
+}
+
+static lm_backend *open_codec(int slots, int pipeline, const char *mimi, const char *mimi_cfg, ms_error *e) {
+    char lm[512];
+    lm_backend_opts bo = {.max_slots = slots, .threads = 1, .variant = LM_VARIANT_AUTO, .mimi = mimi,
+                          .mimi_config = mimi_cfg, .pipeline = pipeline};
+    return lm_backend_open(&lm_cpu_backend, demo_dir(lm, sizeof lm, "kyutai/lm"), &bo, e);
+}
+
+#define FS_SLOTS 3
+#define FS_FRAMES 12
+
+/* The frame step, synchronous and pipelined (submit t, then wait t - 1, two
+ * frames alternating, a slot in consecutive frames), against the same work
+ * done by hand: the codec called directly on streams of its own (with
+ * Kyutai's first-frame rule: the encoder reset after frame 0) and the LM
+ * through lmgen_step_batch on a backend without a codec. Every token and
+ * every decoded sample must be equal: the same code runs on the same batch
+ * shapes, in the same order. */
+START_TEST(test_frame_step) {
+    ms_error e = {0};
+    char mimi[512], mcfg[512];
+    demo_dir(mimi, sizeof mimi, "mimi.safetensors");
+    demo_dir(mcfg, sizeof mcfg, "mimi.json");
+    lm_backend *bs = open_codec(FS_SLOTS, 0, mimi, mcfg, &e);
+    ck_assert_msg(bs != NULL, "%s (the demo model: make demo-model)", e.msg);
+    lm_backend *bp = open_codec(FS_SLOTS, 1, mimi, mcfg, &e);
+    ck_assert_msg(bp != NULL, "%s", e.msg);
+    lm_backend *br = open_codec(FS_SLOTS, 0, NULL, NULL, &e);
+    ck_assert_msg(br != NULL, "%s", e.msg);
+    lm_backend_stats st;
+    ck_assert_int_eq(lm_backend_stats_get(bp, &st), MS_OK);
+    ck_assert_int_eq(st.pipeline, 1);
+    ck_assert_uint_gt(st.codec_bytes, 0);
+    ck_assert_int_eq(lm_backend_stats_get(bs, &st), MS_OK);
+    ck_assert_int_eq(st.pipeline, 0);
+    const lm_config *c = &bs->cfg;
+    const int ncb = bs->ncb, nu = bs->n_user, nout = 1 + c->dep_q, F = MS_FRAME_SAMPLES;
+    ck_assert_int_eq(ncb, 8);
+    mimi_model *mm = NULL;
+    ck_assert_int_eq(mimi_model_load(&mm, mimi, mcfg, &e), MS_OK);
+    mimi_stream *ms[FS_SLOTS];
+    for (int i = 0; i < FS_SLOTS; i++) ms[i] = mimi_stream_create(mm, &e);
+
+    lm_samp samp;
+    lm_samp_defaults(&samp, 11);   /* sampled, not greedy: the seeds make it deterministic */
+    lmgen_slot gs[FS_SLOTS], gp[FS_SLOTS], gr[FS_SLOTS];
+    lmgen_slot *ps[FS_SLOTS], *pp[2][FS_SLOTS], *pr[FS_SLOTS];
+    /* slots 2, 0 (and 1 from frame 3 on): order and membership change */
+    int slots_all[FS_SLOTS] = {2, 0, 1};
+    for (int i = 0; i < FS_SLOTS; i++) {
+        samp.seed = 100 + (uint64_t)i;
+        samp.audio_seed = 200 + (uint64_t)i;
+        lmgen_init(&gs[i], c, i, &samp);
+        lmgen_init(&gp[i], c, i, &samp);
+        lmgen_init(&gr[i], c, i, &samp);
+        ck_assert_int_eq(lm_backend_reset_slot(bs, i, &e), MS_OK);
+        ck_assert_int_eq(lm_backend_reset_slot(bp, i, &e), MS_OK);
+        ck_assert_int_eq(lm_backend_reset_slot(br, i, &e), MS_OK);
+    }
+    lm_frame fs, fp[2];
+    ck_assert_int_eq(lm_frame_alloc(bs, &fs, FS_SLOTS, &e), MS_OK);
+    ck_assert_int_eq(lm_frame_alloc(bp, &fp[0], FS_SLOTS, &e), MS_OK);
+    ck_assert_int_eq(lm_frame_alloc(bp, &fp[1], FS_SLOTS, &e), MS_OK);
+    float *pcm = calloc((size_t)FS_FRAMES * FS_SLOTS * F, sizeof(float));
+    float *ref_pcm = calloc((size_t)FS_SLOTS * F, sizeof(float));
+    int *ref_codes = calloc((size_t)FS_SLOTS * ncb, sizeof(int)), *ref_user = calloc((size_t)FS_SLOTS * nu, sizeof(int));
+    static int ref_out_all[FS_FRAMES][FS_SLOTS * (1 + LM_MAX_DEP_Q)], ref_has_all[FS_FRAMES][FS_SLOTS];
+    float *ref_pcm_all = calloc((size_t)FS_FRAMES * FS_SLOTS * F, sizeof(float));
+    int ns_of[FS_FRAMES];
+    int dec_rows = 0;
+    uint32_t rs = 9;
+    for (int t = 0; t < FS_FRAMES; t++) {
+        int n = t < 3 ? 2 : 3;
+        ns_of[t] = n;
+        for (int j = 0; j < n; j++)
+            for (int k = 0; k < F; k++)
+                pcm[((size_t)t * FS_SLOTS + j) * F + k] =
+                    0.4f * sinf(0.003f * (float)(k + t * F) * (float)(1 + slots_all[j])) +
+                    0.05f * ((float)(lcg(&rs) >> 8) / 16777216.0f - 0.5f);
+    }
+    for (int t = 0; t < FS_FRAMES; t++) {
+        int n = ns_of[t];
+        const float *in = pcm + (size_t)t * FS_SLOTS * F;
+        int *ref_out = ref_out_all[t], *ref_has = ref_has_all[t];
+        /* by hand */
+        mimi_stream *tab[FS_SLOTS];
+        for (int j = 0; j < n; j++) { tab[j] = ms[slots_all[j]]; pr[j] = &gr[slots_all[j]]; ps[j] = &gs[slots_all[j]]; }
+        ck_assert_int_eq(mimi_encode_batch(mm, tab, n, in, ref_codes, &e), MS_OK);
+        for (int j = 0; j < n; j++) {
+            memcpy(ref_user + j * nu, ref_codes + j * ncb, sizeof(int) * (size_t)nu);
+            if (t == 0 || (t == 3 && j == 2)) mimi_stream_reset_encoder(ms[slots_all[j]]);   /* first frame */
+        }
+        ck_assert_int_eq(lmgen_step_batch(br, pr, n, ref_user, ref_out, ref_has, NULL, NULL, &e), MS_OK);
+        int nd = 0, dslots[FS_SLOTS], dcodes[FS_SLOTS * 8];
+        mimi_stream *dtab[FS_SLOTS];
+        for (int j = 0; j < n; j++)
+            if (ref_has[j]) {
+                memcpy(dcodes + nd * ncb, ref_out + j * nout + 1, sizeof(int) * (size_t)ncb);
+                dslots[nd] = j;
+                dtab[nd++] = ms[slots_all[j]];
+            }
+        float dpcm[FS_SLOTS * MS_FRAME_SAMPLES];
+        if (nd) ck_assert_int_eq(mimi_decode_batch(mm, dtab, nd, dcodes, dpcm, &e), MS_OK);
+        for (int d = 0; d < nd; d++) memcpy(ref_pcm + (size_t)dslots[d] * F, dpcm + (size_t)d * F, sizeof(float) * F);
+        /* synchronous frame step */
+        fs.n = n; fs.slots = slots_all; fs.gens = ps; fs.pcm_in = in;
+        ck_assert_msg(lm_frame_submit(bs, &fs, &e) == MS_OK, "%s", e.msg);
+        ck_assert_int_eq(lm_frame_wait(bs, &fs, &e), MS_OK);
+        for (int j = 0; j < n; j++) {
+            ck_assert_int_eq(fs.has_out[j], ref_has[j]);
+            ck_assert_mem_eq(fs.codes + j * nu, ref_user + j * nu, sizeof(int) * (size_t)nu);
+            if (!ref_has[j]) continue;
+            ck_assert_mem_eq(fs.out + j * nout, ref_out + j * nout, sizeof(int) * (size_t)nout);
+            ck_assert_mem_eq(fs.pcm_out + (size_t)j * F, ref_pcm + (size_t)j * F, sizeof(float) * F);
+            dec_rows++;
+        }
+        memcpy(ref_pcm_all + (size_t)t * FS_SLOTS * F, ref_pcm, sizeof(float) * FS_SLOTS * F);
+        /* pipelined: submit t, then wait for t - 1 (two frames alternate) */
+        lm_frame *f = &fp[t & 1];
+        for (int j = 0; j < n; j++) pp[t & 1][j] = &gp[slots_all[j]];
+        f->n = n; f->slots = slots_all; f->gens = pp[t & 1]; f->pcm_in = in;
+        ck_assert_msg(lm_frame_submit(bp, f, &e) == MS_OK, "%s", e.msg);
+        if (t == 1) {   /* a third frame in flight is refused */
+            lm_frame extra = fs;
+            ck_assert_int_eq(lm_frame_submit(bp, &extra, &e), MS_ERR_STATE);
+        }
+        for (int u = t - 1; u <= t; u++) {   /* t - 1 now; t as well after the last submit */
+            if (u < 0 || (u == t && t < FS_FRAMES - 1)) continue;
+            lm_frame *g = &fp[u & 1];
+            ck_assert_int_eq(lm_frame_wait(bp, g, &e), MS_OK);
+            for (int j = 0; j < ns_of[u]; j++) {
+                ck_assert_int_eq(g->has_out[j], ref_has_all[u][j]);
+                if (!ref_has_all[u][j]) continue;
+                ck_assert_mem_eq(g->out + j * nout, ref_out_all[u] + j * nout, sizeof(int) * (size_t)nout);
+                ck_assert_mem_eq(g->pcm_out + (size_t)j * F, ref_pcm_all + ((size_t)u * FS_SLOTS + j) * F,
+                                 sizeof(float) * F);
+            }
+        }
+    }
+    ck_assert_int_gt(dec_rows, FS_FRAMES);   /* audio did come out */
+    ck_assert_int_eq(lm_frame_wait(bp, &fp[0], &e), MS_ERR_STATE);   /* nothing in flight */
+    /* the dispatcher's checks */
+    int dup[2] = {1, 1};
+    lmgen_slot *dg[2] = {&gs[1], &gs[1]};
+    fs.n = 2; fs.slots = dup; fs.gens = dg;
+    ck_assert_int_eq(lm_frame_submit(bs, &fs, &e), MS_ERR_ARG);
+    int wrong[1] = {0};
+    lmgen_slot *wg[1] = {&gs[1]};
+    fs.n = 1; fs.slots = wrong; fs.gens = wg;
+    ck_assert_int_eq(lm_frame_submit(bs, &fs, &e), MS_ERR_ARG);
+    int oor[1] = {FS_SLOTS};
+    fs.slots = oor;
+    ck_assert_int_eq(lm_frame_submit(bs, &fs, &e), MS_ERR_ARG);
+    ck_assert_int_eq(lm_backend_mimi_encode(bs, dup, 2, pcm, ref_codes, &e), MS_ERR_ARG);
+    lm_frame_free(&fs); lm_frame_free(&fp[0]); lm_frame_free(&fp[1]);
+    free(pcm); free(ref_pcm); free(ref_pcm_all); free(ref_codes); free(ref_user);
+    for (int i = 0; i < FS_SLOTS; i++) mimi_stream_free(ms[i]);
+    mimi_model_free(mm);
+    lm_backend_close(bs); lm_backend_close(bp); lm_backend_close(br);
+}
+END_TEST
+
+/* A codec whose frame is not 1920 samples at 24 kHz is refused at open,
+ * with a message (its frames would not fit the daemon's rings). */
+START_TEST(test_frame_geometry) {
+    ms_error e = {0};
+    lm_backend *b = open_codec(1, 0, "tests/fixtures/mimi/sr16k.safetensors", "tests/fixtures/mimi/sr16k.json", &e);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(e.code, MS_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "1920") && strstr(e.msg, "24000"), "%s", e.msg);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("lmgen");
     TCase *tc = tcase_new("core");
@@ -364,6 +549,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_slot_snapshot);
     tcase_add_test(tc, test_depformer_options);
     tcase_add_test(tc, test_dispatcher);
+    tcase_add_test(tc, test_frame_step);
+    tcase_add_test(tc, test_frame_geometry);
     suite_add_tcase(s, tc);
     return s;
 }

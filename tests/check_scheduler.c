@@ -1,7 +1,12 @@
 /* check_scheduler.c - the engine thread with a stand-in model: ordering,
- * batching, slot generations, admission, input overrun, model failure. */
+ * batching, slot generations, admission, input overrun, model failure,
+ * detach during a slow begin, a failed begin ended once, the output ring's
+ * entry lifetime (pop + release), the pipeline (submit t + 1 before wait t)
+ * and start-up jobs interleaved with live steps. Tests wait for events
+ * (semaphores, loop iterations with a bound), never for time. */
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <uv.h>
 
@@ -9,38 +14,77 @@
 #include "metrics.h"
 #include "scheduler.h"
 
-#define F 16
+#define F MS_FRAME_SAMPLES
 #define SLOTS 3
+#define LOG_MAX 256
 
 /* The stand-in model: out = 2*in + slot, text = per-slot step count. */
 typedef struct {
     int steps[SLOTS];
-    int begun[SLOTS], ended[SLOTS];
+    _Atomic int begun[SLOTS], ended[SLOTS];
     int max_batch;
-    int fail_at;          /* fail the step with this global index (-1 never) */
+    int fail_at;          /* fail the submit with this global index (-1 never) */
     int nstep;
-    int gate;             /* when set, each step waits on sem */
+    _Atomic int nwait;
+    int gate;             /* when set, each submit waits on sem */
     sem_t sem;
+    int begin_gate;       /* when set, begin posts begin_in, then waits on begin_sem */
+    sem_t begin_in, begin_sem;
+    int begin_fail;       /* begin returns an error */
+    int use_job;          /* begin leaves a job; done once job_release is set */
+    _Atomic int job_release, job_chunks;
+    _Atomic int steps_during_job;  /* submits between the first chunk and the job's end */
+    char log[LOG_MAX];    /* S<batch id> / W<batch id> in engine order */
+    int nlog;
 } fake;
+
+static void logc(fake *f, char a, int b) {
+    if (f->nlog + 2 < LOG_MAX) {
+        f->log[f->nlog++] = a;
+        f->log[f->nlog++] = (char)('0' + b);
+        f->log[f->nlog] = 0;
+    }
+}
 
 static int f_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     fake *f = ctx;
-    (void)err;
     f->begun[slot]++;
     f->steps[slot] = (int)p->samp.seed; /* lets a test tell sessions apart */
+    if (f->begin_gate) {
+        sem_post(&f->begin_in);
+        sem_wait(&f->begin_sem);
+    }
+    if (f->begin_fail) return ms_err_set(err, MS_ERR_NOMEM, "stand-in begin failure");
+    return MS_OK;
+}
+static int f_job(void *ctx, int slot, int *done, ms_error *err) {
+    fake *f = ctx;
+    (void)slot;
+    (void)err;
+    f->job_chunks++;
+    *done = atomic_load(&f->job_release);
     return MS_OK;
 }
 static void f_end(void *ctx, int slot) { ((fake *)ctx)->ended[slot]++; }
-static int f_step(void *ctx, int n, const int *slots, const float *in, float *out, int *has, int *text, ms_error *err) {
+static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     if (f->gate) sem_wait(&f->sem);
     if (f->nstep++ == f->fail_at) return ms_err_set(err, MS_ERR_DEVICE, "stand-in failure");
-    if (n > f->max_batch) f->max_batch = n;
-    for (int j = 0; j < n; j++) {
-        for (int k = 0; k < F; k++) out[j * F + k] = 2 * in[j * F + k] + (float)slots[j];
-        has[j] = 1;
-        text[j] = f->steps[slots[j]]++;
+    logc(f, 'S', b->id);
+    if (f->use_job && f->job_chunks > 0 && !atomic_load(&f->job_release)) f->steps_during_job++;
+    if (b->n > f->max_batch) f->max_batch = b->n;
+    for (int j = 0; j < b->n; j++) {
+        for (int k = 0; k < F; k++) b->pcm_out[j * F + k] = 2 * b->pcm_in[j * F + k] + (float)b->slots[j];
+        b->has_pcm[j] = 1;
+        b->text[j] = f->steps[b->slots[j]]++;
     }
+    return MS_OK;
+}
+static int f_wait(void *ctx, sched_batch *b, ms_error *err) {
+    fake *f = ctx;
+    (void)err;
+    logc(f, 'W', b->id);
+    f->nwait++;
     return MS_OK;
 }
 
@@ -50,20 +94,26 @@ static int outputs;
 static void on_out(void *ud) { (void)ud; outputs++; }
 static void on_tick(uv_timer_t *t) { (void)t; }
 
-static sched *make(fake *f, int in_frames) {
+static sched *make_ex(fake *f, int in_frames, int out_frames, int job) {
     memset(f, 0, sizeof *f);
     f->fail_at = -1;
+    f->use_job = job;
     sem_init(&f->sem, 0, 0);
+    sem_init(&f->begin_in, 0, 0);
+    sem_init(&f->begin_sem, 0, 0);
     uv_loop_init(&loop);
     uv_timer_init(&loop, &tick);
     uv_timer_start(&tick, on_tick, 5, 5);
-    sched_model m = {f, SLOTS, F, f_begin, f_end, f_step};
-    sched_config c = {SLOTS, in_frames, 8, 80.0};
+    sched_model m = {.ctx = f, .max_slots = SLOTS, .begin = f_begin, .job = job ? f_job : NULL, .end = f_end,
+                     .submit = f_submit, .wait = f_wait};
+    sched_config c = {SLOTS, in_frames, out_frames};
     ms_error e = {0};
     sched *s = sched_create(&loop, &c, &m, on_out, NULL, &e);
     ck_assert_msg(s != NULL, "%s", e.msg);
     return s;
 }
+
+static sched *make(fake *f, int in_frames) { return make_ex(f, in_frames, 8, 0); }
 
 static void finish(sched *s) {
     sched_free(s);
@@ -72,8 +122,21 @@ static void finish(sched *s) {
     ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
 
-/* Pop the next output of (slot, gen), running the loop up to 5 s. */
+/* Pop (and release) the next output of (slot, gen), running the loop up to
+ * 1000 iterations (the tick timer bounds each at 5 ms). */
 static int next_out(sched *s, int slot, uint32_t gen, sched_out *o) {
+    for (int i = 0; i < 1000; i++) {
+        if (sched_pop(s, slot, gen, o)) {
+            sched_release(s, slot, gen);
+            return 1;
+        }
+        uv_run(&loop, UV_RUN_ONCE);
+    }
+    return 0;
+}
+
+/* The same without releasing: the caller reads the entry, then releases. */
+static int next_held(sched *s, int slot, uint32_t gen, sched_out *o) {
     for (int i = 0; i < 1000; i++) {
         if (sched_pop(s, slot, gen, o)) return 1;
         uv_run(&loop, UV_RUN_ONCE);
@@ -81,9 +144,15 @@ static int next_out(sched *s, int slot, uint32_t gen, sched_out *o) {
     return 0;
 }
 
+/* Run the loop until cond holds (bounded). */
+#define RUN_UNTIL(cond) \
+    do { for (int i_ = 0; i_ < 2000 && !(cond); i_++) uv_run(&loop, UV_RUN_ONCE); } while (0)
+
 static void frame(float *pcm, float base) {
-    for (int k = 0; k < F; k++) pcm[k] = base + (float)k;
+    for (int k = 0; k < F; k++) pcm[k] = base + (float)(k % 97);
 }
+
+static float pcm_buf[F];
 
 START_TEST(test_order) {
     fake f;
@@ -95,21 +164,22 @@ START_TEST(test_order) {
     sched_out o;
     ck_assert(next_out(s, slot, gen, &o));
     ck_assert_int_eq(o.kind, SCHED_OUT_READY);
-    float pcm[F];
     for (int i = 0; i < 5; i++) {
-        frame(pcm, (float)i * 100);
-        ck_assert_int_eq(sched_push(s, slot, gen, pcm), MS_OK);
+        frame(pcm_buf, (float)i * 100);
+        ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
     }
     for (int i = 0; i < 5; i++) {
-        ck_assert(next_out(s, slot, gen, &o));
+        ck_assert(next_held(s, slot, gen, &o));
         ck_assert_int_eq(o.kind, SCHED_OUT_FRAME);
         ck_assert_uint_eq(o.step, (uint64_t)i);
         ck_assert_int_eq(o.text, 100 + i);
-        for (int k = 0; k < F; k++) ck_assert(o.pcm[k] == 2 * ((float)i * 100 + (float)k) + (float)slot);
+        for (int k = 0; k < F; k++) ck_assert(o.pcm[k] == 2 * ((float)i * 100 + (float)(k % 97)) + (float)slot);
         ck_assert(o.latency_ms >= 0);
+        sched_release(s, slot, gen);
     }
     ck_assert(!sched_pop(s, slot, gen, &o));
     sched_detach(s, slot, gen);
+    RUN_UNTIL(sched_free_slots(s) == SLOTS);
     finish(s);
     ck_assert_int_eq(f.begun[slot], 1);
     ck_assert_int_eq(f.ended[slot], 1);
@@ -129,12 +199,11 @@ START_TEST(test_admission_and_generations) {
     sched_out o;
     ck_assert(next_out(s, slot[1], gen[1], &o));
     f.gate = 1;
-    float pcm[F];
-    frame(pcm, 1);
-    ck_assert_int_eq(sched_push(s, slot[1], gen[1], pcm), MS_OK);
+    frame(pcm_buf, 1);
+    ck_assert_int_eq(sched_push(s, slot[1], gen[1], pcm_buf), MS_OK);
     sched_detach(s, slot[1], gen[1]);
     sem_post(&f.sem);
-    for (int i = 0; i < 1000 && sched_free_slots(s) == 0; i++) uv_run(&loop, UV_RUN_ONCE);
+    RUN_UNTIL(sched_free_slots(s) == 1);
     ck_assert_int_eq(sched_free_slots(s), 1);
     f.gate = 0;
     sem_post(&f.sem);
@@ -148,10 +217,10 @@ START_TEST(test_admission_and_generations) {
     ck_assert_int_eq(o.kind, SCHED_OUT_READY);
     ck_assert_uint_eq(o.gen, ng);
     /* the old generation can neither push nor read */
-    ck_assert_int_eq(sched_push(s, slot[1], gen[1], pcm), MS_ERR_STATE);
+    ck_assert_int_eq(sched_push(s, slot[1], gen[1], pcm_buf), MS_ERR_STATE);
     ck_assert(!sched_pop(s, ns, gen[1], &o));
-    frame(pcm, 3);
-    ck_assert_int_eq(sched_push(s, ns, ng, pcm), MS_OK);
+    frame(pcm_buf, 3);
+    ck_assert_int_eq(sched_push(s, ns, ng, pcm_buf), MS_OK);
     ck_assert(next_out(s, ns, ng, &o));
     ck_assert_int_eq(o.text, 7); /* first step of the new session */
     finish(s);
@@ -170,20 +239,20 @@ START_TEST(test_batching_and_overrun) {
         ck_assert(next_out(s, slot[i], gen[i], &o));
     }
     f.gate = 1;
-    float pcm[F];
-    frame(pcm, 0);
+    frame(pcm_buf, 0);
     /* first step blocks inside the model with slot 0's frame */
-    ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm), MS_OK);
-    for (int i = 0; i < SLOTS; i++) {
-        ck_assert_int_eq(sched_push(s, slot[i], gen[i], pcm), MS_OK);
-    }
+    ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm_buf), MS_OK);
+    for (int i = 0; i < SLOTS; i++) ck_assert_int_eq(sched_push(s, slot[i], gen[i], pcm_buf), MS_OK);
     /* slot 0 now holds 2 frames (ring of 2, the in-step frame counts until done) */
-    ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm), MS_ERR_LIMIT);
+    ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm_buf), MS_ERR_LIMIT);
     for (int i = 0; i < 4; i++) sem_post(&f.sem);
     int got = 0;
     for (int i = 0; i < 2000 && got < SLOTS + 1; i++) {
         for (int j = 0; j < SLOTS; j++)
-            while (sched_pop(s, slot[j], gen[j], &o)) got++;
+            while (sched_pop(s, slot[j], gen[j], &o)) {
+                sched_release(s, slot[j], gen[j]);
+                got++;
+            }
         if (got < SLOTS + 1) uv_run(&loop, UV_RUN_ONCE);
     }
     ck_assert_int_eq(got, SLOTS + 1);
@@ -205,10 +274,184 @@ START_TEST(test_failure) {
     float pcm[F] = {0};
     ck_assert_int_eq(sched_push(s, slot, gen, pcm), MS_OK);
     ms_error e = {0};
-    for (int i = 0; i < 1000 && !sched_failed(s, &e); i++) uv_run(&loop, UV_RUN_ONCE);
+    RUN_UNTIL(sched_failed(s, &e));
     ck_assert(sched_failed(s, &e));
     ck_assert_int_eq(e.code, MS_ERR_DEVICE);
     ck_assert_str_eq(e.msg, "stand-in failure");
+    finish(s);
+}
+END_TEST
+
+/* Issue 9, fix 1: a detach that arrives while the engine is inside a slow
+ * begin: the slot is ended once and freed (it was stored ACTIVE over the
+ * DETACH and leaked), and the next attach gets it. */
+START_TEST(test_detach_during_begin) {
+    fake f;
+    sched *s = make(&f, 4);
+    f.begin_gate = 1;
+    sched_params p = {.samp.seed = 1};
+    int slot;
+    uint32_t gen;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    sem_wait(&f.begin_in);               /* the engine is inside begin */
+    sched_detach(s, slot, gen);
+    f.begin_gate = 0;
+    sem_post(&f.begin_sem);
+    RUN_UNTIL(sched_free_slots(s) == SLOTS);
+    ck_assert_int_eq(sched_free_slots(s), SLOTS);
+    ck_assert_int_eq(f.begun[slot], 1);
+    ck_assert_int_eq(f.ended[slot], 1);
+    sched_out o;
+    ck_assert(!sched_pop(s, slot, gen, &o));   /* no READY for the gone session */
+    int slots[SLOTS];
+    uint32_t gens[SLOTS];
+    for (int i = 0; i < SLOTS; i++) {
+        ck_assert_int_eq(sched_attach(s, &p, &slots[i], &gens[i]), MS_OK);
+        ck_assert(next_out(s, slots[i], gens[i], &o));
+        ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    }
+    finish(s);
+}
+END_TEST
+
+/* A failed begin ends the slot exactly once; the session is told; its
+ * detach frees the slot. */
+START_TEST(test_failed_begin_ends_once) {
+    fake f;
+    sched *s = make(&f, 4);
+    f.begin_fail = 1;
+    sched_params p = {0};
+    int slot;
+    uint32_t gen;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    sched_out o;
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_ERROR);
+    ck_assert_int_eq(f.ended[slot], 1);
+    ck_assert_int_eq(sched_free_slots(s), SLOTS - 1);
+    sched_detach(s, slot, gen);
+    RUN_UNTIL(sched_free_slots(s) == SLOTS);
+    ck_assert_int_eq(sched_free_slots(s), SLOTS);
+    for (int i = 0; i < 50; i++) uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(f.ended[slot], 1);
+    f.begin_fail = 0;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    finish(s);
+    ck_assert_int_eq(f.begun[slot], 2);
+    ck_assert_int_eq(f.ended[slot], 2);
+}
+END_TEST
+
+/* Issue 9, fix 2: with the output ring full, the entry the loop holds
+ * (popped, not yet released) is never written over by the engine. */
+START_TEST(test_output_ring_full) {
+    fake f;
+    const int OUT = 8;
+    sched *s = make_ex(&f, 16, OUT, 0);
+    sched_params p = {.samp.seed = 0};
+    int slot;
+    uint32_t gen;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));   /* READY, released */
+    for (int i = 0; i < OUT; i++) {
+        frame(pcm_buf, (float)i * 10);
+        ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    }
+    RUN_UNTIL(atomic_load(&f.nwait) == OUT);
+    ck_assert_int_eq(f.nwait, OUT);          /* the ring holds OUT frames now */
+    ck_assert(sched_pop(s, slot, gen, &o));  /* frame 0, held */
+    ck_assert_uint_eq(o.step, 0);
+    const float *held = o.pcm;
+    frame(pcm_buf, 5000);                    /* one more frame: its output has nowhere to go */
+    ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    RUN_UNTIL(atomic_load(&f.nwait) == OUT + 1);
+    ck_assert_int_eq(f.nwait, OUT + 1);
+    for (int k = 0; k < F; k++) ck_assert_msg(held[k] == 2 * (float)(k % 97) + (float)slot, "sample %d", k);
+    sched_release(s, slot, gen);
+    for (int i = 1; i < OUT; i++) {
+        ck_assert(sched_pop(s, slot, gen, &o));
+        ck_assert_int_eq(o.kind, SCHED_OUT_FRAME);
+        ck_assert_uint_eq(o.step, (uint64_t)i);
+        for (int k = 0; k < F; k++) ck_assert(o.pcm[k] == 2 * ((float)i * 10 + (float)(k % 97)) + (float)slot);
+        sched_release(s, slot, gen);
+    }
+    /* the output that found the ring full is reported, not written */
+    ck_assert(sched_pop(s, slot, gen, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_ERROR);
+    sched_release(s, slot, gen);
+    ck_assert(!sched_pop(s, slot, gen, &o));
+    finish(s);
+}
+END_TEST
+
+/* The pipeline: the next batch is submitted before the previous one is
+ * waited for; batches alternate between the two buffers; outputs keep
+ * their order. */
+START_TEST(test_pipeline_order) {
+    fake f;
+    sched *s = make(&f, 8);
+    sched_params p = {.samp.seed = 40};
+    int slot;
+    uint32_t gen;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));
+    f.gate = 1;
+    for (int i = 0; i < 3; i++) {
+        frame(pcm_buf, (float)i);
+        ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    }
+    for (int i = 0; i < 3; i++) sem_post(&f.sem);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(next_out(s, slot, gen, &o));
+        ck_assert_uint_eq(o.step, (uint64_t)i);
+        ck_assert_int_eq(o.text, 40 + i);
+    }
+    ck_assert_str_eq(f.log, "S0S1W0S0W1W0");
+    finish(s);
+}
+END_TEST
+
+/* A start-up job runs in chunks between steps: a live session is served
+ * while another slot's job is under way; the job's slot is READY when the
+ * job says done; a detach during a job ends the slot once. */
+START_TEST(test_job_interleaves) {
+    fake f;
+    sched *s = make_ex(&f, 8, 8, 1);
+    atomic_store(&f.job_release, 1);
+    sched_params p = {.samp.seed = 0};
+    int a, b, c;
+    uint32_t ga, gb, gc;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &a, &ga), MS_OK);
+    ck_assert(next_out(s, a, ga, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    atomic_store(&f.job_release, 0);
+    ck_assert_int_eq(sched_attach(s, &p, &b, &gb), MS_OK);
+    RUN_UNTIL(atomic_load(&f.job_chunks) > 1);
+    for (int i = 0; i < 4; i++) {
+        frame(pcm_buf, (float)i);
+        ck_assert_int_eq(sched_push(s, a, ga, pcm_buf), MS_OK);
+        ck_assert(next_out(s, a, ga, &o));
+        ck_assert_int_eq(o.kind, SCHED_OUT_FRAME);
+    }
+    ck_assert(!sched_pop(s, b, gb, &o));     /* b is still in its job */
+    ck_assert_int_ge(f.steps_during_job, 4);
+    atomic_store(&f.job_release, 1);
+    ck_assert(next_out(s, b, gb, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    /* detach during a job */
+    atomic_store(&f.job_release, 0);
+    int before = f.job_chunks;
+    ck_assert_int_eq(sched_attach(s, &p, &c, &gc), MS_OK);
+    RUN_UNTIL(atomic_load(&f.job_chunks) > before + 1);
+    sched_detach(s, c, gc);
+    RUN_UNTIL(sched_free_slots(s) == 1);
+    ck_assert_int_eq(sched_free_slots(s), 1);
+    ck_assert_int_eq(f.ended[c], 1);
     finish(s);
 }
 END_TEST
@@ -220,6 +463,11 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_admission_and_generations);
     tcase_add_test(tc, test_batching_and_overrun);
     tcase_add_test(tc, test_failure);
+    tcase_add_test(tc, test_detach_during_begin);
+    tcase_add_test(tc, test_failed_begin_ends_once);
+    tcase_add_test(tc, test_output_ring_full);
+    tcase_add_test(tc, test_pipeline_order);
+    tcase_add_test(tc, test_job_interleaves);
     suite_add_tcase(s, tc);
     return s;
 }

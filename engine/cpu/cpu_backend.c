@@ -6,8 +6,16 @@
  * the rows of positions max(0, q - context + 1) .. q. Activations float32.
  * A step or a prefill chunk runs each matrix product once over all its rows
  * (slots, or positions of one slot), so the weights stream once per call.
+ *
+ * Mimi: the codec model, one mimi_stream per slot (encoder and decoder
+ * state) and two batch workspaces (one for encoding, one for decoding),
+ * all made at open. With opts.pipeline a codec thread of its own decodes a
+ * submitted frame while the engine thread encodes and steps the next one
+ * (the decoder state of a slot is not touched by its encoder or the LM).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +24,7 @@
 #include "mimi.h"
 #include "kern_cpu.h"
 #include "lm.h"
+#include "lmgen.h"
 #include "log.h"
 #include "samp.h"
 
@@ -47,12 +56,47 @@ typedef struct cpu_ctx {
     /* depformer scratch */
     float *dy, *dyn, *dqkv, *datt, *do_, *du, *dh;   /* per row, ddim-based */
     float *dk, *dv;                           /* (rows, dep_layers, dep_q, ddim) */
+    /* codec */
+    mimi_model *mimi;                         /* NULL: opened without a codec */
+    mimi_stream **streams;                    /* (nslots) */
+    mimi_ws *enc_ws, *dec_ws;                 /* encode on the engine thread, decode on the codec thread */
+    mimi_stream **enc_tab, **dec_tab;         /* (nslots) streams of one batch call */
+    /* pipeline: the codec thread decodes submitted frames in order */
+    int pipeline;
+    pthread_t codec_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    lm_backend *q_b;                          /* under mu: the dispatcher handle of queued frames */
+    lm_frame *q[LM_MAX_INFLIGHT];             /* under mu: ring of submitted frames */
+    uint64_t q_submitted, q_done, q_waited;   /* under mu */
+    int q_stop;                               /* under mu */
     lm_backend_stats st;
+    size_t snap_bytes;                        /* snapshots alive */
 } cpu_ctx;
+
+static void codec_stop(cpu_ctx *c) {
+    if (!c->pipeline) return;
+    pthread_mutex_lock(&c->mu);
+    c->q_stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->codec_thread, NULL);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    c->pipeline = 0;
+}
 
 static void cpu_close(void *vctx) {
     cpu_ctx *c = vctx;
     if (!c) return;
+    codec_stop(c);
+    for (int i = 0; c->streams && i < c->nslots; i++) mimi_stream_free(c->streams[i]);
+    free(c->streams);
+    free(c->enc_tab);
+    free(c->dec_tab);
+    mimi_ws_free(c->enc_ws);
+    mimi_ws_free(c->dec_ws);
+    mimi_model_free(c->mimi);
     for (int i = 0; c->slots && i < c->nslots; i++) {
         free(c->slots[i].k);
         free(c->slots[i].v);
@@ -71,6 +115,36 @@ static void cpu_close(void *vctx) {
 }
 
 static float *falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static void *codec_main(void *arg);
+
+/* The codec of cpu_open: model, per-slot streams, workspaces, thread. */
+static int codec_open(cpu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
+    if (mimi_model_load(&c->mimi, opts->mimi, opts->mimi_config, err) != MS_OK) return err ? err->code : MS_ERR_FORMAT;
+    if (mimi_model_check_serving(c->mimi, err) != MS_OK) return err ? err->code : MS_ERR_UNSUPPORTED;
+    c->streams = calloc((size_t)c->nslots, sizeof *c->streams);
+    c->enc_tab = calloc((size_t)c->nslots, sizeof *c->enc_tab);
+    c->dec_tab = calloc((size_t)c->nslots, sizeof *c->dec_tab);
+    if (!c->streams || !c->enc_tab || !c->dec_tab) return ms_err_set(err, MS_ERR_NOMEM, "cpu backend: out of memory");
+    for (int i = 0; i < c->nslots; i++)
+        if (!(c->streams[i] = mimi_stream_create(c->mimi, err))) return err ? err->code : MS_ERR_NOMEM;
+    if (!(c->enc_ws = mimi_ws_create(c->mimi, c->nslots, err)) || !(c->dec_ws = mimi_ws_create(c->mimi, c->nslots, err)))
+        return err ? err->code : MS_ERR_NOMEM;
+    c->st.codec_bytes = mimi_model_bytes(c->mimi) + (size_t)c->nslots * mimi_stream_bytes(c->mimi) +
+                        2 * mimi_ws_bytes(c->mimi, c->nslots);
+    if (opts->pipeline) {
+        pthread_mutex_init(&c->mu, NULL);
+        pthread_cond_init(&c->cv, NULL);
+        if (pthread_create(&c->codec_thread, NULL, codec_main, c) != 0) {
+            pthread_mutex_destroy(&c->mu);
+            pthread_cond_destroy(&c->cv);
+            return ms_err_set(err, MS_ERR_NOMEM, "cpu backend: cannot start the codec thread");
+        }
+        c->pipeline = 1;
+    }
+    c->st.pipeline = c->pipeline;
+    return MS_OK;
+}
 
 static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_error *err) {
     cpu_ctx *c = calloc(1, sizeof *c);
@@ -113,6 +187,10 @@ static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms
     c->st.weight_bytes = c->m->weight_bytes;
     c->st.kv_bytes = (size_t)c->nslots * 2 * kvn * sizeof(float);
     c->st.threads = kern_pool_threads(c->pool);
+    if (opts->mimi && codec_open(c, opts, err) != MS_OK) {
+        cpu_close(c);
+        return err ? err->code : MS_ERR_FORMAT;
+    }
     *out = c;
     return MS_OK;
 }
@@ -283,6 +361,8 @@ static int cpu_prefill(void *vctx, int slot, int64_t pos0, int P, const int *tok
     return MS_OK;
 }
 
+static size_t snap_bytes(const lm_kv_snap *s) { return 2 * (size_t)s->num_layers * s->P * s->dim * sizeof(float); }
+
 static int cpu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_error *err) {
     cpu_ctx *c = vctx;
     const lm_config *g = &c->m->cfg;
@@ -296,6 +376,7 @@ static int cpu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_err
     s->P = P;
     s->num_layers = g->num_layers;
     s->dim = g->dim;
+    c->snap_bytes += snap_bytes(s);
     const cpu_slot *cs = &c->slots[slot];
     for (int l = 0; l < g->num_layers; l++) {
         size_t base = (size_t)l * g->context * g->dim;   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
@@ -306,19 +387,27 @@ static int cpu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_err
     return MS_OK;
 }
 
-static int cpu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, ms_error *err) {
+static int cpu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, int l0, int l1, ms_error *err) {
     cpu_ctx *c = vctx;
     const lm_config *g = &c->m->cfg;
     if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
         return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
     size_t per = (size_t)s->P * g->dim;
     cpu_slot *cs = &c->slots[slot];
-    for (int l = 0; l < g->num_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         size_t base = (size_t)l * g->context * g->dim;
         memcpy(cs->k + base, s->k + l * per, sizeof(float) * per);
         memcpy(cs->v + base, s->v + l * per, sizeof(float) * per);
     }
-    cs->pos = s->P;
+    if (l1 == g->num_layers) cs->pos = s->P;
+    return MS_OK;
+}
+
+static int cpu_kv_snap_info(void *vctx, const lm_kv_snap *s, lm_snap_info *info) {
+    (void)vctx;
+    info->positions = s->P;
+    info->bytes = snap_bytes(s);
+    info->where = LM_MEM_HOST;
     return MS_OK;
 }
 
@@ -336,44 +425,116 @@ static int cpu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int whic
 }
 
 static void cpu_kv_snap_free(void *vctx, lm_kv_snap *s) {
-    (void)vctx;
+    cpu_ctx *c = vctx;
     if (!s) return;
+    c->snap_bytes -= snap_bytes(s);
     free(s->k);
     free(s->v);
     free(s);
 }
 
+/* MemAvailable of /proc/meminfo, bytes (0 when unknown). */
+static size_t host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
 static int cpu_stats(void *vctx, lm_backend_stats *st) {
-    *st = ((cpu_ctx *)vctx)->st;
+    cpu_ctx *c = vctx;
+    *st = c->st;
+    st->snap_bytes = c->snap_bytes;
+    st->where = LM_MEM_HOST;
+    st->mem_used = st->weight_bytes + st->kv_bytes + st->codec_bytes + st->snap_bytes;
+    st->mem_free = host_mem_available();
     return MS_OK;
 }
 
-/* Mimi on the CPU: the streams carry their model (engine/mimi.h); every
- * stream of one call must belong to the same model. */
-static const mimi_model *common_model(struct mimi_stream *const *streams, int n, ms_error *err) {
-    const mimi_model *m = mimi_stream_model(streams[0]);
-    for (int i = 1; i < n; i++)
-        if (mimi_stream_model(streams[i]) != m) {
-            ms_err_set(err, MS_ERR_ARG, "mimi: the streams of one batch belong to different models");
-            return NULL;
-        }
-    return m;
+/* ---- Mimi: the slots' streams, the context's workspaces ---- */
+
+static int cpu_codec_books(void *vctx) {
+    cpu_ctx *c = vctx;
+    return c->mimi ? mimi_num_codebooks(c->mimi) : 0;
 }
 
-static int cpu_mimi_encode(void *ctx, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
-                           ms_error *err) {
-    (void)ctx;
-    if (n == 0) return MS_OK;
-    const mimi_model *m = common_model(streams, n, err);
-    return m ? mimi_encode_batch(m, streams, n, pcm, codes, err) : MS_ERR_ARG;
+static int cpu_codec_reset(void *vctx, int slot, int which, ms_error *err) {
+    (void)err;
+    cpu_ctx *c = vctx;
+    if (which & LM_CODEC_ENCODER) mimi_stream_reset_encoder(c->streams[slot]);
+    if (which & LM_CODEC_DECODER) mimi_stream_reset_decoder(c->streams[slot]);
+    return MS_OK;
 }
 
-static int cpu_mimi_decode(void *ctx, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
-                           ms_error *err) {
-    (void)ctx;
-    if (n == 0) return MS_OK;
-    const mimi_model *m = common_model(streams, n, err);
-    return m ? mimi_decode_batch(m, streams, n, codes, pcm, err) : MS_ERR_ARG;
+/* Engine thread. */
+static int cpu_mimi_encode(void *vctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
+    cpu_ctx *c = vctx;
+    for (int i = 0; i < n; i++) c->enc_tab[i] = c->streams[slots[i]];
+    return mimi_encode_batch_ws(c->mimi, c->enc_ws, c->enc_tab, n, pcm, codes, err);
+}
+
+/* The engine thread, or the codec thread with the pipeline on (never both:
+ * with the pipeline, decoding happens only there). */
+static int cpu_mimi_decode(void *vctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
+    cpu_ctx *c = vctx;
+    for (int i = 0; i < n; i++) c->dec_tab[i] = c->streams[slots[i]];
+    return mimi_decode_batch_ws(c->mimi, c->dec_ws, c->dec_tab, n, codes, pcm, err);
+}
+
+/* ---- the frame step, pipelined ---- */
+
+static void *codec_main(void *arg) {
+    cpu_ctx *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->q_stop && c->q_done == c->q_submitted) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->q_done == c->q_submitted) break;   /* stopping with nothing left */
+        lm_frame *f = c->q[c->q_done % LM_MAX_INFLIGHT];
+        lm_backend *b = c->q_b;
+        pthread_mutex_unlock(&c->mu);
+        f->rc = lm_frame_run_decode(b, f, &f->err);
+        pthread_mutex_lock(&c->mu);
+        c->q_done++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Engine thread: encode and step now; decode here (no pipeline) or on the
+ * codec thread. */
+static int cpu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+    cpu_ctx *c = vctx;
+    int rc = lm_frame_run_lm(b, f, err);
+    if (rc) return rc;
+    c->st.frames += (uint64_t)f->n;
+    if (!c->pipeline) return lm_frame_run_decode(b, f, err);
+    pthread_mutex_lock(&c->mu);
+    MS_ASSERT(c->q_submitted - c->q_waited < LM_MAX_INFLIGHT);
+    c->q_b = b;
+    c->q[c->q_submitted % LM_MAX_INFLIGHT] = f;
+    c->q_submitted++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return MS_OK;
+}
+
+/* Engine thread: the oldest submitted frame's decode is done. */
+static int cpu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+    (void)b;
+    cpu_ctx *c = vctx;
+    if (!c->pipeline) return MS_OK;
+    pthread_mutex_lock(&c->mu);
+    MS_ASSERT(c->q_waited < c->q_submitted && c->q[c->q_waited % LM_MAX_INFLIGHT] == f);
+    while (c->q_done <= c->q_waited) pthread_cond_wait(&c->cv, &c->mu);
+    c->q_waited++;
+    pthread_mutex_unlock(&c->mu);
+    if (f->rc && err) *err = f->err;
+    return f->rc;
 }
 
 const lm_backend_ops lm_cpu_backend = {
@@ -390,7 +551,12 @@ const lm_backend_ops lm_cpu_backend = {
     .kv_snap_free = cpu_kv_snap_free,
     .kv_snap_len = cpu_kv_snap_len,
     .kv_snap_read = cpu_kv_snap_read,
+    .kv_snap_info = cpu_kv_snap_info,
+    .codec_books = cpu_codec_books,
+    .codec_reset = cpu_codec_reset,
     .mimi_encode = cpu_mimi_encode,
     .mimi_decode = cpu_mimi_decode,
+    .frame_submit = cpu_frame_submit,
+    .frame_wait = cpu_frame_wait,
     .stats = cpu_stats,
 };

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lmgen.h"
+#include "lmgen_pp.h"
 #include "samp.h"
 
 void lm_samp_defaults(lm_samp *s, uint64_t seed) {
@@ -44,12 +46,32 @@ lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, co
         return NULL;
     }
     b->cfg = *ops->config(b->ctx);
+    b->ncb = ops->codec_books ? ops->codec_books(b->ctx) : 0;
+    /* Kyutai's LMGen reads n_q - dep_q user streams; PersonaPlex's step
+     * always reads the user's 8 codebooks (its streams 9..16). */
+    b->n_user = b->cfg.variant == LM_VARIANT_PERSONAPLEX ? PP_SIDE_CODEBOOKS : b->cfg.n_user;
+    b->enc_frames = calloc((size_t)b->max_slots, sizeof *b->enc_frames);
+    if (!b->enc_frames) {
+        ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+        lm_backend_close(b);
+        return NULL;
+    }
+    /* the LM reads n_user codes of each encoded frame; the decoder reads the
+     * first ncb of the dep_q generated codebooks */
+    if (b->ncb && (b->ncb < b->n_user || b->ncb > b->cfg.dep_q || b->n_user < 1)) {
+        ms_err_set(err, MS_ERR_UNSUPPORTED,
+                   "backend: Mimi gives %d codebooks; the LM reads %d user streams and generates %d", b->ncb,
+                   b->n_user, b->cfg.dep_q);
+        lm_backend_close(b);
+        return NULL;
+    }
     return b;
 }
 
 void lm_backend_close(lm_backend *b) {
     if (!b) return;
-    b->ops->close(b->ctx);
+    if (b->ctx) b->ops->close(b->ctx);
+    free(b->enc_frames);
     free(b);
 }
 
@@ -65,7 +87,20 @@ static int check_slot(const lm_backend *b, int slot, ms_error *err) {
 int lm_backend_reset_slot(lm_backend *b, int slot, ms_error *err) {
     NEED_ENTRY(reset_slot);
     if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
-    return b->ops->reset_slot(b->ctx, slot, err);
+    int rc = b->ops->reset_slot(b->ctx, slot, err);
+    if (rc == MS_OK && b->ncb) rc = lm_backend_codec_reset(b, slot, LM_CODEC_BOTH, err);
+    return rc;
+}
+
+int lm_backend_codec_reset(lm_backend *b, int slot, int which, ms_error *err) {
+    NEED_ENTRY(codec_reset);
+    if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
+    if (which < LM_CODEC_ENCODER || which > LM_CODEC_BOTH)
+        return ms_err_set(err, MS_ERR_ARG, "codec_reset: which %d", which);
+    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
+    int rc = b->ops->codec_reset(b->ctx, slot, which, err);
+    if (rc == MS_OK && (which & LM_CODEC_ENCODER)) b->enc_frames[slot] = 0;
+    return rc;
 }
 
 int64_t lm_backend_pos(lm_backend *b, int slot) {
@@ -133,17 +168,35 @@ int lm_backend_kv_snapshot(lm_backend *b, int slot, int P, lm_kv_snap **out, ms_
     NEED_ENTRY(kv_snapshot);
     if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
     if (!out) return ms_err_set(err, MS_ERR_ARG, "kv_snapshot: no output");
-    if (P < 0 || P > b->ops->pos(b->ctx, slot) || P > b->cfg.context)
+    int64_t pos = b->ops->pos(b->ctx, slot);
+    if (pos > b->cfg.context)
+        return ms_err_set(err, MS_ERR_STATE,
+                          "kv_snapshot: slot %d is at position %lld, past its K/V ring of %d: positions 0.. are "
+                          "overwritten",
+                          slot, (long long)pos, b->cfg.context);
+    if (P < 0 || P > pos)
         return ms_err_set(err, MS_ERR_RANGE, "kv_snapshot: %d positions, slot %d holds %lld (context %d)", P, slot,
-                          (long long)b->ops->pos(b->ctx, slot), b->cfg.context);
+                          (long long)pos, b->cfg.context);
     return b->ops->kv_snapshot(b->ctx, slot, P, out, err);
 }
 
-int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_error *err) {
+int lm_backend_kv_restore_layers(lm_backend *b, int slot, const lm_kv_snap *snap, int l0, int l1, ms_error *err) {
     NEED_ENTRY(kv_restore);
     if (check_slot(b, slot, err)) return err ? err->code : MS_ERR_RANGE;
     if (!snap) return ms_err_set(err, MS_ERR_ARG, "kv_restore: no snapshot");
-    return b->ops->kv_restore(b->ctx, slot, snap, err);
+    if (l0 < 0 || l1 <= l0 || l1 > b->cfg.num_layers)
+        return ms_err_set(err, MS_ERR_RANGE, "kv_restore: layers [%d, %d) of %d", l0, l1, b->cfg.num_layers);
+    return b->ops->kv_restore(b->ctx, slot, snap, l0, l1, err);
+}
+
+int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_error *err) {
+    return lm_backend_kv_restore_layers(b, slot, snap, 0, b->cfg.num_layers, err);
+}
+
+int lm_backend_kv_snap_info(lm_backend *b, const lm_kv_snap *snap, lm_snap_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!snap || !b->ops->kv_snap_info) return MS_ERR_UNSUPPORTED;
+    return b->ops->kv_snap_info(b->ctx, snap, info);
 }
 
 int lm_backend_kv_snap_len(lm_backend *b, const lm_kv_snap *snap) {
@@ -161,20 +214,41 @@ void lm_backend_kv_snap_free(lm_backend *b, lm_kv_snap *snap) {
     if (snap && b->ops->kv_snap_free) b->ops->kv_snap_free(b->ctx, snap);
 }
 
-int lm_backend_mimi_encode(lm_backend *b, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
-                           ms_error *err) {
-    NEED_ENTRY(mimi_encode);
-    if (n < 0 || n > LM_MAX_SLOTS || (n && (!streams || !pcm || !codes)))
-        return ms_err_set(err, MS_ERR_ARG, "mimi_encode: bad arguments");
-    return b->ops->mimi_encode(b->ctx, streams, n, pcm, codes, err);
+/* Slots of a batch call: in range, distinct. */
+static int check_slots(const lm_backend *b, const int *slots, int n, const char *what, ms_error *err) {
+    if (n < 0 || n > b->max_slots || (n && !slots))
+        return ms_err_set(err, MS_ERR_ARG, "%s: %d slots (max %d)", what, n, b->max_slots);
+    uint8_t seen[LM_MAX_SLOTS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (check_slot(b, slots[i], err)) return err ? err->code : MS_ERR_RANGE;
+        if (seen[slots[i]]) return ms_err_set(err, MS_ERR_ARG, "%s: slot %d given twice", what, slots[i]);
+        seen[slots[i]] = 1;
+    }
+    return MS_OK;
 }
 
-int lm_backend_mimi_decode(lm_backend *b, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
-                           ms_error *err) {
+int lm_backend_mimi_encode(lm_backend *b, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
+    NEED_ENTRY(mimi_encode);
+    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
+    if (check_slots(b, slots, n, "mimi_encode", err)) return err ? err->code : MS_ERR_ARG;
+    if (n == 0) return MS_OK;
+    if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "mimi_encode: bad arguments");
+    int rc = b->ops->mimi_encode(b->ctx, slots, n, pcm, codes, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++)
+        if (b->enc_frames[slots[i]]++ == 0 && b->cfg.variant == LM_VARIANT_KYUTAI &&
+            (rc = b->ops->codec_reset(b->ctx, slots[i], LM_CODEC_ENCODER, err)))
+            return rc;
+    return MS_OK;
+}
+
+int lm_backend_mimi_decode(lm_backend *b, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
     NEED_ENTRY(mimi_decode);
-    if (n < 0 || n > LM_MAX_SLOTS || (n && (!streams || !pcm || !codes)))
-        return ms_err_set(err, MS_ERR_ARG, "mimi_decode: bad arguments");
-    return b->ops->mimi_decode(b->ctx, streams, n, codes, pcm, err);
+    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
+    if (check_slots(b, slots, n, "mimi_decode", err)) return err ? err->code : MS_ERR_ARG;
+    if (n == 0) return MS_OK;
+    if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "mimi_decode: bad arguments");
+    return b->ops->mimi_decode(b->ctx, slots, n, codes, pcm, err);
 }
 
 int lm_backend_stats_get(lm_backend *b, lm_backend_stats *st) {

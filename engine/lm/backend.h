@@ -1,18 +1,32 @@
-/* backend.h - the engine's backend interface: one table per backend.
+/* backend.h - the engine's backend interface (version 2): one table per backend.
  *
- * A backend owns the weights and each slot's K/V; it steps any subset of its
- * slots together, primes a slot by prefill, snapshots and restores a slot's
- * K/V range, and (through entries the lead wires to the Mimi module) encodes
- * and decodes Mimi frames for a batch of streams. The LMGen bookkeeping
- * (token ring, delays, provided flags) is host code (lmgen.h) shared by all
- * backends. A backend is a `static const lm_backend_ops` table with
- * designated initialisers; entries it lacks are NULL and the dispatcher
- * (lm_backend_*) answers MS_ERR_UNSUPPORTED for them. The dispatcher checks
+ * A backend owns, per slot, everything a session's model state is made of
+ * on its memory (host or device): the LM's K/V ring and the Mimi encoder and
+ * decoder state. It opens the LM and the codec together, steps any subset of
+ * its slots as one batch, primes a slot by prefill, snapshots and restores a
+ * slot's K/V range (in layer chunks, so a restore can be interleaved with
+ * live steps), and runs the whole frame step of a batch (encode the input
+ * PCM, LM step with sampling, decode the output) as an asynchronous pair:
+ * frame_submit returns once the step is under way, frame_wait returns its
+ * result, so a device backend overlaps step t's decode with step t+1. The
+ * LMGen bookkeeping (token ring, delays, provided flags) is host code
+ * (lmgen.h) owned by the caller, one lmgen_slot per slot, borrowed by a
+ * frame step between submit and wait. Batch workspaces belong to the
+ * backend's context and are sized once at open.
+ *
+ * A backend is a `static const lm_backend_ops` table with designated
+ * initialisers; entries it lacks are NULL and the dispatcher (lm_backend_*)
+ * answers MS_ERR_UNSUPPORTED for them, or does the work itself from the
+ * entries it has (a backend without frame_submit gets a synchronous frame
+ * step built from mimi_encode, step and mimi_decode). The dispatcher checks
  * every argument (slot ids in range and distinct, tokens in range, sampling
- * parameters finite) so a backend need not.
+ * parameters finite, K/V rings not wrapped) so a backend need not, and it
+ * applies the codec's first-frame rule per slot (Kyutai: the encoder is
+ * reset after a session's first frame) for every backend.
  *
  * Threads: one thread (the engine thread) calls a backend; nothing here is
- * safe to call concurrently on the same lm_backend.
+ * safe to call concurrently on the same lm_backend. A backend may run work
+ * of a submitted frame on threads (or streams) of its own until frame_wait.
  */
 #ifndef MOSHID_BACKEND_H
 #define MOSHID_BACKEND_H
@@ -21,20 +35,39 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "frame.h"
 #include "lm_config.h"
+
+/* The interface's version; plugins carry it in MOSHID_PLUGIN_ABI. */
+#define LM_BACKEND_VERSION 2
 
 /* Most slots of one backend, and most slots in one step call. */
 #define LM_MAX_SLOTS 1024
+/* Most frame steps submitted and not yet waited for. */
+#define LM_MAX_INFLIGHT 2
 
-struct mimi_stream;   /* engine/mimi.h */
+struct lmgen_slot;    /* lmgen.h */
+struct lm_backend;    /* below */
 typedef struct lm_kv_snap lm_kv_snap;   /* a backend's copy of a slot's K/V range */
 
 typedef struct lm_backend_opts {
-    int max_slots;        /* slots to allocate K/V for (>= 1) */
+    int max_slots;        /* slots to allocate K/V and codec state for (>= 1) */
     int threads;          /* CPU threads (<= 0: all online CPUs) */
     lm_variant variant;   /* LM_VARIANT_AUTO: detect from the checkpoint */
     int device;           /* GPU index (GPU backends) */
+    const char *mimi;     /* Mimi safetensors; NULL: no codec (LM only: the
+                             mimi and frame entries answer MS_ERR_STATE) */
+    const char *mimi_config;  /* Mimi JSON, NULL: the official configuration */
+    int pipeline;         /* 1: a frame step may still run after frame_submit
+                             returns (overlap with the next); 0: submit does
+                             all the work (the synchronous engine) */
 } lm_backend_opts;
+
+/* Where a backend keeps slot state and snapshots. */
+typedef enum { LM_MEM_HOST = 0, LM_MEM_DEVICE = 1 } lm_mem_where;
+
+/* Which codec state of a slot (codec_reset). */
+enum { LM_CODEC_ENCODER = 1, LM_CODEC_DECODER = 2, LM_CODEC_BOTH = 3 };
 
 /* Per-slot sampling parameters. temp <= 0 = greedy. topk <= 0 = no cut. */
 typedef struct lm_samp {
@@ -71,14 +104,51 @@ typedef struct lm_step_slot {
     float *audio_logits;                     /* (dep_q, card) or NULL */
 } lm_step_slot;
 
+/* One frame step of a batch of slots: buffers owned by the caller (sized
+ * for its largest batch), borrowed by the backend from frame_submit until
+ * frame_wait returns. */
+typedef struct lm_frame {
+    int n;                            /* slots in this step (0 <= n <= max_slots) */
+    const int *slots;                 /* (n) distinct backend slots */
+    struct lmgen_slot *const *gens;   /* (n) each slot's bookkeeping (lmgen.h), host */
+    const float *pcm_in;              /* (n, MS_FRAME_SAMPLES) the user's audio */
+    /* results, valid after frame_wait */
+    int *codes;                       /* (n, n_user) the user codes the LM read */
+    int *out;                         /* (n, 1 + dep_q) LMGen's frame: text, audio */
+    int *has_out;                     /* (n) 1 where out and pcm_out hold a frame */
+    float *pcm_out;                   /* (n, MS_FRAME_SAMPLES) Moshi's audio where has_out */
+    /* scratch of the frame step (lm_frame_alloc sizes them) */
+    int *enc_codes;                   /* (n, ncb) */
+    int *dec_slots;                   /* (n) */
+    int *dec_codes;                   /* (n, ncb) */
+    float *dec_pcm;                   /* (n, MS_FRAME_SAMPLES) */
+    int n_dec;
+    int rc;                           /* status of the work a backend runs after submit */
+    ms_error err;
+} lm_frame;
+
+/* What a snapshot holds and where. */
+typedef struct lm_snap_info {
+    int positions;
+    size_t bytes;
+    lm_mem_where where;
+} lm_snap_info;
+
 typedef struct lm_backend_stats {
     uint64_t steps;             /* slot-steps done */
     uint64_t step_calls;        /* step calls */
     double step_seconds;        /* wall time inside step calls */
     uint64_t prefill_positions;
+    uint64_t frames;            /* slot-frames through the frame step */
     size_t weight_bytes;        /* weights, stored precision */
     size_t kv_bytes;            /* K/V of all slots */
+    size_t codec_bytes;         /* codec weights, per-slot codec state and workspaces */
+    size_t snap_bytes;          /* snapshots alive */
+    lm_mem_where where;         /* where weights and slot state live */
+    size_t mem_used;            /* bytes this backend holds there */
+    size_t mem_free;            /* bytes still available there (host: MemAvailable) */
     int threads;
+    int pipeline;               /* frame steps overlap (opts.pipeline honoured) */
 } lm_backend_stats;
 
 typedef struct lm_backend_ops {
@@ -91,6 +161,9 @@ typedef struct lm_backend_ops {
     const lm_config *(*config)(void *ctx);
     /* reset_slot: forget the slot's K/V; its next position is 0. */
     int (*reset_slot)(void *ctx, int slot, ms_error *err);
+    /* codec_reset: the slot's Mimi encoder and/or decoder state (which:
+     * LM_CODEC_*) back to fresh. */
+    int (*codec_reset)(void *ctx, int slot, int which, ms_error *err);
     /* pos: the slot's next temporal position (positions written so far). */
     int64_t (*pos)(void *ctx, int slot);
     /* step: one temporal position per slot at the slot's next position, text
@@ -103,23 +176,36 @@ typedef struct lm_backend_ops {
     int (*prefill)(void *ctx, int slot, int64_t pos0, int P, const int *tokens, const float *embs,
                    ms_error *err);
     /* kv_snapshot: copy of the slot's K/V for positions [0, P) (P <= the
-     * slot's position and P <= context); *out owned by the caller, freed
-     * with kv_snap_free. kv_restore: copy it into a slot, whose next
-     * position becomes P. */
+     * slot's position, and the ring has not wrapped: position <= context);
+     * *out owned by the caller, freed with kv_snap_free. kv_restore: copy
+     * layers [l0, l1) of it into a slot; when l1 is num_layers the slot's
+     * next position becomes P (restore every layer, in any number of
+     * chunks, before stepping the slot). */
     int (*kv_snapshot)(void *ctx, int slot, int P, lm_kv_snap **out, ms_error *err);
-    int (*kv_restore)(void *ctx, int slot, const lm_kv_snap *snap, ms_error *err);
+    int (*kv_restore)(void *ctx, int slot, const lm_kv_snap *snap, int l0, int l1, ms_error *err);
     void (*kv_snap_free)(void *ctx, lm_kv_snap *snap);
+    /* kv_snap_info: positions, size in bytes and where it lives. */
+    int (*kv_snap_info)(void *ctx, const lm_kv_snap *snap, lm_snap_info *info);
     /* kv_snap_len: positions a snapshot holds. kv_snap_read: one layer of it
      * as float32, keys (which 0) or values (which 1), into dst (len, dim).
      * For tests and cross-backend comparisons. */
     int (*kv_snap_len)(void *ctx, const lm_kv_snap *snap);
     int (*kv_snap_read)(void *ctx, const lm_kv_snap *snap, int layer, int which, float *dst, ms_error *err);
-    /* Mimi for a batch of streams (the CPU backend runs engine/mimi.h on the streams' model):
-     *   pcm (n, 1920) float32 at 24 kHz, codes (n, ncb). */
-    int (*mimi_encode)(void *ctx, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
-                       ms_error *err);
-    int (*mimi_decode)(void *ctx, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
-                       ms_error *err);
+    /* codec_books: codes per Mimi frame (0 without a codec). */
+    int (*codec_books)(void *ctx);
+    /* Mimi for a batch of slots, one frame each, on the slots' codec state:
+     *   pcm (n, MS_FRAME_SAMPLES) float32 at 24 kHz, codes (n, codec_books). */
+    int (*mimi_encode)(void *ctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err);
+    int (*mimi_decode)(void *ctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err);
+    /* frame_submit / frame_wait: the frame step of f (lm_frame_run does it:
+     * encode, LMGen + LM step, decode), started by submit and finished by
+     * wait. At most LM_MAX_INFLIGHT frames are submitted and not waited;
+     * waits come in submit order; a slot may be in consecutive frames (its
+     * step t + 1 starts after step t's LM step). b is the dispatcher's handle,
+     * for the shared host code. NULL: the dispatcher runs lm_frame_run in
+     * submit. */
+    int (*frame_submit)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
+    int (*frame_wait)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
     int (*stats)(void *ctx, lm_backend_stats *st);
 } lm_backend_ops;
 
@@ -129,6 +215,10 @@ typedef struct lm_backend {
     void *ctx;
     lm_config cfg;        /* copy of ops->config(ctx) */
     int max_slots;
+    int ncb;              /* codes per Mimi frame, 0 without a codec */
+    int n_user;           /* user codes per frame the bookkeeping reads */
+    uint64_t *enc_frames; /* (max_slots) frames encoded since the slot's codec reset */
+    int inflight;         /* frames submitted and not waited for */
 } lm_backend;
 
 /* The CPU reference backend (cpu_backend.c). */
@@ -138,7 +228,9 @@ extern const lm_backend_ops lm_cpu_backend;
 lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, const lm_backend_opts *opts,
                             ms_error *err);
 void lm_backend_close(lm_backend *b);
+/* lm_backend_reset_slot: K/V and both codec states of the slot. */
 int lm_backend_reset_slot(lm_backend *b, int slot, ms_error *err);
+int lm_backend_codec_reset(lm_backend *b, int slot, int which, ms_error *err);
 int64_t lm_backend_pos(lm_backend *b, int slot);
 /* lm_backend_step: checks slots (range, distinct, tokens in
  * [-1, card] / [-1, text_card], targets in range, dep_steps, sampling
@@ -146,17 +238,44 @@ int64_t lm_backend_pos(lm_backend *b, int slot);
 int lm_backend_step(lm_backend *b, lm_step_slot *slots, int n, ms_error *err);
 int lm_backend_prefill(lm_backend *b, int slot, int64_t pos0, int P, const int *tokens, const float *embs,
                        ms_error *err);
+/* lm_backend_kv_snapshot: MS_ERR_STATE when the slot's ring has wrapped
+ * (position > context: rows no longer hold positions 0..P-1). */
 int lm_backend_kv_snapshot(lm_backend *b, int slot, int P, lm_kv_snap **out, ms_error *err);
+/* lm_backend_kv_restore: every layer at once; lm_backend_kv_restore_layers:
+ * layers [l0, l1) (the slot's position is set with the last layer). */
 int lm_backend_kv_restore(lm_backend *b, int slot, const lm_kv_snap *snap, ms_error *err);
+int lm_backend_kv_restore_layers(lm_backend *b, int slot, const lm_kv_snap *snap, int l0, int l1, ms_error *err);
+int lm_backend_kv_snap_info(lm_backend *b, const lm_kv_snap *snap, lm_snap_info *info);
 void lm_backend_kv_snap_free(lm_backend *b, lm_kv_snap *snap);
 /* lm_backend_kv_snap_len / _read: see kv_snap_len / kv_snap_read (layer in
  * [0, num_layers), which 0 or 1; dst holds len x dim floats). */
 int lm_backend_kv_snap_len(lm_backend *b, const lm_kv_snap *snap);
 int lm_backend_kv_snap_read(lm_backend *b, const lm_kv_snap *snap, int layer, int which, float *dst, ms_error *err);
-int lm_backend_mimi_encode(lm_backend *b, struct mimi_stream *const *streams, int n, const float *pcm, int *codes,
-                           ms_error *err);
-int lm_backend_mimi_decode(lm_backend *b, struct mimi_stream *const *streams, int n, const int *codes, float *pcm,
-                           ms_error *err);
+/* lm_backend_mimi_encode / _decode: one frame for each of n distinct slots.
+ * Encode applies the first-frame rule: with Kyutai's bookkeeping a slot's
+ * encoder is reset after the first frame since its codec reset (Kyutai's
+ * server puts that frame "in the LM's past"); PersonaPlex's server does not. */
+int lm_backend_mimi_encode(lm_backend *b, const int *slots, int n, const float *pcm, int *codes, ms_error *err);
+int lm_backend_mimi_decode(lm_backend *b, const int *slots, int n, const int *codes, float *pcm, ms_error *err);
+
+/* lm_frame_alloc / lm_frame_free: the buffers of a frame step for batches of
+ * up to max_n slots (every array of lm_frame but slots, gens and pcm_in,
+ * which the caller points at its own). */
+int lm_frame_alloc(lm_backend *b, lm_frame *f, int max_n, ms_error *err);
+void lm_frame_free(lm_frame *f);
+/* lm_frame_submit / lm_frame_wait: see frame_submit (checks: n, slots in
+ * range and distinct, gens[i]->slot == slots[i], a codec, in-flight count). */
+int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err);
+int lm_frame_wait(lm_backend *b, lm_frame *f, ms_error *err);
+/* lm_frame_run_lm: the first half of a frame step: encode, the first n_user
+ * codes of each row to the bookkeeping, LMGen + LM step, and the list of
+ * rows to decode. lm_frame_run_decode: the second half (decoder state
+ * only: may run on another thread while the next frame's first half runs).
+ * lm_frame_run: both. For backends and the dispatcher. */
+int lm_frame_run_lm(lm_backend *b, lm_frame *f, ms_error *err);
+int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err);
+int lm_frame_run(lm_backend *b, lm_frame *f, ms_error *err);
+
 int lm_backend_stats_get(lm_backend *b, lm_backend_stats *st);
 
 /* lm_samp_defaults: the official defaults (text 0.7/25, audio 0.8/250). */

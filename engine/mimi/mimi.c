@@ -20,32 +20,45 @@ static void tstate_reset(mimi_tstate *t, const mimi_config *c) {
     for (int i = 0; i < c->context; i++) t->pos[i] = -1;
 }
 
-static void ws_free(mimi_ws *w) {
+void mimi_ws_free(mimi_ws *w) {
+    if (!w) return;
     free(w->act0);
     free(w->act1);
     free(w->act2);
     free(w->col);
     free(w->xb);
     free(w->pack);
-    memset(w, 0, sizeof(*w));
+    free(w->tab);
+    free(w);
 }
 
-/* Size the workspace for n streams (grown, never shrunk). */
-static int ws_reserve(mimi_ws *w, const mimi_model *m, int n, ms_error *err) {
-    if ((size_t)n <= w->cap_n) return MS_OK;
-    ws_free(w);
+mimi_ws *mimi_ws_create(const mimi_model *m, int n, ms_error *err) {
+    if (!m || n < 1 || n > MIMI_MAX_BATCH) {
+        ms_err_set(err, MS_ERR_ARG, "mimi: workspace for %d streams (limit %d)", n, MIMI_MAX_BATCH);
+        return NULL;
+    }
+    mimi_ws *w = calloc(1, sizeof *w);
+    if (!w) goto nomem;
+    w->m = m;
     w->act0 = mimi_alloc_floats(m->ws_act * n);
     w->act1 = mimi_alloc_floats(m->ws_act * n);
     w->act2 = mimi_alloc_floats(m->ws_act * n);
     w->col = mimi_alloc_floats(m->ws_col * n);
     w->xb = mimi_alloc_floats(m->ws_xb * n);
     w->pack = mimi_alloc_floats(MIMI_GEMM_SCRATCH);
-    if (!w->act0 || !w->act1 || !w->act2 || !w->col || !w->xb || !w->pack) {
-        ws_free(w);
-        return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory for a batch of %d", n);
-    }
+    w->tab = malloc((size_t)n * 4 * sizeof(void *));
+    if (!w->act0 || !w->act1 || !w->act2 || !w->col || !w->xb || !w->pack || !w->tab) goto nomem;
     w->cap_n = (size_t)n;
-    return MS_OK;
+    return w;
+nomem:
+    mimi_ws_free(w);
+    ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory for a workspace of %d streams", n);
+    return NULL;
+}
+
+size_t mimi_ws_bytes(const mimi_model *m, int n) {
+    return ((3 * m->ws_act + m->ws_col + m->ws_xb) * (size_t)n + MIMI_GEMM_SCRATCH) * sizeof(float) +
+           (size_t)n * 4 * sizeof(void *);
 }
 
 const mimi_model *mimi_stream_model(const mimi_stream *s) { return s->m; }
@@ -77,7 +90,6 @@ void mimi_stream_free(mimi_stream *s) {
     free(s->enc_tr.pos);
     free(s->dec_tr.kv);
     free(s->dec_tr.pos);
-    ws_free(&s->ws);
     free(s);
 }
 
@@ -92,17 +104,17 @@ void mimi_stream_reset_decoder(mimi_stream *s) {
     tstate_reset(&s->dec_tr, &s->m->cfg);
 }
 
-/* Common argument checks; fills the pointer tables (caller frees *tab). */
-static int batch_begin(const mimi_model *m, mimi_stream *const *streams, int n, const void *in,
-                       const void *out, void ***tab, ms_error *err) {
-    if (!m || !streams || !in || !out || n < 1 || n > MIMI_MAX_BATCH)
+/* Common argument checks. */
+static int batch_check(const mimi_model *m, const mimi_ws *ws, mimi_stream *const *streams, int n, const void *in,
+                       const void *out, ms_error *err) {
+    if (!m || !ws || !streams || !in || !out || n < 1 || n > MIMI_MAX_BATCH)
         return ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
+    if (ws->m != m || (size_t)n > ws->cap_n)
+        return ms_err_set(err, MS_ERR_ARG, "mimi: workspace of another model or for fewer than %d streams", n);
     for (int i = 0; i < n; i++)
         if (!streams[i] || streams[i]->m != m)
             return ms_err_set(err, MS_ERR_ARG, "mimi: stream %d is missing or of another model", i);
-    *tab = malloc((size_t)n * 4 * sizeof(void *));
-    if (!*tab) return ms_err_set(err, MS_ERR_NOMEM, "mimi: out of memory");
-    return ws_reserve(&streams[0]->ws, m, n, err);
+    return MS_OK;
 }
 
 /* One split-RVQ quantizer over latent (D, n): codes[s*stride] for `levels`
@@ -132,21 +144,16 @@ static void rvq_encode(const mimi_model *m, const mimi_rvq *q, int n, const floa
     }
 }
 
-int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const float *pcm,
-                      int *codes, ms_error *err) {
-    void **tab = NULL;
-    int rc = batch_begin(m, streams, n, pcm, codes, &tab, err);
-    if (rc) {
-        free(tab);
-        return rc;
-    }
+int mimi_encode_batch_ws(const mimi_model *m, mimi_ws *ws, mimi_stream *const *streams, int n, const float *pcm,
+                         int *codes, ms_error *err) {
+    int rc = batch_check(m, ws, streams, n, pcm, codes, err);
+    if (rc) return rc;
+    void **tab = ws->tab;
     const mimi_config *c = &m->cfg;
     const int F = c->frame_samples, K = c->num_codebooks;
     for (size_t i = 0; i < (size_t)n * F; i++)
-        if (!isfinite(pcm[i])) {
-            free(tab);
+        if (!isfinite(pcm[i]))
             return ms_err_set(err, MS_ERR_RANGE, "mimi: non-finite sample %zu in stream %zu", i % F, i / F);
-        }
     float **st = (float **)tab;
     unsigned char **first = (unsigned char **)(tab + n);
     mimi_tstate **ts = (mimi_tstate **)(tab + 2 * n);
@@ -155,7 +162,6 @@ int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
         first[s] = streams[s]->enc_first;
         ts[s] = &streams[s]->enc_tr;
     }
-    mimi_ws *ws = &streams[0]->ws;
     memcpy(ws->act0, pcm, (size_t)n * F * sizeof(float));      /* (1, n*F) */
     int T = mimi_seanet_forward(&m->enc, n, F, st, ws);          /* act0 (D, n*T) */
     mimi_transformer_forward(m, &m->enc_tr, n, T, ws->act0, ts, ws);
@@ -166,7 +172,6 @@ int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
     }
     rvq_encode(m, &m->rvq_first, n, latent, ws->act2, ws->col, codes, K, ws->pack);
     if (K > 1) rvq_encode(m, &m->rvq_rest, n, latent, ws->act2, ws->col, codes + 1, K, ws->pack);
-    free(tab);
     return MS_OK;
 }
 
@@ -182,29 +187,23 @@ static void rvq_sum(const mimi_model *m, const mimi_rvq *q, int n, const int *co
         }
 }
 
-int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const int *codes,
-                      float *pcm, ms_error *err) {
-    void **tab = NULL;
-    int rc = batch_begin(m, streams, n, codes, pcm, &tab, err);
-    if (rc) {
-        free(tab);
-        return rc;
-    }
+int mimi_decode_batch_ws(const mimi_model *m, mimi_ws *ws, mimi_stream *const *streams, int n, const int *codes,
+                         float *pcm, ms_error *err) {
+    int rc = batch_check(m, ws, streams, n, codes, pcm, err);
+    if (rc) return rc;
+    void **tab = ws->tab;
     const mimi_config *c = &m->cfg;
     const int F = c->frame_samples, K = c->num_codebooks, D = c->dimension, Dq = c->q_dimension;
     for (size_t i = 0; i < (size_t)n * K; i++)
-        if (codes[i] < 0 || codes[i] >= c->q_bins) {
-            free(tab);
+        if (codes[i] < 0 || codes[i] >= c->q_bins)
             return ms_err_set(err, MS_ERR_RANGE, "mimi: code %d (stream %zu, codebook %zu) outside [0, %d)",
                               codes[i], i / K, i % K, c->q_bins);
-        }
     float **st = (float **)tab;
     mimi_tstate **ts = (mimi_tstate **)(tab + 2 * n);
     for (int s = 0; s < n; s++) {
         st[s] = streams[s]->dec_state;
         ts[s] = &streams[s]->dec_tr;
     }
-    mimi_ws *ws = &streams[0]->ws;
     float *sum = ws->col;                                        /* (Dq, n) x 2 */
     rvq_sum(m, &m->rvq_first, n, codes, K, sum);
     mimi_gemm_panel(D, n, Dq, m->rvq_first.out_proj, sum, n, ws->act0, n, 0, ws->pack);
@@ -224,6 +223,35 @@ int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
     T = mimi_seanet_forward(&m->dec, n, T, st, ws);
     MS_ASSERT(T == F);
     memcpy(pcm, ws->act0, (size_t)n * F * sizeof(float));
-    free(tab);
     return MS_OK;
+}
+
+/* The convenience forms: a workspace for the call (allocates: tools and
+ * tests, not the serving path). */
+int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const float *pcm, int *codes,
+                      ms_error *err) {
+    if (!m || n < 1 || n > MIMI_MAX_BATCH)
+        return ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
+    mimi_ws *ws = mimi_ws_create(m, n, err);
+    if (!ws) return err ? err->code : MS_ERR_NOMEM;
+    int rc = mimi_encode_batch_ws(m, ws, streams, n, pcm, codes, err);
+    mimi_ws_free(ws);
+    return rc;
+}
+
+int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const int *codes, float *pcm,
+                      ms_error *err) {
+    if (!m || n < 1 || n > MIMI_MAX_BATCH)
+        return ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
+    mimi_ws *ws = mimi_ws_create(m, n, err);
+    if (!ws) return err ? err->code : MS_ERR_NOMEM;
+    int rc = mimi_decode_batch_ws(m, ws, streams, n, codes, pcm, err);
+    mimi_ws_free(ws);
+    return rc;
+}
+
+size_t mimi_stream_bytes(const mimi_model *m) {
+    const mimi_config *c = &m->cfg;
+    size_t tr = (size_t)c->num_layers * 2 * c->context * c->d_model * sizeof(float) + (size_t)c->context * sizeof(long);
+    return sizeof(mimi_stream) + (m->enc_state + m->dec_state) * sizeof(float) + 1 + 2 * tr;
 }

@@ -70,6 +70,7 @@ typedef struct mimi_config {
 
 typedef struct mimi_model mimi_model;   /* weights + config; immutable after load; shared by threads */
 typedef struct mimi_stream mimi_stream; /* one session's streaming encoder + decoder state */
+typedef struct mimi_ws mimi_ws;         /* a batch workspace: activations and scratch of one call */
 
 /* mimi_config_default: the official configuration (Mimi of Moshi 7B). */
 void mimi_config_default(mimi_config *cfg);
@@ -97,6 +98,12 @@ int mimi_model_load_cfg(mimi_model **out, const char *safetensors_path,
  * seed (deterministic); for benchmarks and demos. */
 int mimi_model_random(mimi_model **out, const mimi_config *cfg, uint64_t seed, ms_error *err);
 void mimi_model_free(mimi_model *m);
+/* mimi_model_bytes: host memory the model holds (weights, plans). */
+size_t mimi_model_bytes(const mimi_model *m);
+/* mimi_model_check_serving: MS_OK when the codec's frame is the one moshid
+ * serves (frame.h: 1920 samples at 24 kHz); MS_ERR_UNSUPPORTED with a
+ * message otherwise (other geometries load for tests and tools only). */
+int mimi_model_check_serving(const mimi_model *m, ms_error *err);
 
 const mimi_config *mimi_model_config(const mimi_model *m);
 int mimi_num_codebooks(const mimi_model *m);   /* 8 by default */
@@ -110,10 +117,31 @@ mimi_stream *mimi_stream_create(const mimi_model *m, ms_error *err);
 /* mimi_stream_model: the model the stream was created for (borrowed). */
 const mimi_model *mimi_stream_model(const mimi_stream *s);
 void mimi_stream_free(mimi_stream *s);
+/* mimi_stream_bytes: memory one stream of m holds. */
+size_t mimi_stream_bytes(const mimi_model *m);
 /* Back to the fresh state (encoder side / decoder side only). The Kyutai
  * server resets the encoder after the first frame of a session. */
 void mimi_stream_reset_encoder(mimi_stream *s);
 void mimi_stream_reset_decoder(mimi_stream *s);
+
+/* mimi_ws_create: a workspace for batch calls of up to max_streams streams
+ * of m, allocated once (no allocation per call). One call at a time uses a
+ * workspace: a thread that encodes while another decodes needs two.
+ * mimi_ws_bytes: what one takes. */
+mimi_ws *mimi_ws_create(const mimi_model *m, int max_streams, ms_error *err);
+void mimi_ws_free(mimi_ws *ws);
+size_t mimi_ws_bytes(const mimi_model *m, int max_streams);
+
+/* mimi_encode_batch_ws / mimi_decode_batch_ws: the batch calls below with
+ * the caller's workspace (n <= its max_streams, same model): the serving
+ * path. A stream's encoder and decoder state are separate: one thread may
+ * encode a stream while another decodes it (each with its own workspace).
+ * mimi_encode_batch / mimi_decode_batch: the same with a workspace made
+ * for the call (tools, tests). */
+int mimi_encode_batch_ws(const mimi_model *m, mimi_ws *ws, mimi_stream *const *streams, int n, const float *pcm,
+                         int *codes, ms_error *err);
+int mimi_decode_batch_ws(const mimi_model *m, mimi_ws *ws, mimi_stream *const *streams, int n, const int *codes,
+                         float *pcm, ms_error *err);
 
 /* mimi_encode_batch: n independent streams (borrowed, distinct, created from
  * m), one frame each. pcm (n, frame_samples) float samples in [-1, 1]

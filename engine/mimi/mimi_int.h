@@ -75,12 +75,15 @@ struct mimi_model {
     size_t nallocs, cap_allocs;
 };
 
-/* The per-call workspace, grown as needed; lives in the first stream of a batch. */
-typedef struct mimi_ws {
+/* A batch workspace (mimi.h: mimi_ws_create), sized once for cap_n streams;
+ * belongs to its creator (one batch call at a time), never to a stream. */
+struct mimi_ws {
+    const mimi_model *m;
     size_t cap_n;        /* streams it is sized for */
     float *act0, *act1, *act2, *col, *xb;
     float *pack;         /* (MIMI_GEMM_SCRATCH) */
-} mimi_ws;
+    void **tab;          /* (cap_n * 4) per-stream state pointers of a call */
+};
 
 /* A transformer's streaming state for one stream. */
 typedef struct mimi_tstate {
@@ -95,7 +98,6 @@ struct mimi_stream {
     float *dec_state;    /* conv states of upsample + decoder */
     unsigned char *enc_first;   /* replicate flags (one: the downsample) */
     mimi_tstate enc_tr, dec_tr;
-    mimi_ws ws;
 };
 
 /* ---- mimi_model.c ---- */

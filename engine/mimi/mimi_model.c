@@ -5,9 +5,11 @@
 #include <math.h>
 #include <sys/mman.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "mimi_int.h"
 #include "st.h"
 
@@ -479,3 +481,18 @@ int mimi_num_codebooks(const mimi_model *m) { return m->cfg.num_codebooks; }
 int mimi_frame_samples(const mimi_model *m) { return m->cfg.frame_samples; }
 int mimi_sample_rate(const mimi_model *m) { return m->cfg.sample_rate; }
 int mimi_cardinality(const mimi_model *m) { return m->cfg.q_bins; }
+
+size_t mimi_model_bytes(const mimi_model *m) {
+    size_t n = sizeof *m;
+    for (size_t i = 0; i < m->nallocs; i++) n += malloc_usable_size(m->allocs[i]);
+    return n;
+}
+
+int mimi_model_check_serving(const mimi_model *m, ms_error *err) {
+    const mimi_config *c = &m->cfg;
+    if (c->frame_samples != MS_FRAME_SAMPLES || c->sample_rate != MS_SAMPLE_RATE_HZ)
+        return ms_err_set(err, MS_ERR_UNSUPPORTED,
+                          "mimi: frames of %d samples at %d Hz; moshid serves frames of %d samples at %d Hz (%.0f ms)",
+                          c->frame_samples, c->sample_rate, MS_FRAME_SAMPLES, MS_SAMPLE_RATE_HZ, MS_FRAME_MS);
+    return MS_OK;
+}
