@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "lm.h"
+#include "job.h"
 #include "lmgen.h"
 #include "log.h"
 #include "plugin.h"
@@ -19,6 +20,7 @@
 typedef struct model_slot {
     lmgen_slot g;           /* the slot's LMGen bookkeeping (host) */
     uint64_t frames;        /* frames stepped since the session began */
+    pp_job *job;            /* the session's start-up work (a persona's restore), or NULL */
     FILE *rec_codes, *rec_out;  /* debug recording (record_dir) */
 } model_slot;
 
@@ -93,7 +95,10 @@ fail:
 
 void model_close(model *m) {
     if (!m) return;
-    for (int i = 0; m->s && i < m->slots; i++) rec_close(&m->s[i]);
+    for (int i = 0; m->s && i < m->slots; i++) {
+        rec_close(&m->s[i]);
+        pp_job_free(m->s[i].job);
+    }
     free(m->s);
     for (int k = 0; k < 2; k++) {
         lm_frame_free(&m->frame[k]);
@@ -123,7 +128,8 @@ static void rec_open(model *m, model_slot *s, uint64_t id) {
 }
 
 /* Engine thread: the slot's K/V and codec state reset (the backend), its
- * bookkeeping fresh. Nothing long: no job yet (personas bring one). */
+ * bookkeeping fresh; a persona (p->persona: a pp_persona of this backend)
+ * is restored by a job, a few layers a chunk, between other slots' steps. */
 static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     model *m = ctx;
     model_slot *s = &m->s[slot];
@@ -131,12 +137,33 @@ static int m_begin(void *ctx, int slot, const sched_params *p, ms_error *err) {
     if (m->o.record_dir && m->o.record_dir[0]) rec_open(m, s, p->session_id);
     lmgen_init(&s->g, m->cfg, slot, &p->samp);
     s->frames = 0;
-    return lm_backend_reset_slot(m->lm, slot, err);
+    int rc = lm_backend_reset_slot(m->lm, slot, err);
+    if (rc == MS_OK && p->persona &&
+        !(s->job = pp_job_restore(m->lm, (const pp_persona *)p->persona, &s->g, PP_JOB_RESTORE_LAYERS, err)))
+        rc = err ? err->code : MS_ERR_ARG;
+    return rc;
+}
+
+static int m_job(void *ctx, int slot, int *done, ms_error *err) {
+    model *m = ctx;
+    model_slot *s = &m->s[slot];
+    if (!s->job) {
+        *done = 1;
+        return MS_OK;
+    }
+    int rc = pp_job_run(s->job, done, err);
+    if (rc != MS_OK || *done) {
+        pp_job_free(s->job);
+        s->job = NULL;
+    }
+    return rc;
 }
 
 static void m_end(void *ctx, int slot) {
     model *m = ctx;
-    rec_close(&m->s[slot]); /* nothing else is held beyond the slot's reusable state */
+    rec_close(&m->s[slot]);
+    pp_job_free(m->s[slot].job);   /* a session that left during its start-up */
+    m->s[slot].job = NULL;
 }
 
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
@@ -183,7 +210,7 @@ static int m_wait(void *ctx, sched_batch *b, ms_error *err) {
 }
 
 sched_model model_sched(model *m) {
-    return (sched_model){.ctx = m, .max_slots = m->slots, .begin = m_begin, .end = m_end, .submit = m_submit,
+    return (sched_model){.ctx = m, .max_slots = m->slots, .begin = m_begin, .job = m_job, .end = m_end, .submit = m_submit,
                          .wait = m_wait};
 }
 

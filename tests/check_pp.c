@@ -18,6 +18,7 @@
 #include "json.h"
 #include "lmgen.h"
 #include "lmgen_pp.h"
+#include "job.h"
 #include "prime.h"
 #include "prime_io.h"
 #include "st.h"
@@ -445,6 +446,83 @@ START_TEST(test_persona) {
 }
 END_TEST
 
+
+/* Engine jobs: the prime by prefill in chunks of 5 positions while a fresh
+ * slot steps live between the chunks: the primed state and K/V equal the
+ * one-piece prefill's, the live slot's trace is the reference's (the job
+ * disturbed nothing); then the persona snapshotted by a job and restored by
+ * a job one layer per chunk into a busy slot continues as the reference. */
+START_TEST(test_jobs) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 3);
+    const lm_config *c = &b->cfg;
+    pp_prompt_buf pb;
+    load_prompt(name, c, 0, &pb);
+    int T;
+    int *codes = load_codes(name, &T);
+    trace ref, ref_live;
+    load_trace(name, "primed.jsonl", &ref);
+    load_trace(name, "live.jsonl", &ref_live);
+    ms_error e = {0};
+    lmgen_slot g0, g1, g2;
+    init_slot(b, &g0, 0, 1, 0);
+    init_slot(b, &g1, 1, 1, 0);
+    init_slot(b, &g2, 2, 1, 0);
+    ck_assert_msg(pp_prime(b, &g1, &pb.p, PP_PRIME_PREFILL, &e) == MS_OK, "%s", e.msg);
+    pp_job *j = pp_job_prime(b, &g0, &pb.p, 5, &e);
+    ck_assert_msg(j != NULL, "%s", e.msg);
+    trace live = {.n = 0};
+    int done = 0, t = 0;
+    lmgen_slot *g2p = &g2;
+    while (!done) {
+        ck_assert_msg(pp_job_run(j, &done, &e) == MS_OK, "%s", e.msg);
+        if (t < ref_live.n) {   /* one live step of slot 2 between chunks */
+            int out[PP_OUT_TOKENS], has;
+            ck_assert_int_eq(pp_step_users(b, &g2p, 1, codes + t * PP_SIDE_CODEBOOKS, out, &has, NULL, NULL, &e), MS_OK);
+            live.has[t] = has;
+            memcpy(live.out[t], out, sizeof out);
+            live.n = ++t;
+        }
+    }
+    int P = pb.p.n_voice + 2 * pb.p.silence_frames + pb.p.n_text;
+    ck_assert_int_eq(pp_job_chunks(j), (P - 1 + 4) / 5);
+    pp_job_free(j);
+    same_state(&g0, &g1);
+    check_state(name, &g0);
+    double kv = kv_rel(b, 0, 1);
+    ck_assert_msg(kv <= KV_TOL, "%s: chunked prefill K/V rel err %.3g", name, kv);
+    trace lr = ref_live;
+    lr.n = live.n;
+    cmp_trace("live beside a prime job", &live, &lr);
+    /* snapshot job, then restore job (1 layer a chunk) into busy slot 2 */
+    pp_persona per;
+    j = pp_job_snapshot(b, &g0, &per, &e);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(pp_job_run(j, &done, &e), MS_OK);
+    ck_assert(done);
+    pp_job_free(j);
+    j = pp_job_restore(b, &per, &g2, 1, &e);
+    ck_assert_ptr_nonnull(j);
+    done = 0;
+    while (!done) ck_assert_msg(pp_job_run(j, &done, &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(pp_job_chunks(j), c->num_layers);
+    pp_job_free(j);
+    ck_assert_int_eq(g2.slot, 2);
+    trace got;
+    run_live(b, &g2, codes, ref.n, &got, NULL, NULL);
+    cmp_trace("persona restored by a job", &got, &ref);
+    /* refused: a bad chunk, a persona of the wrong kind */
+    ck_assert_ptr_null(pp_job_prime(b, &g0, &pb.p, 0, &e));
+    pp_persona bad = per;
+    bad.kv = NULL;
+    ck_assert_ptr_null(pp_job_restore(b, &bad, &g2, 1, &e));
+    pp_persona_close(b, &per);
+    pp_prompt_buf_free(&pb);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
 /* the daemon's entry (lmgen_step_batch) steps PersonaPlex slots their way:
  * two fresh slots in one batch, each the reference live trace */
 START_TEST(test_lmgen_dispatch) {
@@ -601,6 +679,7 @@ static Suite *make_suite(void) {
     tcase_add_loop_test(tc, test_replay, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_persona, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_lmgen_dispatch, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_jobs, 0, PP_NCASES);
     tcase_add_test(tc, test_hostile);
 
     suite_add_tcase(s, tc);

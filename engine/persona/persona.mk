@@ -1,7 +1,7 @@
 # engine/persona/persona.mk - personas: priming by steps or by prefill,
 # voice-embedding replay, persona snapshots and their files; parity
 # fixtures in tests/fixtures/pp (gen_pp.py).
-ENGINE_SRCS += engine/persona/prime.c engine/persona/prime_io.c
+ENGINE_SRCS += engine/persona/prime.c engine/persona/prime_io.c engine/persona/job.c
 
 CHECK_SUITES += pp
 CHECK_pp_DEPS = $(LIBENGINE)

@@ -117,13 +117,31 @@ int pp_prime_rows(lm_backend *b, lmgen_slot *g, const int *rows, int P, pp_prime
         }
         return MS_OK;
     }
-    /* prefill: the bookkeeping on a copy, the model calls' inputs collected */
+    int *inputs = NULL, m = 0;
+    lmgen_slot after;
+    int rc = pp_prime_plan(b, g, rows, P, &inputs, &m, &after, err);
+    if (rc == MS_OK && m > 0) rc = lm_backend_prefill(b, g->slot, lm_backend_pos(b, g->slot), m, inputs, NULL, err);
+    free(inputs);
+    if (rc == MS_OK) *g = after;
+    return rc;
+}
+
+int pp_prime_plan(lm_backend *b, const lmgen_slot *g, const int *rows, int P, int **inputs_out, int *m_out,
+                  lmgen_slot *after, ms_error *err) {
+    *inputs_out = NULL;
+    *m_out = 0;
+    /* the bookkeeping on a copy, the model calls' inputs collected */
     lmgen_slot tmp = *g;
     int *inputs = malloc(sizeof(int) * PP_STREAMS * (size_t)(P ? P : 1));
     if (!inputs) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
     int m = 0, out[PP_OUT_TOKENS];
     for (int i = 0; i < P; i++) {
         pp_input in = row_input(rows + (size_t)i * PP_STREAMS);
+        if (pp_check_input(&b->cfg, &in, err)) {
+            free(inputs);
+            ms_err_prefix(err, "prime: call %d", i);
+            return err ? err->code : MS_ERR_RANGE;
+        }
         pp_call call;
         lm_step_slot req;
         pp_prepare(&tmp, &in, &call, &req);
@@ -138,11 +156,10 @@ int pp_prime_rows(lm_backend *b, lmgen_slot *g, const int *rows, int P, pp_prime
         memcpy(inputs + (size_t)m++ * PP_STREAMS, req.tokens, sizeof(int) * PP_STREAMS);
         pp_commit(&tmp, &call, NULL, out);
     }
-    int rc = MS_OK;
-    if (m > 0) rc = lm_backend_prefill(b, g->slot, lm_backend_pos(b, g->slot), m, inputs, NULL, err);
-    free(inputs);
-    if (rc == MS_OK) *g = tmp;
-    return rc;
+    *inputs_out = inputs;
+    *m_out = m;
+    *after = tmp;
+    return MS_OK;
 }
 
 int pp_replay_embeddings(lm_backend *b, lmgen_slot *g, const float *embs, int T, const int *cache,

@@ -80,6 +80,16 @@ int pp_prime_frames(const lm_config *c, const pp_prompt *p, int **rows, int *P, 
  * prime), else MS_ERR_STATE and nothing changed. */
 int pp_prime_rows(lm_backend *b, lmgen_slot *g, const int *rows, int P, pp_prime_mode mode, ms_error *err);
 
+/* pp_prime_plan: the host half of priming by prefill: run the bookkeeping
+ * of P forced calls (rows from pp_prime_frames) on a copy of g; returns the
+ * m model calls' input rows (*inputs, (m, PP_STREAMS), caller frees) and
+ * the bookkeeping after them (*after). Prefilling the inputs at the slot's
+ * next position, in any number of chunks, then taking *after is
+ * pp_prime_rows by PP_PRIME_PREFILL. MS_ERR_STATE when a call would keep a
+ * sample. */
+int pp_prime_plan(lm_backend *b, const lmgen_slot *g, const int *rows, int P, int **inputs, int *m,
+                  lmgen_slot *after, ms_error *err);
+
 /* pp_replay_embeddings: phase 1 from saved rows: embs (T, dim) finite,
  * cache (17, R) tokens in [-2, card] ([-2, text_card] for text). mode
  * PP_PRIME_PREFILL: one prefill of T rows; PP_PRIME_STEPS: T prefills of
