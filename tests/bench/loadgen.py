@@ -101,35 +101,67 @@ def level(port, pid, n, seconds, pcm):
     }
 
 
+def held(r, n):
+    return r["p99_ms"] < 80 and r["late_frames"] == 0 and r["complete_sessions"] == n
+
+
+def search(moshid, config_args, seconds, start_n, max_n, pcm, label):
+    """The largest N held in real time: N doubles from start_n until a level
+    fails, then the gap is halved until it is at most max(1, best // 8)."""
+    import shlex
+    p = subprocess.Popen([moshid] + shlex.split(config_args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    line = p.stdout.readline()
+    port = int(line.split("://")[1].split(":")[1].split("/")[0])
+    best, fail, rows, n = None, None, [], start_n
+    try:
+        while True:
+            r = level(port, p.pid, n, seconds, pcm)
+            r["config"] = label
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+            if held(r, n):
+                best = n
+            else:
+                fail = n
+            if fail is None:
+                if n * 2 > max_n:
+                    break
+                n *= 2
+                continue
+            lo = best or 0
+            if fail - lo <= max(1, lo // 8):
+                break
+            n = (lo + fail) // 2
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+    return best, rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--moshid", default="build/moshid")
     ap.add_argument("--config-args", required=True, help="moshid's arguments (one string)")
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--start-n", type=int, default=1)
     ap.add_argument("--max-n", type=int, default=32)
+    ap.add_argument("--compare-pipeline", action="store_true",
+                    help="run the search twice, engine.pipeline=false then true, and print the ratio")
     a = ap.parse_args()
-    import shlex
-    p = subprocess.Popen([a.moshid] + shlex.split(a.config_args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True)
-    line = p.stdout.readline()
-    port = int(line.split("://")[1].split(":")[1].split("/")[0])
     pcm = mc.speech_pcm("This is the load generator speaking to the server in real time, again and again. " * 3,
                         seconds=a.seconds)
-    best, rows, n = None, [], 1
-    try:
-        while n <= a.max_n:
-            r = level(port, p.pid, n, a.seconds, pcm)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-            held = r["p99_ms"] < 80 and r["late_frames"] == 0 and r["complete_sessions"] == n
-            if not held:
-                break
-            best = n
-            n *= 2
-    finally:
-        p.terminate()
-        p.wait(timeout=20)
-    print(json.dumps({"largest_n_held_in_real_time": best, "levels": len(rows)}))
+    configs = [("pipeline=off", " --set engine.pipeline=false"), ("pipeline=on", " --set engine.pipeline=true")] \
+        if a.compare_pipeline else [("as configured", "")]
+    result = {}
+    for label, extra in configs:
+        best, rows = search(a.moshid, a.config_args + extra, a.seconds, a.start_n, a.max_n, pcm, label)
+        result[label] = {"largest_n_held_in_real_time": best, "levels": len(rows)}
+        print(json.dumps({"config": label, "largest_n_held_in_real_time": best, "levels": len(rows)}), flush=True)
+    if a.compare_pipeline:
+        off = result["pipeline=off"]["largest_n_held_in_real_time"] or 0
+        on = result["pipeline=on"]["largest_n_held_in_real_time"] or 0
+        print(json.dumps({"sessions_off": off, "sessions_on": on, "ratio": round(on / off, 2) if off else None}))
 
 
 if __name__ == "__main__":
