@@ -1,6 +1,12 @@
 /* cu_kern.h - launchers of the CUDA kernels, callable from C. Each has a C
- * twin in cuda/ref/ref.h with the same name stem and argument order
- * (outputs, inputs, weights, dims), plus the CUDA stream last.
+ * twin in the CPU backend with the same name stem and argument order
+ * (outputs, inputs, weights, dims), the CUDA stream last where the C twin
+ * has its CPU resource (thread pool, scratch):
+ *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
+ *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
+ *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
+ * (kern_X <-> cu_X: kern_ only says "CPU kernel"; samp_X <-> cu_samp_X).
+ * tests/gpu/engine_test.c compares each launcher against its twin.
  *
  * Every pointer is a device pointer. A launcher only enqueues work: it
  * returns cudaErrorInvalidValue for bad dimensions, otherwise the launch's
@@ -14,7 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "samp_core.h"
+#include "samp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,12 +43,13 @@ cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
                        const float *alpha,  /* (C) */
                        int B, int C, float eps, cudaStream_t stream);
 
-/* cu_sample_topk: one token per row, the same index as ref_sample_topk for
- * the same inputs (samp_core.h). rows is a device array. */
-cudaError_t cu_sample_topk(int32_t *out,          /* (B) */
-                           const float *logits,   /* (B, N) */
-                           const samp_row *rows,  /* (B) */
-                           int B, int N, uint32_t stream_id, cudaStream_t stream);
+/* cu_samp_topk_rows: one token per row, the same index as samp_topk_rows
+ * for the same inputs (samp.h; cuda/samp_core.h). stream_id is the RNG
+ * stream (SAMP_STREAM_*); rows is a device array. */
+cudaError_t cu_samp_topk_rows(int32_t *out,          /* (B) token index in [0, N) */
+                              const float *logits,   /* (B, N) */
+                              const samp_row *rows,  /* (B) */
+                              int B, int N, uint32_t stream_id, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* cu_matvec.cu - batched bf16 weight matrix-vector product, the core of the
  * LM step at small batch: y(B, N) = x(B, K) . W(N, K)^T, W bf16 row-major,
- * x and y f32, accumulation in f32. C twin: ref_matvec_bf16.
+ * x and y f32, accumulation in f32. C twin: kern_matvec_bf16
+ * (engine/cpu/kern_cpu.h), the CPU backend's bf16 matmul.
  *
  * Memory-bandwidth bound: every byte of W is read once per launch (per batch
  * tile), x is small and stays in L1/L2. A block of MV_THREADS threads owns

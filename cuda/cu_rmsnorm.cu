@@ -1,5 +1,7 @@
 /* cu_rmsnorm.cu - RMSNorm, y = x * alpha / sqrt(mean(x^2) + eps) with eps
- * inside the root (spec/moshi-lm.md, section 2). C twin: ref_rmsnorm.
+ * inside the root (spec/moshi-lm.md, section 2). C twin: kern_rmsnorm
+ * (engine/cpu/kern_cpu.h), which scales in the same order, x * (alpha *
+ * inv), and sums the squares in double where this kernel sums in f32.
  *
  * One block per row: each thread sums the squares of a strided slice in
  * f32, the block reduces, then every thread scales its slice. Rows are
@@ -26,7 +28,7 @@ rmsnorm_kernel(float *y,              /* (B, C); may alias x */
     if (threadIdx.x == 0) inv_s = 1.0f / sqrtf(tot / (float)C + eps);
     __syncthreads();
     const float inv = inv_s;
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * inv * alpha[c];
+    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * (alpha[c] * inv);
 }
 
 extern "C" cudaError_t cu_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, float eps,

@@ -1,13 +1,17 @@
 /* cu_sample.cu - top-k + temperature sampling by Gumbel-max, on device, one
  * block per row: a threshold select then an argmax, no host round trip.
- * C twin: ref_sample_topk; the shared arithmetic is in samp_core.h.
+ * C twin: samp_topk_rows (engine/lm/samp.h), the CPU backend's sampler; the
+ * arithmetic of a draw is samp.h's, shared with it; the radix pass logic is
+ * samp_core.h's, which also replays this kernel on the host
+ * (samp_radix_rows, tested against samp_topk in tests/check_samp.c).
  *
  *  1. greedy rows (temp <= 0): the maximum of the 64-bit rank keys
  *     (samp_key: value, then lower index), one block reduction;
  *  2. top-k rows: the k-th largest rank key by MSD radix select, 8 bits a
  *     pass (at most 8 passes, usually 2-4: it stops as soon as the keys that
  *     share the chosen prefix are exactly the ones still needed); the top k
- *     are then the keys >= that threshold, the same set as the twin's sort;
+ *     are then the keys >= that threshold, the same set as the CPU's heap
+ *     (all keys of a row are distinct);
  *  3. every thread scores its candidates (samp_score + samp_gumbel in
  *     double) and the block keeps the best (samp_better: score, then lower
  *     index, a total order, so the reduction order does not matter).
@@ -16,10 +20,11 @@
  */
 #include "cu_kern.h"
 #include "cu_reduce.cuh"
+#include "samp_core.h"
 
 #define SP_THREADS 256
 #define SP_WARPS (SP_THREADS / CU_WARP)
-#define SP_BINS 256
+#define SP_BINS SAMP_RADIX_BINS
 
 /* Block-wide best (s, i) over every thread's candidate; the result is valid
  * in thread 0. i < 0 means no candidate. */
@@ -47,7 +52,7 @@ __device__ uint64_t sp_kth_key(const float *l, int N, int k) {
     __shared__ int s_krem, s_done;
     const int lane = threadIdx.x % CU_WARP;
     if (threadIdx.x == 0) { s_prefix = 0; s_mask = 0; s_krem = k; s_done = 0; }
-    for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int shift = 64 - SAMP_RADIX_BITS; shift >= 0; shift -= SAMP_RADIX_BITS) {
         for (int j = threadIdx.x; j < SP_BINS; j += SP_THREADS) hist[j] = 0;
         __syncthreads();
         const unsigned long long prefix = s_prefix, mask = s_mask;
@@ -55,20 +60,20 @@ __device__ uint64_t sp_kth_key(const float *l, int N, int k) {
          * atomics (logits crowd into few bins in the first passes) */
         for (int base = 0; base < N; base += SP_THREADS) {
             int i = base + threadIdx.x;
-            unsigned int bin = 0x100u | (unsigned)lane;   /* inactive: a bin of its own */
+            unsigned int bin = SP_BINS | (unsigned)lane;   /* inactive: a bin of its own */
             if (i < N) {
                 uint64_t key = samp_key(l[i], (uint32_t)i);
-                if ((key & mask) == prefix) bin = (unsigned)(key >> shift) & 0xFFu;
+                if ((key & mask) == prefix) bin = (unsigned)(key >> shift) & (SP_BINS - 1u);
             }
             unsigned int peers = __match_any_sync(CU_FULL_MASK, bin);
-            if (bin < 0x100u && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+            if (bin < SP_BINS && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
         if (threadIdx.x == 0) {
             int krem = s_krem, done = 0;
             int d = samp_radix_pick(hist, &krem, &done);
             s_prefix = prefix | ((unsigned long long)d << shift);
-            s_mask = mask | (0xFFull << shift);
+            s_mask = mask | ((unsigned long long)(SP_BINS - 1) << shift);
             s_krem = krem;
             s_done = done;
         }
@@ -124,8 +129,8 @@ sample_topk_kernel(int32_t *out,          /* (B) */
     if (threadIdx.x == 0) out[blockIdx.x] = bi;
 }
 
-extern "C" cudaError_t cu_sample_topk(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
-                                      uint32_t stream_id, cudaStream_t stream) {
+extern "C" cudaError_t cu_samp_topk_rows(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
+                                         uint32_t stream_id, cudaStream_t stream) {
     if (B < 0 || N <= 0) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id);

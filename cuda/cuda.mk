@@ -1,13 +1,14 @@
-# cuda/cuda.mk - the CUDA backend plugin, its C twins and the engine-only
-# test and benchmark runners.
+# cuda/cuda.mk - the CUDA backend plugin and the engine-only test and
+# benchmark runners.
 #
 #   $(BUILD)/libmoshid-cuda.so   dlopened by moshid (engine/plugin.h) when the
 #                                CUDA backend is asked for; cudart is linked
 #                                statically, so the plugin needs only the
 #                                driver (libcuda.so.1) at run time
-#   $(BUILD)/engine-test         each CUDA kernel against its C twin
+#   $(BUILD)/engine-test         each CUDA kernel against its C twin, the
+#                                CPU backend's own kernel or sampler (kern_*,
+#                                samp_* in $(LIBENGINE))
 #   $(BUILD)/engine-bench        matvec bandwidth vs cudaMemcpy D2D, sampler time
-#   $(BUILD)/libcuref.a          the C twins (cuda/ref/*.c), plain C, always built
 #
 # nvcc is looked up on PATH, then in /usr/local/cuda/bin; `make CUDA=0`
 # turns the plugin off. Device code: SASS for sm_80 (A100), sm_89 (L4, L40S),
@@ -26,14 +27,6 @@ else
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CU_OFF_WHY := nvcc not found
 endif
-
-# The C twins: test references for the kernels, compiled by the C compiler.
-CUREF_SRCS := cuda/ref/matvec.c cuda/ref/rmsnorm.c cuda/ref/sample.c
-CUREF_OBJS := $(CUREF_SRCS:%.c=$(BUILD)/obj/%.o)
-LIBCUREF := $(BUILD)/libcuref.a
-$(LIBCUREF): $(CUREF_OBJS)
-	@echo "  AR      $@"
-	$(Q)rm -f $@ && ar rcs $@ $^
 
 CU_PLUGIN := $(BUILD)/libmoshid-cuda.so
 CU_TEST := $(BUILD)/engine-test
@@ -74,15 +67,16 @@ $(CU_PLUGIN): $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS) cuda/plugin.map
 	$(Q)$(NVCC) -shared --cudart static -Xlinker --version-script=cuda/plugin.map \
 		-Xlinker --exclude-libs,ALL -o $@ $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS)
 
-# The runners link the kernels directly (no dlopen) and the C twins.
+# The runners link the kernels directly (no dlopen) and the engine core,
+# which holds the C twins.
 
 CU_TEST_OBJS := $(BUILD)/obj/tests/gpu/engine_test.o $(BUILD)/obj/tests/gpu/gpu_util.o
 CU_BENCH_OBJS := $(BUILD)/obj/tests/gpu/engine_bench.o $(BUILD)/obj/tests/gpu/gpu_util.o
 
-$(CU_TEST): $(CU_TEST_OBJS) $(CU_OBJS) $(LIBCUREF) $(LIBENGINE)
+$(CU_TEST): $(CU_TEST_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
 	$(Q)$(NVCC) --cudart static -o $@ $^ -lm
-$(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBCUREF) $(LIBENGINE)
+$(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
 	$(Q)$(NVCC) --cudart static -o $@ $^ -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR) -lm
 
@@ -96,20 +90,21 @@ CU_LINE := "✗ CUDA backend plugin ($(CU_OFF_WHY))"
 endif
 
 OPTIONAL_LINES += $(CU_LINE)
-EXTRA_ALL += $(CU_TARGETS) $(LIBCUREF)
+EXTRA_ALL += $(CU_TARGETS)
 
-# make engine-only: the engine core, the C twins and (with nvcc) the plugin
-# and its runners, with nothing but a C compiler and the CUDA toolkit.
-engine-only-build: $(LIBENGINE) $(LIBCUREF) $(CU_TARGETS)
+# make engine-only: the engine core (with the C twins) and (with nvcc) the
+# plugin and its runners, with nothing but a C compiler and the CUDA toolkit.
+engine-only-build: $(LIBENGINE) $(CU_TARGETS)
 	@printf '%b\n' $(CU_LINE)
 	$(if $(CU_TARGETS),@echo "  run: $(CU_TEST) && $(CU_BENCH)")
 
 ifeq ($(MOSHID_ENGINE_ONLY),)
-# make test: the C twins against obvious references and the plugin loader
-# (tests/check_plugin.c), and the kernels against the twins where a device
-# exists (tests/gpu/engine_test.sh; skipped otherwise).
+# make test: the plugin loader and the C twins against obvious references
+# (tests/check_plugin.c; the CPU sampler against the kernel's logic replayed
+# on the host is tests/check_samp.c), and the kernels against the twins where
+# a device exists (tests/gpu/engine_test.sh; skipped otherwise).
 CHECK_SUITES += plugin
-CHECK_plugin_DEPS = $(LIBCUREF) $(LIBENGINE)
+CHECK_plugin_DEPS = $(LIBENGINE)
 CHECK_plugin_CFLAGS = -DCU_PLUGIN_BUILT=$(if $(CU_TARGETS),1,0)
 # Broken plugins the loader must refuse: a wrong ABI number, no entry point.
 FAKE_PLUGINS := $(BUILD)/tests/plugins/libmoshid-badabi.so $(BUILD)/tests/plugins/libmoshid-nosym.so

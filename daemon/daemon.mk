@@ -6,7 +6,7 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_table.c daemon/cfg_doc.c
+DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
@@ -97,10 +97,12 @@ run: $(BUILD)/moshid $(DEMO_DIR)/.ok
 	  --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors \
 	  --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model
 
-# Benchmark of the daemon (make bench-daemon, outside CI: about 5 minutes):
-# clients streaming in real time, doubling until a level fails.
+# Benchmark of the daemon (make bench-daemon, outside CI: about 15 minutes):
+# clients streaming in real time, doubling until a level fails, then halving
+# the gap; once with engine.pipeline off (the synchronous engine) and once
+# on, same commit, same run.
 bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 	$(Q)build/venv/bin/python tests/bench/loadgen.py --moshid $(BUILD)/moshid --config-args \
 	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn" \
-	  --seconds $(or $(BENCH_SECONDS),60)
+	  --seconds $(or $(BENCH_SECONDS),60) --start-n $(or $(BENCH_START_N),4) --max-n 64 --compare-pipeline
 .PHONY: run demo-model bench-daemon

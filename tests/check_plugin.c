@@ -1,6 +1,8 @@
-/* check_plugin.c - the plugin loader (engine/plugin.c) with the CUDA plugin
- * and with broken plugins, and the C twins of the CUDA kernels (cuda/ref/)
- * against simple, obviously right references. Runs on any machine: the
+/* check_plugin.c - the plugin loader (engine/base/plugin.c) with the CUDA
+ * plugin and with broken plugins, and the C twins of the CUDA kernels (the
+ * CPU backend's kern_matvec_bf16, kern_rmsnorm, samp_topk_rows; the sampler
+ * kernel's radix select in cuda/samp_core.h) against simple, obviously
+ * right references. Runs on any machine: the
  * kernels themselves are tested by engine-test where a device exists.
  */
 #include <math.h>
@@ -10,7 +12,10 @@
 
 #include "check_main.h"
 #include "plugin.h"
-#include "ref/ref.h"
+#include "kern_cpu.h"
+#include "samp.h"
+#include "samp_core.h"
+#include "st.h"
 
 #ifndef CU_PLUGIN_BUILT
 #define CU_PLUGIN_BUILT 0
@@ -98,8 +103,8 @@ START_TEST(test_matvec_twin) {
             uint16_t *w = malloc(sizeof(uint16_t) * N * K);
             for (int i = 0; i < B * K; i++) x[i] = integers ? (float)(int)(mix(&s) % 7) - 3 : (float)gauss(&s);
             for (int i = 0; i < N * K; i++)
-                w[i] = ref_f32_to_bf16(integers ? (float)(int)(mix(&s) % 9) - 4 : (float)(0.1 * gauss(&s)));
-            ref_matvec_bf16(y, x, w, B, N, K);
+                w[i] = st_f32_to_bf16(integers ? (float)(int)(mix(&s) % 9) - 4 : (float)(0.1 * gauss(&s)));
+            kern_matvec_bf16(y, x, w, B, N, K, NULL);
             /* gamma_K = K u / (1 - K u): the classic bound on a float dot
              * product of K terms in any order; integers are exact. */
             double u = ldexp(1.0, -24), gamma = K * u / (1.0 - K * u);
@@ -107,7 +112,7 @@ START_TEST(test_matvec_twin) {
                 for (int n = 0; n < N; n++) {
                     double exact = 0.0, mag = 0.0;
                     for (int k = 0; k < K; k++) {
-                        double t = (double)x[b * K + k] * ref_bf16_to_f32(w[n * K + k]);
+                        double t = (double)x[b * K + k] * st_bf16_to_f32(w[n * K + k]);
                         exact += t;
                         mag += fabs(t);
                     }
@@ -119,11 +124,11 @@ START_TEST(test_matvec_twin) {
         }
     }
     /* bf16 conversions: round to nearest even, exact on bf16 values, NaN kept */
-    ck_assert_uint_eq(ref_f32_to_bf16(1.0f), 0x3F80);
-    ck_assert(ref_bf16_to_f32(ref_f32_to_bf16(-2.5f)) == -2.5f);
-    ck_assert_uint_eq(ref_f32_to_bf16(1.0f + ldexpf(1.0f, -8)), 0x3F80);              /* tie to even */
-    ck_assert_uint_eq(ref_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)), 0x3F82);          /* tie to even */
-    ck_assert(isnan(ref_bf16_to_f32(ref_f32_to_bf16(NAN))));
+    ck_assert_uint_eq(st_f32_to_bf16(1.0f), 0x3F80);
+    ck_assert(st_bf16_to_f32(st_f32_to_bf16(-2.5f)) == -2.5f);
+    ck_assert_uint_eq(st_f32_to_bf16(1.0f + ldexpf(1.0f, -8)), 0x3F80);              /* tie to even */
+    ck_assert_uint_eq(st_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)), 0x3F82);          /* tie to even */
+    ck_assert(isnan(st_bf16_to_f32(st_f32_to_bf16(NAN))));
 }
 END_TEST
 
@@ -140,7 +145,7 @@ START_TEST(test_rmsnorm_twin) {
             float *x = malloc(sizeof(float) * B * C), *y = malloc(sizeof(float) * B * C), *a = malloc(sizeof(float) * C);
             for (int i = 0; i < B * C; i++) x[i] = (float)(scales[sc] * gauss(&s));
             for (int i = 0; i < C; i++) a[i] = (float)(1.0 + 0.3 * gauss(&s));
-            ref_rmsnorm(y, x, a, B, C, eps);
+            kern_rmsnorm(y, x, a, B, C, eps);
             for (int b = 0; b < B; b++) {
                 double ms = 0.0;
                 for (int i = 0; i < C; i++) ms += (double)x[b * C + i] * x[b * C + i];
@@ -153,13 +158,13 @@ START_TEST(test_rmsnorm_twin) {
                 }
             }
             /* in place */
-            ref_rmsnorm(x, x, a, B, C, eps);
+            kern_rmsnorm(x, x, a, B, C, eps);
             ck_assert_mem_eq(x, y, sizeof(float) * B * C);
             free(x); free(y); free(a);
         }
     /* eps is inside the root: all-zero input gives zeros, not NaN */
     float z[4] = {0}, one[4] = {1, 1, 1, 1}, out[4];
-    ref_rmsnorm(out, z, one, 1, 4, eps);
+    kern_rmsnorm(out, z, one, 1, 4, eps);
     for (int i = 0; i < 4; i++) ck_assert(out[i] == 0.0f);
 }
 END_TEST
@@ -169,7 +174,9 @@ END_TEST
 static int32_t sample1(const float *l, int N, float temp, int topk, uint64_t seed, uint64_t step, uint32_t stream) {
     samp_row r = {.seed = seed, .step = step, .temp = temp, .topk = topk};
     int32_t out = -1;
-    ck_assert_int_eq(ref_sample_topk(&out, l, &r, 1, N, stream), MS_OK);
+    int *scratch = malloc(sizeof(int) * (size_t)N);
+    samp_topk_rows(&out, l, &r, 1, N, stream, scratch);
+    free(scratch);
     ck_assert(out >= 0 && out < N);
     return out;
 }
@@ -193,10 +200,10 @@ START_TEST(test_sample_greedy) {
     for (int i = 0; i < 15; i++) l[i] = (float)gauss(&s);
     samp_row rows[3] = {{1, 2, 0.0f, 0}, {1, 2, 0.9f, 3}, {5, 9, 1.5f, 0}};
     int32_t out[3];
-    ck_assert_int_eq(ref_sample_topk(out, l, rows, 3, 5, 4), MS_OK);
+    int scratch[5];
+    samp_topk_rows(out, l, rows, 3, 5, 4, scratch);
     for (int b = 0; b < 3; b++)
         ck_assert_int_eq(out[b], sample1(l + 5 * b, 5, rows[b].temp, rows[b].topk, rows[b].seed, rows[b].step, 4));
-    ck_assert_int_eq(ref_sample_topk(out, l, rows, 1, 0, 0), MS_ERR_ARG);
 }
 END_TEST
 

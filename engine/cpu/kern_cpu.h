@@ -1,11 +1,15 @@
 /* kern_cpu.h - the CPU kernels of the Moshi LM step (plain C + AVX2/FMA).
  *
  * Every kernel is a plain function: outputs first, then inputs, then
- * weights, then sizes; tensor pointers carry their shape in a comment. The
- * CUDA backend keeps the same names and argument order (stream last) and is
- * tested kernel by kernel against these. Weights are matrices stored
- * row-major (rows, cols) in their checkpoint precision (f32, f16 or bf16)
- * and widened to float32 in registers; activations are float32.
+ * weights, then sizes; tensor pointers carry their shape in a comment.
+ * These are also the C twins of the CUDA kernels (cuda/cu_kern.h): kern_X
+ * has the launcher cu_X with the same arguments, the CUDA stream last (where
+ * kern_X takes its pool), and tests/gpu/engine_test.c compares each launcher
+ * against its kern_X (so far kern_matvec_bf16 and kern_rmsnorm).
+ *
+ * Weights are matrices stored row-major (rows, cols) in their checkpoint
+ * precision (f32, f16 or bf16) and widened to float32 in registers;
+ * activations are float32.
  */
 #ifndef MOSHID_KERN_CPU_H
 #define MOSHID_KERN_CPU_H
@@ -44,7 +48,8 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *ctx, int i, int n), void *ctx)
  *   y (n, w->rows), x (n, w->cols); y must not alias x. */
 void kern_matmul(float *y, const float *x, const kern_mat *w, int n, kern_pool *pool);
 /* kern_matvec_bf16: kern_matmul on a bf16 matrix, in the argument order of
- * the CUDA cu_matvec_bf16.  y (B, N), x (B, K), w (N, K) bf16. */
+ * the CUDA cu_matvec_bf16 (its C twin); pool may be NULL (the caller's
+ * thread only).  y (B, N), x (B, K), w (N, K) bf16; y must not alias x. */
 void kern_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K, kern_pool *pool);
 
 /* kern_matmul_rows: the same for output rows [r0, r1) only (one thread). */
@@ -54,8 +59,9 @@ void kern_matmul_rows(float *y, const float *x, const kern_mat *w, int n, int r0
  *   x (dim), table (card, dim). The caller checks 0 <= token < rows. */
 void kern_embed_add(float *x, const kern_mat *table, int token);
 
-/* kern_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row, float32
- * (eps inside the root). Same arguments as the CUDA cu_rmsnorm.
+/* kern_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row (eps inside
+ * the root): sum of squares in double, then y = x * (alpha * inv) in
+ * float32. Same arguments as the CUDA cu_rmsnorm (its C twin).
  *   y (B, C), x (B, C), alpha (C). y may alias x. */
 void kern_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, float eps);
 

@@ -1,24 +1,14 @@
-/* samp.c - greedy and Gumbel-max top-k sampling (see samp.h). */
+/* samp.c - greedy and Gumbel-max top-k sampling on the CPU (see samp.h).
+ * The per-element arithmetic is samp.h's, shared with the CUDA sampler;
+ * this file only chooses the top k (a heap of the k best rank keys) and
+ * keeps the best score. */
 #include "samp.h"
 
 #include <math.h>
-#include <string.h>
+#include <stddef.h>
 
-#include "rng.h"
-
-/* a float as a uint32 of the same order; NaN as -inf, -0 as +0 */
-static inline uint32_t ord(float v) {
-    if (v != v) v = -INFINITY;
-    if (v == 0.0f) v = 0.0f;
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* rank key: value first, then the lower index; all keys of a row distinct */
-static inline uint64_t key(const float *l, int i) {
-    return ((uint64_t)ord(l[i]) << 32) | (uint64_t)(0xFFFFFFFFu - (uint32_t)i);
-}
+/* the rank key of logits[i] */
+static inline uint64_t key(const float *l, int i) { return samp_key(l[i], (uint32_t)i); }
 
 int samp_greedy(const float *logits, int n) {
     int best = 0;
@@ -31,10 +21,6 @@ int samp_greedy(const float *logits, int n) {
         }
     }
     return best;
-}
-
-double samp_gumbel(uint64_t seed, uint64_t step, uint32_t stream, uint32_t index) {
-    return -log(-log(rng_uniform(seed, step, stream, index)));
 }
 
 /* min-heap of indices by rank key (the worst kept candidate at the root) */
@@ -55,7 +41,7 @@ int samp_topk(const float *logits, int n, float temp, int topk, uint64_t seed, u
               int *scratch) {
     if (!(temp > 0)) return samp_greedy(logits, n);
     int k = topk <= 0 || topk > n ? n : topk;
-    int *h = scratch;
+    int *h = scratch;   /* (k) the kept indices */
     for (int i = 0; i < k; i++) h[i] = i;
     if (k < n) {
         for (int i = k / 2 - 1; i >= 0; i--) sift_down(h, k, i, logits);
@@ -65,17 +51,23 @@ int samp_topk(const float *logits, int n, float temp, int topk, uint64_t seed, u
                 sift_down(h, k, 0, logits);
             }
     }
-    int best = -1;
+    int32_t best = -1;
     double bs = -INFINITY;
     for (int j = 0; j < k; j++) {
         int i = h[j];
-        float q = logits[i] / temp;   /* IEEE float division, as on the GPU */
-        if (q != q) q = -INFINITY;
-        double s = (double)q + samp_gumbel(seed, step, stream, (uint32_t)i);
-        if (best < 0 || s > bs || (s == bs && i < best)) {
+        double s = samp_score(logits[i], temp, samp_gumbel(rng_uniform(seed, step, stream, (uint32_t)i)));
+        if (samp_better(s, i, bs, best)) {
             bs = s;
             best = i;
         }
     }
     return best;
+}
+
+void samp_topk_rows(int32_t *out, const float *logits, const samp_row *rows, int B, int N, uint32_t stream,
+                    int *scratch) {
+    for (int b = 0; b < B; b++) {
+        const samp_row *p = &rows[b];
+        out[b] = samp_topk(logits + (size_t)b * N, N, p->temp, p->topk, p->seed, p->step, stream, scratch);
+    }
 }

@@ -8,8 +8,9 @@
  *    a ratio to cuBLAS (cublasGemmEx, bf16 x bf16 -> f32, the same shape);
  *    W is rotated over enough copies to exceed L2 four times, so every
  *    launch reads W from HBM as a model step would;
- *  - cu_sample_topk: time per call for the text (32000, k 25) and audio
- *    (2048, k 250) rows, batch 1 and 8.
+ *  - cu_samp_topk_rows: time per call for the text (32000, k 25) and audio
+ *    (2048, k 250) rows, batch 1 and 8, and the time of its C twin (the CPU
+ *    sampler, samp_topk_rows, one thread) on the same rows as a ratio.
  * Times are means over back-to-back launches timed with CUDA events.
  * Prints markdown tables (docs/benchmarks.md). Without a device it prints
  * "no CUDA device: skipped" and exits 0.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CU_CHECK_CUBLAS
 #include <cublas_v2.h>
@@ -25,11 +27,12 @@
 #include "cu_check.h"
 #include "cu_kern.h"
 #include "gpu_util.h"
-#include "ref/ref.h"
+#include "samp.h"
 
 #define BENCH_ITERS 50        /* timed launches per measurement */
 #define BENCH_MAX_WCOPIES 64  /* W copies rotated to defeat L2 */
 #define BENCH_COPY_BYTES ((size_t)1 << 30)
+#define BENCH_CPU_ITERS 20    /* timed calls of a CPU twin */
 
 static cudaEvent_t ev0, ev1;
 
@@ -107,12 +110,19 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
     }
 }
 
+/* Wall-clock seconds (CLOCK_MONOTONIC), for the CPU twins. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void bench_sample(void) {
     static const struct { const char *what; int N, k; float t; } rows[] = {
         {"text", 32000, 25, 0.7f}, {"audio", 2048, 250, 0.8f}, {"text greedy", 32000, 0, 0.0f},
     };
     static const int batches[] = {1, 8};
-    printf("\n| sampler | B | N | k | T | time us per call |\n|---|---|---|---|---|---|\n");
+    printf("\n| sampler | B | N | k | T | GPU us per call | CPU twin us | CPU / GPU |\n|---|---|---|---|---|---|---|---|\n");
     gu_rng r = {42};
     for (size_t s = 0; s < sizeof rows / sizeof rows[0]; s++) {
         int N = rows[s].N;
@@ -123,19 +133,25 @@ static void bench_sample(void) {
         for (int b = 0; b < 8; b++) p[b] = (samp_row){.seed = 1 + (uint64_t)b, .step = 0, .temp = rows[s].t, .topk = rows[s].k};
         float *dl = gu_dalloc(n * sizeof *l);
         samp_row *dp = gu_dalloc(sizeof p);
-        int32_t *dout = gu_dalloc(8 * sizeof(int32_t));
+        int32_t *dout = gu_dalloc(8 * sizeof(int32_t)), hout[8];
+        int *scratch = malloc((size_t)N * sizeof *scratch);
         gu_h2d(dl, l, n * sizeof *l);
         gu_h2d(dp, p, sizeof p);
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             int B = batches[bi];
-            CU_CHECK_FATAL(cu_sample_topk(dout, dl, dp, B, N, 1, 0));
+            CU_CHECK_FATAL(cu_samp_topk_rows(dout, dl, dp, B, N, SAMP_STREAM_AUDIO(0), 0));
             tic();
-            for (int i = 0; i < BENCH_ITERS; i++) CU_CHECK_FATAL(cu_sample_topk(dout, dl, dp, B, N, 1, 0));
+            for (int i = 0; i < BENCH_ITERS; i++)
+                CU_CHECK_FATAL(cu_samp_topk_rows(dout, dl, dp, B, N, SAMP_STREAM_AUDIO(0), 0));
             double ms = toc(BENCH_ITERS);
-            printf("| %s | %d | %d | %d | %.1f | %.1f |\n", rows[s].what, B, N, rows[s].k, rows[s].t, ms * 1e3);
+            double t0 = now_s();
+            for (int i = 0; i < BENCH_CPU_ITERS; i++) samp_topk_rows(hout, l, p, B, N, SAMP_STREAM_AUDIO(0), scratch);
+            double cms = (now_s() - t0) * 1e3 / BENCH_CPU_ITERS;
+            printf("| %s | %d | %d | %d | %.1f | %.1f | %.1f | %.1f |\n", rows[s].what, B, N, rows[s].k, rows[s].t,
+                   ms * 1e3, cms * 1e3, cms / ms);
         }
         gu_dfree(dl); gu_dfree(dp); gu_dfree(dout);
-        free(l);
+        free(l); free(scratch);
     }
 }
 

@@ -1,7 +1,11 @@
-/* engine_test.c - engine-test: every CUDA kernel against its C twin
- * (cuda/ref/) on deterministic random inputs of several shapes, plus the
- * host-side checks of the CUDA error reporting. Needs no Check and no
- * pkg-config library (make engine-only).
+/* engine_test.c - engine-test: every CUDA kernel against its C twin, the
+ * CPU backend's own kernel or sampler (cuda/cu_kern.h lists the pairs:
+ * kern_matvec_bf16, kern_rmsnorm, samp_topk_rows), on deterministic random
+ * inputs of several shapes, plus host-side checks: the CUDA error
+ * reporting, the launchers' argument checks, and the sampler kernel's logic
+ * replayed on the host (cuda/samp_core.h) against the CPU sampler on this
+ * file's sampler cases. Needs no Check and no pkg-config library (make
+ * engine-only).
  *
  * One line per test, then "N passed, N failed, N skipped". Device tests are
  * skipped with "no CUDA device: skipped" where there is none. Exit status 1
@@ -16,7 +20,7 @@
  *    2^24 / K (>= 1489 for K <= 11264): the bound separates the two;
  *  - rmsnorm: |gpu - ref| / (2^-24 |ref|) <= 64 (a handful of roundings
  *    plus the f32 tree sum against the twin's double sum);
- *  - sampler: the same index, exactly (cuda/samp_core.h says why).
+ *  - sampler: the same index, exactly (engine/lm/samp.h, docs/cuda.md).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -27,7 +31,10 @@
 #include "cu_check.h"
 #include "cu_kern.h"
 #include "gpu_util.h"
-#include "ref/ref.h"
+#include "kern_cpu.h"
+#include "samp.h"
+#include "samp_core.h"
+#include "st.h"
 
 static int n_pass, n_fail, n_skip;
 static int have_dev;
@@ -77,7 +84,8 @@ static void test_launch_args(void) {
              cu_matvec_bf16(NULL, NULL, NULL, 1, 4, -8, 0) == cudaErrorInvalidValue &&
              cu_rmsnorm(NULL, NULL, NULL, 1, 0, 1e-8f, 0) == cudaErrorInvalidValue &&
              cu_rmsnorm(NULL, NULL, NULL, 1, 8, NAN, 0) == cudaErrorInvalidValue &&
-             cu_sample_topk(NULL, NULL, NULL, 1, 0, 0, 0) == cudaErrorInvalidValue &&
+             cu_samp_topk_rows(NULL, NULL, NULL, 1, 0, 0, 0) == cudaErrorInvalidValue &&
+             cu_samp_topk_rows(NULL, NULL, NULL, -1, 8, 0, 0) == cudaErrorInvalidValue &&
              cu_matvec_bf16(NULL, NULL, NULL, 0, 4, 4, 0) == cudaSuccess;
     result(ok, "launcher_argument_checks", "bad dims refused before any launch");
 }
@@ -97,8 +105,8 @@ static void matvec_case(int B, int N, int K, int integers, int xoff, uint64_t se
     uint16_t *w = malloc(nw * sizeof *w);
     for (size_t i = 0; i < nx; i++) x[i] = integers ? (float)gu_int(&r, -3, 3) : (float)gu_normal(&r);
     for (size_t i = 0; i < nw; i++)
-        w[i] = ref_f32_to_bf16(integers ? (float)gu_int(&r, -4, 4) : (float)(0.05 * gu_normal(&r)));
-    ref_matvec_bf16(yr, x + xoff, w, B, N, K);
+        w[i] = st_f32_to_bf16(integers ? (float)gu_int(&r, -4, 4) : (float)(0.05 * gu_normal(&r)));
+    kern_matvec_bf16(yr, x + xoff, w, B, N, K, NULL);   /* the twin, on this thread */
 
     float *dx = gu_dalloc(nx * sizeof *x), *dy = gu_dalloc(ny * sizeof *y);
     uint16_t *dw = gu_dalloc(nw * sizeof *w);
@@ -115,7 +123,7 @@ static void matvec_case(int B, int N, int K, int integers, int xoff, uint64_t se
         for (int n = 0; n < N; n++) {
             size_t i = (size_t)b * N + n;
             double s = 0.0;
-            for (int k = 0; k < K; k++) s += fabs((double)x[xoff + (size_t)b * K + k] * ref_bf16_to_f32(w[(size_t)n * K + k]));
+            for (int k = 0; k < K; k++) s += fabs((double)x[xoff + (size_t)b * K + k] * st_bf16_to_f32(w[(size_t)n * K + k]));
             double d = fabs((double)y[i] - yr[i]);
             double e = integers ? d : d / (s * ldexp(1.0, -24) + 1e-300);
             if (!(e <= tol)) e = INFINITY;   /* NaN counts as a failure */
@@ -155,7 +163,7 @@ static void rmsnorm_case(int B, int C, double scale, int inplace, uint64_t seed)
     float *a = malloc((size_t)C * sizeof *a);
     for (size_t i = 0; i < n; i++) x[i] = (float)(scale * gu_normal(&r));
     for (int c = 0; c < C; c++) a[c] = (float)(1.0 + 0.5 * gu_normal(&r));
-    ref_rmsnorm(yr, x, a, B, C, eps);
+    kern_rmsnorm(yr, x, a, B, C, eps);
     float *dx = gu_dalloc(n * sizeof *x), *dy = inplace ? dx : gu_dalloc(n * sizeof *y), *da = gu_dalloc((size_t)C * sizeof *a);
     gu_h2d(dx, x, n * sizeof *x);
     gu_h2d(da, a, (size_t)C * sizeof *a);
@@ -190,70 +198,133 @@ static void test_rmsnorm(void) {
 
 /* ---- sampler ------------------------------------------------------------- */
 
-/* kind 0: normal logits x3; 1: rounded to 0.5 (many ties); 2: with -inf and
- * NaN entries; 3: all equal. */
-static void sample_case(int B, int N, int topk, float temp, int kind, uint64_t seed) {
-    static const char *kinds[] = {"normal", "ties", "inf+nan", "flat"};
-    char name[128];
-    snprintf(name, sizeof name, "sample_topk B=%d N=%d k=%d T=%g %s", B, N, topk, temp, kinds[kind]);
-    if (skip_no_dev(name)) return;
-    gu_rng r = {seed};
-    size_t n = (size_t)B * N;
+/* The sampler cases: B rows of N logits of one kind, every row with its own
+ * seed and step and the case's k and T. kind 0: normal logits x3; 1:
+ * rounded to 0.5 (many ties); 2: with -inf and NaN entries; 3: all equal. */
+typedef struct { int B, N, topk; float temp; int kind; uint64_t seed; } sample_spec;
+static const char *sample_kinds[] = {"normal", "ties", "inf+nan", "flat"};
+#define SAMPLE_MAX_CASES 64
+static sample_spec sample_cases[SAMPLE_MAX_CASES];
+static int n_sample_cases;
+
+static void sample_add(int B, int N, int topk, float temp, int kind) {
+    if (n_sample_cases == SAMPLE_MAX_CASES) { fprintf(stderr, "SAMPLE_MAX_CASES too small\n"); exit(1); }
+    sample_cases[n_sample_cases] = (sample_spec){B, N, topk, temp, kind, (uint64_t)n_sample_cases + 1};
+    n_sample_cases++;
+}
+
+static void sample_make_cases(void) {
+    static const int ns[] = {7, 2048, 32000};
+    static const float temps[] = {0.7f, 1.3f};
+    for (size_t a = 0; a < 3; a++) {
+        int N = ns[a];
+        const int ks[] = {0, 1, 25, 250, N};
+        sample_add(8, N, 0, 0.0f, 0);   /* greedy ignores k */
+        for (size_t t = 0; t < 2; t++)
+            for (size_t k = 0; k < 5; k++) sample_add(8, N, ks[k], temps[t], 0);
+        sample_add(8, N, 25, 0.7f, 1);
+        sample_add(8, N, 250, 0.8f, 1);
+        sample_add(8, N, 0, 0.0f, 1);
+        sample_add(8, N, 25, 0.7f, 2);
+        sample_add(8, N, 0, 0.0f, 2);
+        sample_add(4, N, 5, 1.0f, 3);
+        sample_add(4, N, 0, 0.0f, 3);
+    }
+}
+
+/* The logits (B, N) and rows (B) of case c; the caller frees both. */
+static void sample_inputs(const sample_spec *c, float **logits, samp_row **rows) {
+    gu_rng r = {c->seed};
+    size_t n = (size_t)c->B * c->N;
     float *l = malloc(n * sizeof *l);
     for (size_t i = 0; i < n; i++) {
         double v = 3.0 * gu_normal(&r);
-        if (kind == 1) v = round(v * 2.0) / 2.0;
-        if (kind == 2 && gu_int(&r, 0, 9) == 0) v = gu_int(&r, 0, 1) ? -INFINITY : NAN;
-        if (kind == 3) v = 1.25;
+        if (c->kind == 1) v = round(v * 2.0) / 2.0;
+        if (c->kind == 2 && gu_int(&r, 0, 9) == 0) v = gu_int(&r, 0, 1) ? -INFINITY : NAN;
+        if (c->kind == 3) v = 1.25;
         l[i] = (float)v;
     }
-    samp_row *rows = malloc((size_t)B * sizeof *rows);
-    for (int b = 0; b < B; b++)
-        rows[b] = (samp_row){.seed = seed * 7919 + (uint64_t)b, .step = (uint64_t)(b * 13 + 5), .temp = temp, .topk = topk};
-    const uint32_t stream = 3;
-    int32_t *got = malloc((size_t)B * sizeof *got), *want = malloc((size_t)B * sizeof *want);
-    if (ref_sample_topk(want, l, rows, B, N, stream) != MS_OK) {
-        result(0, name, "ref_sample_topk failed");
-        goto out;
+    samp_row *p = malloc((size_t)c->B * sizeof *p);
+    for (int b = 0; b < c->B; b++)
+        p[b] = (samp_row){.seed = c->seed * 7919 + (uint64_t)b, .step = (uint64_t)(b * 13 + 5), .temp = c->temp,
+                          .topk = c->topk};
+    *logits = l;
+    *rows = p;
+}
+
+#define SAMPLE_STREAM SAMP_STREAM_AUDIO(2)
+
+static void sample_name(char *name, size_t len, const sample_spec *c) {
+    snprintf(name, len, "samp_topk_rows B=%d N=%d k=%d T=%g %s", c->B, c->N, c->topk, c->temp, sample_kinds[c->kind]);
+}
+
+/* Host check: the kernel's algorithm replayed on the host (samp_radix_rows)
+ * picks the twin's token on every row of every case (tests/check_samp.c
+ * does the same on far more rows; this keeps it in engine-only builds). */
+static void test_sample_replay(void) {
+    long rows_total = 0;
+    for (int ci = 0; ci < n_sample_cases; ci++) {
+        const sample_spec *c = &sample_cases[ci];
+        float *l;
+        samp_row *p;
+        sample_inputs(c, &l, &p);
+        int32_t *want = malloc((size_t)c->B * sizeof *want), *got = malloc((size_t)c->B * sizeof *got);
+        int *scratch = malloc((size_t)c->N * sizeof *scratch);
+        samp_topk_rows(want, l, p, c->B, c->N, SAMPLE_STREAM, scratch);
+        samp_radix_rows(got, l, p, c->B, c->N, SAMPLE_STREAM);
+        int bad = -1;
+        for (int b = 0; b < c->B && bad < 0; b++)
+            if (got[b] != want[b]) bad = b;
+        if (bad >= 0) {
+            char name[128];
+            sample_name(name, sizeof name, c);
+            result(0, "samp_radix_rows == samp_topk_rows", "%s row %d: replay %d, twin %d", name, bad, got[bad],
+                   want[bad]);
+        }
+        rows_total += c->B;
+        free(l); free(p); free(want); free(got); free(scratch);
+        if (bad >= 0) return;   /* the first mismatch only */
     }
+    result(1, "samp_radix_rows == samp_topk_rows", "%d cases, %ld rows, same tokens", n_sample_cases, rows_total);
+}
+
+static void sample_case(const sample_spec *c) {
+    char name[128];
+    sample_name(name, sizeof name, c);
+    if (skip_no_dev(name)) return;
+    float *l;
+    samp_row *rows;
+    sample_inputs(c, &l, &rows);
+    const int B = c->B, N = c->N;
+    size_t n = (size_t)B * N;
+    int32_t *got = malloc((size_t)B * sizeof *got), *want = malloc((size_t)B * sizeof *want);
+    int *scratch = malloc((size_t)N * sizeof *scratch);
+    samp_topk_rows(want, l, rows, B, N, SAMPLE_STREAM, scratch);   /* the twin */
     float *dl = gu_dalloc(n * sizeof *l);
     samp_row *drows = gu_dalloc((size_t)B * sizeof *rows);
     int32_t *dout = gu_dalloc((size_t)B * sizeof *got);
     gu_h2d(dl, l, n * sizeof *l);
     gu_h2d(drows, rows, (size_t)B * sizeof *rows);
-    CU_CHECK_FATAL(cu_sample_topk(dout, dl, drows, B, N, stream, 0));
+    CU_CHECK_FATAL(cudaMemset(dout, 0xFF, (size_t)B * sizeof *got));   /* -1: unwritten outputs show */
+    CU_CHECK_FATAL(cu_samp_topk_rows(dout, dl, drows, B, N, SAMPLE_STREAM, 0));
     gu_sync();
     gu_d2h(got, dout, (size_t)B * sizeof *got);
     int bad = -1;
     for (int b = 0; b < B && bad < 0; b++)
         if (got[b] != want[b]) bad = b;
-    if (bad >= 0)
-        result(0, name, "row %d: gpu picked %d, twin %d", bad, got[bad], want[bad]);
-    else
+    if (bad >= 0) {
+        const float *lb = l + (size_t)bad * N;
+        result(0, name, "row %d: gpu picked %d (logit %.9g), twin %d (logit %.9g)", bad, got[bad],
+               got[bad] >= 0 && got[bad] < N ? lb[got[bad]] : NAN, want[bad], lb[want[bad]]);
+    } else {
         result(1, name, "%d rows, same index (first %d)", B, want[0]);
+    }
     gu_dfree(dl); gu_dfree(drows); gu_dfree(dout);
-out:
-    free(l); free(rows); free(got); free(want);
+    free(l); free(rows); free(got); free(want); free(scratch);
 }
 
 static void test_sample(void) {
-    static const int ns[] = {7, 2048, 32000};
-    static const float temps[] = {0.0f, 0.7f, 1.3f};
-    uint64_t seed = 1;
-    for (size_t a = 0; a < 3; a++) {
-        int N = ns[a];
-        const int ks[] = {0, 1, 25, 250, N};
-        sample_case(8, N, 0, 0.0f, 0, seed++);   /* greedy ignores k */
-        for (size_t t = 1; t < 3; t++)
-            for (size_t k = 0; k < 5; k++) sample_case(8, N, ks[k], temps[t], 0, seed++);
-        sample_case(8, N, 25, 0.7f, 1, seed++);
-        sample_case(8, N, 250, 0.8f, 1, seed++);
-        sample_case(8, N, 0, 0.0f, 1, seed++);
-        sample_case(8, N, 25, 0.7f, 2, seed++);
-        sample_case(8, N, 0, 0.0f, 2, seed++);
-        sample_case(4, N, 5, 1.0f, 3, seed++);
-        sample_case(4, N, 0, 0.0f, 3, seed++);
-    }
+    for (int c = 0; c < n_sample_cases; c++) sample_case(&sample_cases[c]);
 }
 
 int main(void) {
@@ -265,8 +336,10 @@ int main(void) {
     } else {
         printf("%s: device tests skipped\n", no_dev_why);
     }
+    sample_make_cases();
     test_cu_check();
     test_launch_args();
+    test_sample_replay();
     test_matvec();
     test_rmsnorm();
     test_sample();
