@@ -227,13 +227,24 @@ static int check_slots(const lm_backend *b, const int *slots, int n, const char 
     return MS_OK;
 }
 
+/* The checks of a codec call: a codec, slots, buffers. Returns MS_OK, or
+ * the error; *skip = 1 for an empty batch. */
+static int check_codec_call(const lm_backend *b, const int *slots, int n, const void *in, const void *out,
+                            const char *what, int *skip, ms_error *err) {
+    *skip = 1;
+    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
+    if (check_slots(b, slots, n, what, err)) return err ? err->code : MS_ERR_ARG;
+    if (n == 0) return MS_OK;
+    if (!in || !out) return ms_err_set(err, MS_ERR_ARG, "%s: bad arguments", what);
+    *skip = 0;
+    return MS_OK;
+}
+
 int lm_backend_mimi_encode(lm_backend *b, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
     NEED_ENTRY(mimi_encode);
-    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
-    if (check_slots(b, slots, n, "mimi_encode", err)) return err ? err->code : MS_ERR_ARG;
-    if (n == 0) return MS_OK;
-    if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "mimi_encode: bad arguments");
-    int rc = b->ops->mimi_encode(b->ctx, slots, n, pcm, codes, err);
+    int skip, rc = check_codec_call(b, slots, n, pcm, codes, "mimi_encode", &skip, err);
+    if (rc || skip) return rc;
+    rc = b->ops->mimi_encode(b->ctx, slots, n, pcm, codes, err);
     if (rc) return rc;
     for (int i = 0; i < n; i++)
         if (b->enc_frames[slots[i]]++ == 0 && b->cfg.variant == LM_VARIANT_KYUTAI &&
@@ -244,10 +255,8 @@ int lm_backend_mimi_encode(lm_backend *b, const int *slots, int n, const float *
 
 int lm_backend_mimi_decode(lm_backend *b, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
     NEED_ENTRY(mimi_decode);
-    if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "backend %s: opened without a codec", b->ops->name);
-    if (check_slots(b, slots, n, "mimi_decode", err)) return err ? err->code : MS_ERR_ARG;
-    if (n == 0) return MS_OK;
-    if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "mimi_decode: bad arguments");
+    int skip, rc = check_codec_call(b, slots, n, codes, pcm, "mimi_decode", &skip, err);
+    if (rc || skip) return rc;
     return b->ops->mimi_decode(b->ctx, slots, n, codes, pcm, err);
 }
 

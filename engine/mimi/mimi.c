@@ -228,12 +228,18 @@ int mimi_decode_batch_ws(const mimi_model *m, mimi_ws *ws, mimi_stream *const *s
 
 /* The convenience forms: a workspace for the call (allocates: tools and
  * tests, not the serving path). */
+static mimi_ws *call_ws(const mimi_model *m, int n, ms_error *err) {
+    if (!m || n < 1 || n > MIMI_MAX_BATCH) {
+        ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
+        return NULL;
+    }
+    return mimi_ws_create(m, n, err);
+}
+
 int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const float *pcm, int *codes,
                       ms_error *err) {
-    if (!m || n < 1 || n > MIMI_MAX_BATCH)
-        return ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
-    mimi_ws *ws = mimi_ws_create(m, n, err);
-    if (!ws) return err ? err->code : MS_ERR_NOMEM;
+    mimi_ws *ws = call_ws(m, n, err);
+    if (!ws) return err ? err->code : MS_ERR_ARG;
     int rc = mimi_encode_batch_ws(m, ws, streams, n, pcm, codes, err);
     mimi_ws_free(ws);
     return rc;
@@ -241,10 +247,8 @@ int mimi_encode_batch(const mimi_model *m, mimi_stream *const *streams, int n, c
 
 int mimi_decode_batch(const mimi_model *m, mimi_stream *const *streams, int n, const int *codes, float *pcm,
                       ms_error *err) {
-    if (!m || n < 1 || n > MIMI_MAX_BATCH)
-        return ms_err_set(err, MS_ERR_ARG, "mimi: bad batch (n=%d, limit %d)", n, MIMI_MAX_BATCH);
-    mimi_ws *ws = mimi_ws_create(m, n, err);
-    if (!ws) return err ? err->code : MS_ERR_NOMEM;
+    mimi_ws *ws = call_ws(m, n, err);
+    if (!ws) return err ? err->code : MS_ERR_ARG;
     int rc = mimi_decode_batch_ws(m, ws, streams, n, codes, pcm, err);
     mimi_ws_free(ws);
     return rc;
