@@ -32,8 +32,8 @@ struct model {
     int slots;
     model_slot *s;          /* (slots) */
     /* one frame step per scheduler batch buffer (engine thread) */
-    lm_frame frame[2];
-    lmgen_slot **gens[2];   /* (slots) */
+    lm_frame frame[LM_MAX_INFLIGHT];
+    lmgen_slot **gens[LM_MAX_INFLIGHT];   /* (slots) */
 };
 
 static void rec_close(model_slot *s);
@@ -74,7 +74,7 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     m->s = calloc((size_t)m->slots, sizeof *m->s);
     if (!m->s) { ms_err_set(err, MS_ERR_NOMEM, "model: out of memory for %d slots", m->slots); goto fail; }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < LM_MAX_INFLIGHT; k++) {
         if (lm_frame_alloc(m->lm, &m->frame[k], m->slots, err) != MS_OK) goto fail;
         if (!(m->gens[k] = calloc((size_t)m->slots, sizeof *m->gens[k]))) {
             ms_err_set(err, MS_ERR_NOMEM, "model: out of memory");
@@ -100,7 +100,7 @@ void model_close(model *m) {
         pp_job_free(m->s[i].job);
     }
     free(m->s);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < LM_MAX_INFLIGHT; k++) {
         lm_frame_free(&m->frame[k]);
         free(m->gens[k]);
     }

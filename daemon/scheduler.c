@@ -18,6 +18,8 @@ enum { SLOT_FREE, SLOT_BEGIN, SLOT_JOB, SLOT_ACTIVE, SLOT_DETACH, SLOT_ENDED };
 #define SCHED_SLOW_FRAME_MS 20.0
 
 #define F MS_FRAME_SAMPLES
+/* Batch buffers: as many as the backend takes frame steps in flight. */
+#define SCHED_BUFFERS LM_MAX_INFLIGHT
 
 typedef struct slot {
     _Atomic int state;
@@ -60,7 +62,7 @@ struct sched {
     _Atomic uint64_t progress;   /* engine-thread progress counter (loops that did work) */
     double ewma_ms;      /* engine thread */
     int next_job;        /* engine thread: round-robin start of the job scan */
-    sched_batch batch[2];
+    sched_batch batch[SCHED_BUFFERS];
 };
 
 static double now_ms(void) {
@@ -224,11 +226,30 @@ static void deliver(sched *s, sched_batch *b, double t0) {
     b->n = 0;
 }
 
+/* Engine thread: finish the oldest submitted batch and hand its outputs over. */
+static void finish_oldest(sched *s, int *pend, double *pend_t0, int *npend) {
+    sched_batch *p = &s->batch[pend[0]];
+    ms_error e = {0};
+    if (s->m.wait(s->m.ctx, p, &e) != MS_OK) {
+        engine_fail(s, &e);
+        for (int j = 0; j < p->n; j++) s->slots[p->slots[j]].inflight--;
+        p->n = 0;
+    } else {
+        deliver(s, p, pend_t0[0]);
+    }
+    for (int k = 1; k < *npend; k++) {
+        pend[k - 1] = pend[k];
+        pend_t0[k - 1] = pend_t0[k];
+    }
+    (*npend)--;
+    uv_async_send(&s->async);
+}
+
 static void *engine_main(void *arg) {
     sched *s = arg;
-    sched_batch *pending = NULL;   /* submitted, not yet waited */
-    double pending_t0 = 0;
-    int cur = 0;
+    int pend[SCHED_BUFFERS];          /* submitted batches, oldest first */
+    double pend_t0[SCHED_BUFFERS];
+    int npend = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         s->work = 0;
@@ -238,35 +259,34 @@ static void *engine_main(void *arg) {
 
         int did = engine_admin(s);
         did |= engine_job(s);
+        /* a buffer no submitted batch uses */
+        int cur = 0;
+        for (int used = 1; used;) {
+            used = 0;
+            for (int k = 0; k < npend; k++)
+                if (pend[k] == cur) used = 1;
+            if (used) cur++;
+        }
         sched_batch *b = &s->batch[cur];
         if (!atomic_load(&s->failed)) gather(s, b);
         else b->n = 0;
-        ms_error e = {0};
-        double t0 = now_ms();
         if (b->n > 0) {
+            ms_error e = {0};
+            double t0 = now_ms();
             if (s->m.submit(s->m.ctx, b, &e) != MS_OK) {
                 engine_fail(s, &e);
                 for (int j = 0; j < b->n; j++) s->slots[b->slots[j]].inflight--;
                 b->n = 0;
-            }
-        }
-        /* While b runs, finish the previous batch and hand its outputs over. */
-        if (pending) {
-            if (s->m.wait(s->m.ctx, pending, &e) != MS_OK) {
-                engine_fail(s, &e);
-                for (int j = 0; j < pending->n; j++) s->slots[pending->slots[j]].inflight--;
-                pending->n = 0;
             } else {
-                deliver(s, pending, pending_t0);
+                pend[npend] = cur;
+                pend_t0[npend++] = t0;
             }
-            pending = NULL;
             did = 1;
-            uv_async_send(&s->async);
         }
-        if (b->n > 0) {
-            pending = b;
-            pending_t0 = t0;
-            cur ^= 1;
+        /* While the newer batches run, finish the oldest when every buffer
+         * is taken, or when nothing new came (nothing to overlap it with). */
+        if (npend == SCHED_BUFFERS || (npend > 0 && b->n == 0)) {
+            finish_oldest(s, pend, pend_t0, &npend);
             did = 1;
         }
         if (did) {
@@ -278,11 +298,7 @@ static void *engine_main(void *arg) {
         while (!s->work && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
     }
-    if (pending) {   /* stopping: the model must not keep a batch of ours */
-        ms_error e = {0};
-        s->m.wait(s->m.ctx, pending, &e);
-        for (int j = 0; j < pending->n; j++) s->slots[pending->slots[j]].inflight--;
-    }
+    while (npend > 0) finish_oldest(s, pend, pend_t0, &npend);   /* stopping: the model keeps no batch of ours */
     return NULL;
 }
 
@@ -297,7 +313,7 @@ static void sched_release_memory(sched *s) {
         free(s->slots[i].in); free(s->slots[i].in_t); free(s->slots[i].out); free(s->slots[i].out_pcm);
     }
     free(s->slots);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < SCHED_BUFFERS; k++) {
         sched_batch *b = &s->batch[k];
         free(b->slots); free(b->pcm_in); free(b->pcm_out); free(b->has_pcm); free(b->text); free(b->t_in);
     }
@@ -321,7 +337,7 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
     size_t S = (size_t)cfg->slots;
     s->slots = calloc(S, sizeof *s->slots);
     int ok = s->slots != NULL;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < SCHED_BUFFERS; k++) {
         sched_batch *b = &s->batch[k];
         b->id = k;
         b->slots = calloc(S, sizeof *b->slots);

@@ -10,9 +10,10 @@
  * Slots carry a generation number: a result of a slot's previous session
  * never reaches the next session that gets the same slot.
  *
- * Pipelining: the engine submits a batch, then waits for the previous one
- * and pushes its outputs while the model works on the new one (two batch
- * buffers). A slot's life: FREE -> BEGIN (attached by the loop) -> JOB (the
+ * Pipelining: the engine submits each batch as soon as it is gathered and
+ * finishes the oldest submitted one (waits for it, pushes its outputs) when
+ * every batch buffer is taken or when nothing new came: the model works on
+ * the newer batches meanwhile (LM_MAX_INFLIGHT buffers). A slot's life: FREE -> BEGIN (attached by the loop) -> JOB (the
  * model's start-up work, in chunks between steps) -> ACTIVE -> DETACH (the
  * loop detached it; the engine ends it once no submitted batch holds it) ->
  * FREE. A start that fails ends the slot at once (ENDED) and the loop's
@@ -41,11 +42,11 @@ typedef struct sched_params {
     uint64_t session_id;           /* for logs and debug recordings */
 } sched_params;
 
-/* One batch of the engine: the scheduler's buffers (two of them: the
- * outputs of one are pushed while the other is in the model), lent to the
- * model from submit until wait returns. */
+/* One batch of the engine: the scheduler's buffers (LM_MAX_INFLIGHT of
+ * them: the outputs of one are pushed while the others are in the model),
+ * lent to the model from submit until wait returns. */
 typedef struct sched_batch {
-    int id;                        /* 0 or 1 */
+    int id;                        /* 0 .. LM_MAX_INFLIGHT - 1 */
     int n;                         /* slots in the batch */
     int *slots;                    /* (slots) */
     float *pcm_in;                 /* (slots, MS_FRAME_SAMPLES) */
@@ -73,9 +74,9 @@ typedef struct sched_model {
      * batch. */
     void (*end)(void *ctx, int slot);
     /* submit: start one frame for each slot of b; wait: finish the oldest
-     * submitted batch (waits come in submit order; at most two batches are
-     * submitted and not waited; a slot may be in both). A failure is fatal
-     * for the process (the service manager restarts it). */
+     * submitted batch (waits come in submit order; at most LM_MAX_INFLIGHT
+     * batches are submitted and not waited; a slot may be in several). A
+     * failure is fatal for the process (the service manager restarts it). */
     int (*submit)(void *ctx, sched_batch *b, ms_error *err);
     int (*wait)(void *ctx, sched_batch *b, ms_error *err);
 } sched_model;

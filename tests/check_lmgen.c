@@ -378,8 +378,8 @@ static lm_backend *open_codec(int slots, int pipeline, const char *mimi, const c
 #define FS_SLOTS 3
 #define FS_FRAMES 12
 
-/* The frame step, synchronous and pipelined (submit t, then wait t - 1, two
- * frames alternating, a slot in consecutive frames), against the same work
+/* The frame step, synchronous and pipelined (submit t, then wait for
+ * t - 2: three frames in flight, a slot in consecutive frames), against the same work
  * done by hand: the codec called directly on streams of its own (with
  * Kyutai's first-frame rule: the encoder reset after frame 0) and the LM
  * through lmgen_step_batch on a backend without a codec. Every token and
@@ -413,7 +413,7 @@ START_TEST(test_frame_step) {
     lm_samp samp;
     lm_samp_defaults(&samp, 11);   /* sampled, not greedy: the seeds make it deterministic */
     lmgen_slot gs[FS_SLOTS], gp[FS_SLOTS], gr[FS_SLOTS];
-    lmgen_slot *ps[FS_SLOTS], *pp[2][FS_SLOTS], *pr[FS_SLOTS];
+    lmgen_slot *ps[FS_SLOTS], *pp[LM_MAX_INFLIGHT][FS_SLOTS], *pr[FS_SLOTS];
     /* slots 2, 0 (and 1 from frame 3 on): order and membership change */
     int slots_all[FS_SLOTS] = {2, 0, 1};
     for (int i = 0; i < FS_SLOTS; i++) {
@@ -426,10 +426,9 @@ START_TEST(test_frame_step) {
         ck_assert_int_eq(lm_backend_reset_slot(bp, i, &e), MS_OK);
         ck_assert_int_eq(lm_backend_reset_slot(br, i, &e), MS_OK);
     }
-    lm_frame fs, fp[2];
+    lm_frame fs, fp[LM_MAX_INFLIGHT];
     ck_assert_int_eq(lm_frame_alloc(bs, &fs, FS_SLOTS, &e), MS_OK);
-    ck_assert_int_eq(lm_frame_alloc(bp, &fp[0], FS_SLOTS, &e), MS_OK);
-    ck_assert_int_eq(lm_frame_alloc(bp, &fp[1], FS_SLOTS, &e), MS_OK);
+    for (int k = 0; k < LM_MAX_INFLIGHT; k++) ck_assert_int_eq(lm_frame_alloc(bp, &fp[k], FS_SLOTS, &e), MS_OK);
     float *pcm = calloc((size_t)FS_FRAMES * FS_SLOTS * F, sizeof(float));
     float *ref_pcm = calloc((size_t)FS_SLOTS * F, sizeof(float));
     int *ref_codes = calloc((size_t)FS_SLOTS * ncb, sizeof(int)), *ref_user = calloc((size_t)FS_SLOTS * nu, sizeof(int));
@@ -484,18 +483,20 @@ START_TEST(test_frame_step) {
             dec_rows++;
         }
         memcpy(ref_pcm_all + (size_t)t * FS_SLOTS * F, ref_pcm, sizeof(float) * FS_SLOTS * F);
-        /* pipelined: submit t, then wait for t - 1 (two frames alternate) */
-        lm_frame *f = &fp[t & 1];
-        for (int j = 0; j < n; j++) pp[t & 1][j] = &gp[slots_all[j]];
-        f->n = n; f->slots = slots_all; f->gens = pp[t & 1]; f->pcm_in = in;
+        /* pipelined: submit t, then wait for t - (LM_MAX_INFLIGHT - 1): every
+         * buffer in flight at once, as the scheduler keeps them under load */
+        const int K = LM_MAX_INFLIGHT;
+        lm_frame *f = &fp[t % K];
+        for (int j = 0; j < n; j++) pp[t % K][j] = &gp[slots_all[j]];
+        f->n = n; f->slots = slots_all; f->gens = pp[t % K]; f->pcm_in = in;
         ck_assert_msg(lm_frame_submit(bp, f, &e) == MS_OK, "%s", e.msg);
-        if (t == 1) {   /* a third frame in flight is refused */
+        if (t == K - 1) {   /* one frame more than LM_MAX_INFLIGHT is refused */
             lm_frame extra = fs;
             ck_assert_int_eq(lm_frame_submit(bp, &extra, &e), MS_ERR_STATE);
         }
-        for (int u = t - 1; u <= t; u++) {   /* t - 1 now; t as well after the last submit */
-            if (u < 0 || (u == t && t < FS_FRAMES - 1)) continue;
-            lm_frame *g = &fp[u & 1];
+        for (int u = t - (K - 1); u <= t; u++) {   /* the oldest now; all of them after the last submit */
+            if (u < 0 || (u > t - (K - 1) && t < FS_FRAMES - 1)) continue;
+            lm_frame *g = &fp[u % K];
             ck_assert_int_eq(lm_frame_wait(bp, g, &e), MS_OK);
             for (int j = 0; j < ns_of[u]; j++) {
                 ck_assert_int_eq(g->has_out[j], ref_has_all[u][j]);
@@ -521,7 +522,8 @@ START_TEST(test_frame_step) {
     fs.slots = oor;
     ck_assert_int_eq(lm_frame_submit(bs, &fs, &e), MS_ERR_ARG);
     ck_assert_int_eq(lm_backend_mimi_encode(bs, dup, 2, pcm, ref_codes, &e), MS_ERR_ARG);
-    lm_frame_free(&fs); lm_frame_free(&fp[0]); lm_frame_free(&fp[1]);
+    lm_frame_free(&fs);
+    for (int k = 0; k < LM_MAX_INFLIGHT; k++) lm_frame_free(&fp[k]);
     free(pcm); free(ref_pcm); free(ref_pcm_all); free(ref_codes); free(ref_user);
     for (int i = 0; i < FS_SLOTS; i++) mimi_stream_free(ms[i]);
     mimi_model_free(mm);

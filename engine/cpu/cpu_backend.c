@@ -9,9 +9,12 @@
  *
  * Mimi: the codec model, one mimi_stream per slot (encoder and decoder
  * state) and two batch workspaces (one for encoding, one for decoding),
- * all made at open. With opts.pipeline a codec thread of its own decodes a
- * submitted frame while the engine thread encodes and steps the next one
- * (the decoder state of a slot is not touched by its encoder or the LM).
+ * all made at open. With opts.pipeline a codec thread of its own runs the
+ * encode and the decode stages of the frames in flight, in order, while
+ * the engine thread runs their LM steps, in order: frame t + 1 is encoded
+ * and frame t - 1 decoded while frame t steps (a slot's encoder state,
+ * K/V and decoder state are disjoint). The LM step of a frame runs when
+ * the next frame is submitted or when it is waited for, whichever first.
  */
 #include <math.h>
 #include <pthread.h>
@@ -41,6 +44,17 @@ struct lm_kv_snap {
     float *k, *v;    /* (num_layers, P, dim) */
 };
 
+/* One frame in flight through the pipeline (all fields under the ctx's mu;
+ * the frame's buffers belong to the stage running). */
+typedef struct cpu_flight {
+    lm_frame *f;
+    int enc_done, lm_done, dec_done;
+    int rc;                  /* first failure of any stage */
+    ms_error err;
+} cpu_flight;
+
+enum { JOB_ENCODE = 0, JOB_DECODE = 1 };
+
 typedef struct cpu_ctx {
     lm_model *m;
     kern_pool *pool;
@@ -61,14 +75,16 @@ typedef struct cpu_ctx {
     mimi_stream **streams;                    /* (nslots) */
     mimi_ws *enc_ws, *dec_ws;                 /* encode on the engine thread, decode on the codec thread */
     mimi_stream **enc_tab, **dec_tab;         /* (nslots) streams of one batch call */
-    /* pipeline: the codec thread decodes submitted frames in order */
+    /* pipeline: frames in flight (submit order) and the codec thread's jobs */
     int pipeline;
     pthread_t codec_thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    lm_backend *q_b;                          /* under mu: the dispatcher handle of queued frames */
-    lm_frame *q[LM_MAX_INFLIGHT];             /* under mu: ring of submitted frames */
-    uint64_t q_submitted, q_done, q_waited;   /* under mu */
+    lm_backend *q_b;                          /* the dispatcher handle (set at the first submit) */
+    cpu_flight fl[LM_MAX_INFLIGHT];           /* under mu: ring of frames in flight */
+    uint64_t fl_head, fl_tail;                /* under mu: oldest, next */
+    uint64_t jobs[2 * LM_MAX_INFLIGHT];       /* under mu: ring of codec jobs: frame index * 2 + kind */
+    uint64_t job_head, job_tail;              /* under mu */
     int q_stop;                               /* under mu */
     lm_backend_stats st;
     size_t snap_bytes;                        /* snapshots alive */
@@ -487,54 +503,105 @@ static int cpu_mimi_decode(void *vctx, const int *slots, int n, const int *codes
 
 /* ---- the frame step, pipelined ---- */
 
+/* Under mu: queue a codec job for frame index idx. */
+static void job_push(cpu_ctx *c, uint64_t idx, int kind) {
+    MS_ASSERT(c->job_tail - c->job_head < 2 * LM_MAX_INFLIGHT);
+    c->jobs[c->job_tail++ % (2 * LM_MAX_INFLIGHT)] = idx * 2 + (uint64_t)kind;
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* The codec thread: encode and decode jobs in the order queued. */
 static void *codec_main(void *arg) {
     cpu_ctx *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->q_stop && c->q_done == c->q_submitted) pthread_cond_wait(&c->cv, &c->mu);
-        if (c->q_done == c->q_submitted) break;   /* stopping with nothing left */
-        lm_frame *f = c->q[c->q_done % LM_MAX_INFLIGHT];
+        while (!c->q_stop && c->job_head == c->job_tail) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->job_head == c->job_tail) break;   /* stopping with nothing left */
+        uint64_t job = c->jobs[c->job_head++ % (2 * LM_MAX_INFLIGHT)];
+        cpu_flight *fl = &c->fl[(job / 2) % LM_MAX_INFLIGHT];
+        int kind = (int)(job % 2), skip = fl->rc != MS_OK;
         lm_backend *b = c->q_b;
         pthread_mutex_unlock(&c->mu);
-        f->rc = lm_frame_run_decode(b, f, &f->err);
+        ms_error e = {0};
+        int rc = skip ? MS_OK : kind == JOB_ENCODE ? lm_frame_run_encode(b, fl->f, &e) : lm_frame_run_decode(b, fl->f, &e);
         pthread_mutex_lock(&c->mu);
-        c->q_done++;
+        if (rc != MS_OK && fl->rc == MS_OK) {
+            fl->rc = rc;
+            fl->err = e;
+        }
+        if (kind == JOB_ENCODE) fl->enc_done = 1;
+        else fl->dec_done = 1;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
-/* Engine thread: encode and step now; decode here (no pipeline) or on the
- * codec thread. */
+/* Engine thread: the LM step of frame index idx, once its encode is done;
+ * then its decode goes to the codec thread. */
+static void run_lm(cpu_ctx *c, uint64_t idx) {
+    cpu_flight *fl = &c->fl[idx % LM_MAX_INFLIGHT];
+    pthread_mutex_lock(&c->mu);
+    while (!fl->enc_done) pthread_cond_wait(&c->cv, &c->mu);
+    int skip = fl->rc != MS_OK;
+    pthread_mutex_unlock(&c->mu);
+    ms_error e = {0};
+    int rc = skip ? MS_OK : lm_frame_run_step(c->q_b, fl->f, &e);
+    pthread_mutex_lock(&c->mu);
+    if (rc != MS_OK && fl->rc == MS_OK) {
+        fl->rc = rc;
+        fl->err = e;
+    }
+    fl->lm_done = 1;
+    job_push(c, idx, JOB_DECODE);   /* skipped there after a failure */
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Engine thread: synchronous without the pipeline; with it, the encode is
+ * queued for the codec thread and the LM steps of the earlier frames still
+ * waiting for theirs run now (they overlap this frame's encode and the
+ * decode of the one before). */
 static int cpu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
     cpu_ctx *c = vctx;
-    int rc = lm_frame_run_lm(b, f, err);
-    if (rc) return rc;
     c->st.frames += (uint64_t)f->n;
-    if (!c->pipeline) return lm_frame_run_decode(b, f, err);
+    if (!c->pipeline) return lm_frame_run(b, f, err);
     pthread_mutex_lock(&c->mu);
-    MS_ASSERT(c->q_submitted - c->q_waited < LM_MAX_INFLIGHT);
+    MS_ASSERT(c->fl_tail - c->fl_head < LM_MAX_INFLIGHT);
     c->q_b = b;
-    c->q[c->q_submitted % LM_MAX_INFLIGHT] = f;
-    c->q_submitted++;
-    pthread_cond_broadcast(&c->cv);
+    uint64_t idx = c->fl_tail++;
+    c->fl[idx % LM_MAX_INFLIGHT] = (cpu_flight){.f = f};
+    job_push(c, idx, JOB_ENCODE);
+    uint64_t first = c->fl_head;
     pthread_mutex_unlock(&c->mu);
+    for (uint64_t i = first; i < idx; i++) {
+        pthread_mutex_lock(&c->mu);
+        int todo = !c->fl[i % LM_MAX_INFLIGHT].lm_done;
+        pthread_mutex_unlock(&c->mu);
+        if (todo) run_lm(c, i);
+    }
     return MS_OK;
 }
 
-/* Engine thread: the oldest submitted frame's decode is done. */
+/* Engine thread: the oldest frame in flight, finished (its LM step run now
+ * if no later submit ran it). */
 static int cpu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
     (void)b;
     cpu_ctx *c = vctx;
     if (!c->pipeline) return MS_OK;
     pthread_mutex_lock(&c->mu);
-    MS_ASSERT(c->q_waited < c->q_submitted && c->q[c->q_waited % LM_MAX_INFLIGHT] == f);
-    while (c->q_done <= c->q_waited) pthread_cond_wait(&c->cv, &c->mu);
-    c->q_waited++;
+    MS_ASSERT(c->fl_head < c->fl_tail && c->fl[c->fl_head % LM_MAX_INFLIGHT].f == f);
+    uint64_t idx = c->fl_head;
+    cpu_flight *fl = &c->fl[idx % LM_MAX_INFLIGHT];
+    int todo = !fl->lm_done;
     pthread_mutex_unlock(&c->mu);
-    if (f->rc && err) *err = f->err;
-    return f->rc;
+    if (todo) run_lm(c, idx);
+    pthread_mutex_lock(&c->mu);
+    while (!fl->dec_done) pthread_cond_wait(&c->cv, &c->mu);
+    c->fl_head++;
+    int rc = fl->rc;
+    if (rc && err) *err = fl->err;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 const lm_backend_ops lm_cpu_backend = {

@@ -44,7 +44,7 @@
 /* Most slots of one backend, and most slots in one step call. */
 #define LM_MAX_SLOTS 1024
 /* Most frame steps submitted and not yet waited for. */
-#define LM_MAX_INFLIGHT 2
+#define LM_MAX_INFLIGHT 3
 
 struct lmgen_slot;    /* lmgen.h */
 struct lm_backend;    /* below */
@@ -267,12 +267,15 @@ void lm_frame_free(lm_frame *f);
  * range and distinct, gens[i]->slot == slots[i], a codec, in-flight count). */
 int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err);
 int lm_frame_wait(lm_backend *b, lm_frame *f, ms_error *err);
-/* lm_frame_run_lm: the first half of a frame step: encode, the first n_user
- * codes of each row to the bookkeeping, LMGen + LM step, and the list of
- * rows to decode. lm_frame_run_decode: the second half (decoder state
- * only: may run on another thread while the next frame's first half runs).
- * lm_frame_run: both. For backends and the dispatcher. */
-int lm_frame_run_lm(lm_backend *b, lm_frame *f, ms_error *err);
+/* The three stages of a frame step, for backends and the dispatcher:
+ * lm_frame_run_encode: the batch's Mimi encode (encoder state only), the
+ * first n_user codes of each row to f->codes; lm_frame_run_step: LMGen + LM
+ * step, the list of rows to decode; lm_frame_run_decode: Mimi decode of
+ * those rows (decoder state only). A slot's encoder, LM and decoder state
+ * are disjoint, so the stages of consecutive frames may run on different
+ * threads at once, each stage kind in frame order. lm_frame_run: all three. */
+int lm_frame_run_encode(lm_backend *b, lm_frame *f, ms_error *err);
+int lm_frame_run_step(lm_backend *b, lm_frame *f, ms_error *err);
 int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err);
 int lm_frame_run(lm_backend *b, lm_frame *f, ms_error *err);
 

@@ -1,8 +1,8 @@
 /* frame.c - the frame step over the backend interface: encode the user's
  * audio, LMGen + LM step, decode Moshi's audio, for a batch of slots (see
  * lm_frame in backend.h). Host code shared by every backend; a backend that
- * pipelines calls the two halves itself (lm_frame_run_lm on the engine
- * thread, lm_frame_run_decode where it overlaps the next step). */
+ * pipelines calls the three stages itself (the CPU backend: encode and
+ * decode on its codec thread, the LM step on the engine thread). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,15 +43,21 @@ void lm_frame_free(lm_frame *f) {
     memset(f, 0, sizeof *f);
 }
 
-int lm_frame_run_lm(lm_backend *b, lm_frame *f, ms_error *err) {
-    const int n = f->n, ncb = b->ncb, nu = b->n_user, nout = 1 + b->cfg.dep_q;
-    f->n_dec = 0;
+int lm_frame_run_encode(lm_backend *b, lm_frame *f, ms_error *err) {
+    const int n = f->n, ncb = b->ncb, nu = b->n_user;
     if (n == 0) return MS_OK;
     int rc = lm_backend_mimi_encode(b, f->slots, n, f->pcm_in, f->enc_codes, err);
     if (rc) return rc;
     /* the bookkeeping reads the first n_user codes of each row */
     for (int j = 0; j < n; j++) memcpy(f->codes + (size_t)j * nu, f->enc_codes + (size_t)j * ncb, sizeof(int) * (size_t)nu);
-    rc = lmgen_step_batch(b, f->gens, n, f->codes, f->out, f->has_out, NULL, NULL, err);
+    return MS_OK;
+}
+
+int lm_frame_run_step(lm_backend *b, lm_frame *f, ms_error *err) {
+    const int n = f->n, ncb = b->ncb, nout = 1 + b->cfg.dep_q;
+    f->n_dec = 0;
+    if (n == 0) return MS_OK;
+    int rc = lmgen_step_batch(b, f->gens, n, f->codes, f->out, f->has_out, NULL, NULL, err);
     if (rc) return rc;
     /* Moshi's audio: the first ncb of the dep_q generated codebooks */
     int nd = 0;
@@ -76,7 +82,8 @@ int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err) {
 }
 
 int lm_frame_run(lm_backend *b, lm_frame *f, ms_error *err) {
-    int rc = lm_frame_run_lm(b, f, err);
+    int rc = lm_frame_run_encode(b, f, err);
+    if (rc == MS_OK) rc = lm_frame_run_step(b, f, err);
     return rc ? rc : lm_frame_run_decode(b, f, err);
 }
 

@@ -10,3 +10,12 @@ CHECK_lm_DEPS = $(LIBENGINE)
 CHECK_samp_DEPS = $(LIBENGINE)
 CHECK_lmgen_DEPS = $(LIBENGINE)
 CHECK_spm_DEPS = $(LIBENGINE)
+
+# make bench: the frame step of the demo model split into its parts, and
+# synchronous against pipelined.
+$(BUILD)/bench_frame: tests/bench/bench_frame.c $(LIBENGINE) $(BUILD)/demo/.ok
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+BENCH_DEPS += $(BUILD)/bench_frame
+BENCHES += '$(BUILD)/bench_frame'
