@@ -1,6 +1,7 @@
-/* cfg.c - the configuration walker, loading side: defaults, the cJSON
- * loader, --set, the file-system checks. Dump, compare, copy and reload are
- * in cfg_dump.c; the options themselves in cfg_table.c.
+/* cfg.c - the configuration walker, values side: defaults, compare, copy,
+ * the cJSON loader, --set, the file-system checks. The JSON dump is in
+ * cfg_dump.c, reload in cfg_reload.c, the options themselves in
+ * cfg_table.c; this file uses neither dump nor reload.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,8 +21,6 @@
 /* Longest key quoted in a message, bytes. */
 #define KEY_SHOWN_MAX 64
 
-#define FIELD(c, o, T) ((T *)((char *)(c) + (o)->offset))
-#define CFIELD(c, o, T) ((const T *)((const char *)(c) + (o)->offset))
 
 char *cfg__strdup(const char *s) {
     char *d = strdup(s);
@@ -46,15 +45,15 @@ void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n) {
 
 static void set_default(cfg *c, const cfg_option *o) {
     switch (o->type) {
-    case CFG_INT: *FIELD(c, o, int64_t) = o->idef; break;
-    case CFG_DOUBLE: *FIELD(c, o, double) = o->ddef; break;
-    case CFG_BOOL: *FIELD(c, o, bool) = o->idef != 0; break;
-    case CFG_ENUM: *FIELD(c, o, int) = (int)o->idef; break;
-    case CFG_STRING: *FIELD(c, o, char *) = cfg__strdup(o->sdef); break;
+    case CFG_INT: *CFG_FIELD(c, o, int64_t) = o->idef; break;
+    case CFG_DOUBLE: *CFG_FIELD(c, o, double) = o->ddef; break;
+    case CFG_BOOL: *CFG_FIELD(c, o, bool) = o->idef != 0; break;
+    case CFG_ENUM: *CFG_FIELD(c, o, int) = (int)o->idef; break;
+    case CFG_STRING: *CFG_FIELD(c, o, char *) = cfg__strdup(o->sdef); break;
     case CFG_STRLIST: {
         int n = 0;
         while (o->ldef && o->ldef[n]) n++;
-        cfg__list_copy(FIELD(c, o, cfg_strlist), o->ldef, n);
+        cfg__list_copy(CFG_FIELD(c, o, cfg_strlist), o->ldef, n);
         break;
     }
     }
@@ -70,12 +69,64 @@ void cfg_close(cfg *c) {
     for (size_t i = 0; i < cfg_noptions; i++) {
         const cfg_option *o = &cfg_options[i];
         if (o->type == CFG_STRING) {
-            free(*FIELD(c, o, char *));
-            *FIELD(c, o, char *) = NULL;
+            free(*CFG_FIELD(c, o, char *));
+            *CFG_FIELD(c, o, char *) = NULL;
         } else if (o->type == CFG_STRLIST) {
-            list_free(FIELD(c, o, cfg_strlist));
+            list_free(CFG_FIELD(c, o, cfg_strlist));
         }
     }
+}
+
+/* ---- compare and copy -------------------------------------------------- */
+
+bool cfg__value_equal(const cfg *a, const cfg *b, const cfg_option *o) {
+    switch (o->type) {
+    case CFG_INT: return *CFG_CFIELD(a, o, int64_t) == *CFG_CFIELD(b, o, int64_t);
+    case CFG_DOUBLE: return *CFG_CFIELD(a, o, double) == *CFG_CFIELD(b, o, double);
+    case CFG_BOOL: return *CFG_CFIELD(a, o, bool) == *CFG_CFIELD(b, o, bool);
+    case CFG_ENUM: return *CFG_CFIELD(a, o, int) == *CFG_CFIELD(b, o, int);
+    case CFG_STRING: return strcmp(*CFG_CFIELD(a, o, char *), *CFG_CFIELD(b, o, char *)) == 0;
+    case CFG_STRLIST: {
+        const cfg_strlist *x = CFG_CFIELD(a, o, cfg_strlist), *y = CFG_CFIELD(b, o, cfg_strlist);
+        if (x->n != y->n) return false;
+        for (int i = 0; i < x->n; i++)
+            if (strcmp(x->v[i], y->v[i]) != 0) return false;
+        return true;
+    }
+    }
+    return false;
+}
+
+bool cfg_equal(const cfg *a, const cfg *b) {
+    for (size_t i = 0; i < cfg_noptions; i++)
+        if (!cfg__value_equal(a, b, &cfg_options[i])) return false;
+    return true;
+}
+
+void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o) {
+    switch (o->type) {
+    case CFG_INT: *CFG_FIELD(dst, o, int64_t) = *CFG_CFIELD(src, o, int64_t); break;
+    case CFG_DOUBLE: *CFG_FIELD(dst, o, double) = *CFG_CFIELD(src, o, double); break;
+    case CFG_BOOL: *CFG_FIELD(dst, o, bool) = *CFG_CFIELD(src, o, bool); break;
+    case CFG_ENUM: *CFG_FIELD(dst, o, int) = *CFG_CFIELD(src, o, int); break;
+    case CFG_STRING: {
+        char **f = CFG_FIELD(dst, o, char *);
+        char *s = cfg__strdup(*CFG_CFIELD(src, o, char *));
+        free(*f);
+        *f = s;
+        break;
+    }
+    case CFG_STRLIST: {
+        const cfg_strlist *l = CFG_CFIELD(src, o, cfg_strlist);
+        cfg__list_copy(CFG_FIELD(dst, o, cfg_strlist), (const char *const *)l->v, l->n);
+        break;
+    }
+    }
+}
+
+void cfg_copy(cfg *dst, const cfg *src) {
+    cfg_init(dst);
+    for (size_t i = 0; i < cfg_noptions; i++) cfg__copy_value(dst, src, &cfg_options[i]);
 }
 
 /* ---- messages --------------------------------------------------------- */
@@ -142,12 +193,10 @@ static const char *suggest(const char *key) {
     return best;
 }
 
-static int section_len(const cfg_option *o) { return (int)(strchr(o->path, '.') - o->path); }
-
 static bool is_section(const char *key) {
     for (size_t i = 0; i < cfg_noptions; i++) {
         const cfg_option *o = &cfg_options[i];
-        if ((int)strlen(key) == section_len(o) && strncmp(key, o->path, (size_t)section_len(o)) == 0)
+        if ((int)strlen(key) == cfg__section_len(o) && strncmp(key, o->path, (size_t)cfg__section_len(o)) == 0)
             return true;
     }
     return false;
@@ -195,7 +244,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
         if (d < (double)o->imin || d > (double)o->imax)
             return ms_err_set(err, MS_ERR_RANGE, "%s: %.15g is out of range [%lld, %lld]", p, d,
                               (long long)o->imin, (long long)o->imax);
-        *FIELD(c, o, int64_t) = (int64_t)d;
+        *CFG_FIELD(c, o, int64_t) = (int64_t)d;
         return MS_OK;
     }
     case CFG_DOUBLE: {
@@ -205,20 +254,20 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
         if (!isfinite(d)) return ms_err_set(err, MS_ERR_RANGE, "%s: not a finite number", p);
         if (d < o->dmin || d > o->dmax)
             return ms_err_set(err, MS_ERR_RANGE, "%s: %.15g is out of range [%g, %g]", p, d, o->dmin, o->dmax);
-        *FIELD(c, o, double) = d;
+        *CFG_FIELD(c, o, double) = d;
         return MS_OK;
     }
     case CFG_BOOL:
         if (!cJSON_IsBool(v))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: expected true or false, got %s", p, json_kind(v));
-        *FIELD(c, o, bool) = cJSON_IsTrue(v);
+        *CFG_FIELD(c, o, bool) = cJSON_IsTrue(v);
         return MS_OK;
     case CFG_ENUM: {
         if (!cJSON_IsString(v))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
         for (int i = 0; o->names[i]; i++)
             if (strcmp(v->valuestring, o->names[i]) == 0) {
-                *FIELD(c, o, int) = i;
+                *CFG_FIELD(c, o, int) = i;
                 return MS_OK;
             }
         char list[256] = "", kb[KEY_SHOWN_MAX + 8];
@@ -238,7 +287,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             free(s);
             return rc;
         }
-        char **f = FIELD(c, o, char *);
+        char **f = CFG_FIELD(c, o, char *);
         free(*f);
         *f = s;
         return MS_OK;
@@ -260,7 +309,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             if (rc != MS_OK) return rc;
             items[i] = it->valuestring;
         }
-        cfg__list_copy(FIELD(c, o, cfg_strlist), items, n);
+        cfg__list_copy(CFG_FIELD(c, o, cfg_strlist), items, n);
         return MS_OK;
     }
     }
@@ -307,7 +356,7 @@ static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *se
         size_t idx = 0;
         for (; idx < cfg_noptions; idx++) {
             const cfg_option *q = &cfg_options[idx];
-            if ((size_t)section_len(q) == sl && strncmp(q->path, sec->string, sl) == 0 &&
+            if ((size_t)cfg__section_len(q) == sl && strncmp(q->path, sec->string, sl) == 0 &&
                 strcmp(q->path + sl + 1, m->string) == 0) {
                 o = q;
                 break;
@@ -457,7 +506,7 @@ int cfg_check_files(const cfg *c, ms_error *err) {
     for (size_t i = 0; i < cfg_noptions; i++) {
         const cfg_option *o = &cfg_options[i];
         if (o->type != CFG_STRING) continue;
-        const char *s = *CFIELD(c, o, char *);
+        const char *s = *CFG_CFIELD(c, o, char *);
         if (!s[0]) {
             if (o->flags & CFG_F_REQUIRED)
                 return ms_err_set(err, MS_ERR_ARG, "%s: required (%s)", o->path, o->doc);

@@ -65,6 +65,7 @@ typedef struct cfg {
         int backend;                /* CFG_BACKEND_* */
         int64_t gpu;                /* CUDA device index */
         int64_t threads;            /* CPU backend threads; 0 = online CPUs */
+        bool pipeline;              /* overlap a frame's decode with the next frame's step */
     } engine;
     struct {
         int64_t max;                /* concurrent sessions (engine slots) */
@@ -80,6 +81,7 @@ typedef struct cfg {
         double input_buffer_s;      /* audio time a client may run ahead */
         double output_queue_s;      /* unsent audio time before a close */
         int64_t idle_timeout_s;     /* 0 = none */
+        int64_t close_timeout_s;    /* a server-side close: decided -> connection dropped */
         int64_t max_steps;          /* 0 = the model's context */
         int64_t max_header_bytes;
         int64_t send_buffer_bytes;  /* SO_SNDBUF of each WebSocket */

@@ -1,11 +1,14 @@
-/* cfg_int.h - the option table's shape, shared by cfg.c (the walker) and
- * cfg_table.c (the table). Not for other modules.
+/* cfg_int.h - the option table's shape, shared by the table (cfg_table.c)
+ * and the modules that walk it (cfg.c, cfg_dump.c, cfg_reload.c,
+ * cfg_doc.c). Not for other modules.
  */
 #ifndef MOSHID_CFG_INT_H
 #define MOSHID_CFG_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cfg.h"
 
@@ -45,9 +48,28 @@ extern const size_t cfg_noptions;
  * MS_OK or an error naming the options. */
 int cfg_cross_check(const cfg *c, ms_error *err);
 
-/* Helpers shared by cfg.c and cfg_dump.c: strdup and a list copy that
- * assert on out-of-memory (a few bytes at start-up or reload). */
+/* The field of option o in configuration c, as a T. */
+#define CFG_FIELD(c, o, T) ((T *)((char *)(c) + (o)->offset))
+#define CFG_CFIELD(c, o, T) ((const T *)((const char *)(c) + (o)->offset))
+
+/* cfg__section_len: bytes of o's section name ("limits" of
+ * "limits.max_steps"). */
+static inline int cfg__section_len(const cfg_option *o) { return (int)(strchr(o->path, '.') - o->path); }
+
+/* The walkers' shared pieces. Module dependencies run one way:
+ * cfg.c (defaults, values, copy, compare, load) <- cfg_dump.c (JSON text)
+ * <- cfg_reload.c (reload and its report); cfg_doc.c reads the table only. */
+
+/* cfg.c: strdup and a list copy that assert on out-of-memory (a few bytes
+ * at start-up or reload); one option's value compared, and copied from src
+ * to dst (dst's old value freed). */
 char *cfg__strdup(const char *s);
 void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n);
+bool cfg__value_equal(const cfg *a, const cfg *b, const cfg_option *o);
+void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o);
+
+/* cfg_dump.c: the value of o in c as compact JSON text in buf[0..len),
+ * cut to fit ("?" when out of memory). */
+void cfg__format_value(const cfg *c, const cfg_option *o, char *buf, size_t len);
 
 #endif

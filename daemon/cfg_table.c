@@ -141,6 +141,9 @@ const cfg_option cfg_options[] = {
             "CUDA device index (CUDA backend only)."),
     OPT_INT("engine.threads", engine.threads, 0, 0, 0, 256,
             "Threads of the CPU backend; 0 = the number of online CPUs."),
+    OPT_BOOL("engine.pipeline", engine.pipeline, 0, 1,
+             "Overlap each frame's Mimi decode with the next frame's encode and LM step (the CPU backend decodes "
+             "on a thread of its own); false = the synchronous engine."),
 
     OPT_INT("sessions.max", sessions.max, 0, 8, 1, 1024,
             "Concurrent sessions (engine slots, allocated at start); one more is told the server is busy."),
@@ -162,6 +165,8 @@ const cfg_option cfg_options[] = {
             "Unsent output audio that closes a slow client, seconds."),
     OPT_INT("limits.idle_timeout_s", limits.idle_timeout_s, R, 60, 0, 86400,
             "Close a session after this many seconds without a message from the client; 0 = never."),
+    OPT_INT("limits.close_timeout_s", limits.close_timeout_s, R, 5, 1, 60,
+            "Hard deadline of a close the server decides (error, idle, shutdown), seconds: the error message, the queued output and the close handshake must be through by then, else the connection is dropped (the session's slot is freed at once either way)."),
     OPT_INT("limits.max_steps", limits.max_steps, R, 0, 0, 1 << 24,
             "Longest session in 80 ms steps; 0 = the model's context; query max_steps is capped by it."),
     OPT_INT("limits.max_header_bytes", limits.max_header_bytes, 0, 16384, 4096, 65535,

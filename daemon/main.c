@@ -46,6 +46,7 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
     o->model.backend = backends[c->engine.backend];
     o->model.gpu = (int)c->engine.gpu;
     o->model.threads = (int)c->engine.threads;
+    o->model.pipeline = c->engine.pipeline;
     o->model.slots = (int)c->sessions.max;
     o->model.variant = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
                        : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
@@ -58,6 +59,7 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
     o->input_buffer_s = c->limits.input_buffer_s;
     o->output_queue_s = c->limits.output_queue_s;
     o->idle_timeout_s = (double)c->limits.idle_timeout_s;
+    o->close_timeout_s = c->limits.close_timeout_s;
     o->max_steps = c->limits.max_steps;
     o->build = MOSHID_VERSION " (" MOSHID_GIT ")";
 }

@@ -9,17 +9,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "app.h"
 #include "log.h"
 #include "metrics.h"
 #include "sess.h"
 
 /* Frames per second of audio (80 ms frames). */
-#define FRAMES_PER_S 12.5
+#define FRAMES_PER_S MS_FRAMES_PER_S
+/* Output frames a slot's ring holds beyond its input ring: about 1 s
+ * the loop thread may fall behind the engine. */
+#define OUT_RING_STALL_FRAMES 12
 /* Largest /metrics body, bytes. */
 #define METRICS_MAX 65536
 /* Longest wait for sessions to close at shutdown, ms. */
 #define SHUTDOWN_GRACE_MS 2000
+
+double app_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
     app *a = ud;
@@ -84,8 +95,6 @@ static void srv_gone(void *ud) {
     uv_close((uv_handle_t *)&a->sig_hup, handles_closed);
 }
 
-static double stop_started_ms;
-
 static void on_tick(uv_timer_t *t) {
     app *a = t->data;
     double now = app_now_ms();
@@ -93,7 +102,7 @@ static void on_tick(uv_timer_t *t) {
         n = s->next;
         sess_tick(s, now);
     }
-    if (a->stopping && a->server && (a->nsessions == 0 || now - stop_started_ms > SHUTDOWN_GRACE_MS)) {
+    if (a->stopping && a->server && (a->nsessions == 0 || now - a->stop_started_ms > SHUTDOWN_GRACE_MS)) {
         LOGI("shutdown", "sessions_left=%d", a->nsessions);
         srv_shutdown(a->server, srv_gone);
     }
@@ -103,7 +112,7 @@ static void on_stop(uv_signal_t *h, int sig) {
     app *a = h->data;
     if (a->stopping) return;
     a->stopping = 1;
-    stop_started_ms = app_now_ms();
+    a->stop_started_ms = app_now_ms();
     LOGI("stopping", "signal=%d sessions=%d", sig, a->nsessions);
     for (sess *s = a->sessions; s; s = s->next) sess_fail(s, -1, 1001, "server is shutting down");
     uv_timer_set_repeat(&a->tick, 50);
@@ -121,13 +130,15 @@ static void on_hup(uv_signal_t *h, int sig) {
         return;
     }
     /* What can change without a restart: sampling defaults, session limits
-     * applied to new sessions and to the checks of open ones, idle timeout. */
+     * applied to new sessions and to the checks of open ones, idle and
+     * close timeouts. */
     a->o.text_temperature = n.text_temperature;
     a->o.text_topk = n.text_topk;
     a->o.audio_temperature = n.audio_temperature;
     a->o.audio_topk = n.audio_topk;
     a->o.output_queue_s = n.output_queue_s;
     a->o.idle_timeout_s = n.idle_timeout_s;
+    a->o.close_timeout_s = n.close_timeout_s;
     a->o.max_steps = n.max_steps;
     a->o.metrics = n.metrics;
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
@@ -140,14 +151,18 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     a->reload = reload;
     a->reload_ud = reload_ud;
     a->in_frames = (int)ceil(o->input_buffer_s * FRAMES_PER_S);
-    /* Output ring: the loop drains it at every signal; room for a stall. */
-    a->out_frames = (int)ceil(o->output_queue_s * FRAMES_PER_S) + 4;
     if (a->in_frames < 1) a->in_frames = 1;
+    /* Output ring: the engine makes one output per input frame, so a client
+     * ahead of real time (up to the input ring) can get that many at once,
+     * plus what a real-time engine makes while the loop is held up. (Not
+     * limits.output_queue_s: that judges what the socket has not taken, and
+     * reload may change it.) */
+    a->out_frames = a->in_frames + OUT_RING_STALL_FRAMES;
     if (uv_loop_init(&a->loop) != 0) { free(a); ms_err_set(err, MS_ERR_IO, "cannot create the event loop"); return 1; }
     met_reset();
     if (!(a->m = model_open(&o->model, err))) goto fail_loop;
     sched_model sm = model_sched(a->m);
-    sched_config sc = {o->model.slots, a->in_frames, a->out_frames, 80.0};
+    sched_config sc = {o->model.slots, a->in_frames, a->out_frames};
     if (!(a->sch = sched_create(&a->loop, &sc, &sm, on_output, a, err))) goto fail_model;
     met_set(MET_capacity, sched_capacity(a->sch));
     uv_timer_init(&a->loop, &a->tick);

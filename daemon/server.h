@@ -19,6 +19,7 @@ typedef struct server_opts {
     double input_buffer_s;     /* queued input audio per session (>= 3 s accepts opusenc's 1 s pages) */
     double output_queue_s;     /* unsent output audio before a slow client is closed */
     double idle_timeout_s;     /* no message from the client for this long closes it */
+    int64_t close_timeout_s;   /* a close the server decides: connection dropped after this long (0 = never) */
     int64_t max_steps;         /* frames per session; 0 = the model's context */
     int metrics;               /* serve /metrics */
     const char *build;         /* version string for metadata */

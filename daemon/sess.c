@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -29,31 +30,50 @@
 #define WS_INTERNAL 1011
 #define WS_TRY_LATER 1013
 /* Frame period, ms. */
-#define SESS_FRAME_MS 80.0
+#define SESS_FRAME_MS MS_FRAME_MS
 
-double app_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Queue a message of `len` bytes built by the caller into m->buf + srv_pre. */
+/* A message of `len` bytes for the caller to build into m->buf + srv_pre
+ * (one spare byte after it), then to enqueue. NULL when out of memory. */
 static sess_msg *msg_new(size_t len) {
     sess_msg *m = malloc(sizeof *m + srv_pre + len + 1);
     if (m) {
         m->next = NULL;
         m->len = len;
         m->audio_frames = 0;
+        m->enq_ms = 0;
     }
     return m;
 }
 
+/* Append m (owned from now on) to s's send queue, stamped with the time
+ * (the slow-reader verdict reads the oldest audio's stamp), and ask for a
+ * writable callback. */
 static void enqueue(sess *s, sess_msg *m) {
+    m->enq_ms = app_now_ms();
     if (s->qtail) s->qtail->next = m;
     else s->qhead = m;
     s->qtail = m;
-    s->queued_audio_frames += m->audio_frames;
     srv_conn_writable(s->c);
+}
+
+/* Free every queued message (they are never sent). */
+static void queue_free(sess *s) {
+    while (s->qhead) {
+        sess_msg *n = s->qhead->next;
+        free(s->qhead);
+        s->qhead = n;
+    }
+    s->qtail = NULL;
+}
+
+/* Give the engine slot back (once; sess_fail and sess_closed both call it):
+ * the engine ends the slot on its thread, and its outputs of this
+ * generation never reach a session again. */
+static void release_slot(sess *s) {
+    if (!s->attached) return;
+    sched_detach(s->a->sch, s->slot, s->gen);
+    s->attached = 0;
+    met_gauge_add(MET_sessions, -1);
 }
 
 /* Build and queue a message of kind with payload (copied). */
@@ -93,7 +113,29 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
     }
     s->close_status = status;
     snprintf(s->close_reason, sizeof s->close_reason, "%.60s", text);
+    /* The close is decided: the slot goes back now, not when the peer
+     * finally closes TCP, and the whole close (flushing this message and
+     * the close handshake included) gets a hard deadline. */
+    release_slot(s);
+    srv_conn_drop_after(s->c, (int)s->a->o.close_timeout_s);
     srv_conn_writable(s->c);
+}
+
+/* The slow-reader verdict: the oldest audio still queued (not yet taken by
+ * the socket) waited longer than limits.output_queue_s. The queue is then
+ * dropped (the client cannot catch up) and the session fails. Returns 1
+ * when it did. now_ms: app_now_ms. */
+static int check_slow_reader(sess *s, double now_ms) {
+    if (s->close_status) return 0;
+    const sess_msg *m = s->qhead;
+    while (m && !m->audio_frames) m = m->next;
+    if (!m) return 0;
+    double age_s = (now_ms - m->enq_ms) / 1000.0, limit_s = s->a->o.output_queue_s;
+    if (age_s <= limit_s) return 0;
+    queue_free(s);
+    sess_fail(s, MET_ERR_slow_reader, WS_POLICY, "client reads too slowly: audio unsent for %.1f s (limit %.1f s)",
+              age_s, limit_s);
+    return 1;
 }
 
 static void send_metadata(sess *s) {
@@ -104,13 +146,13 @@ static void send_metadata(sess *s) {
                      "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
                      "\"backend\":\"%s\",\"protocol_version\":%u,"
                      "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
-                     "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":80,\"sample_rate\":24000,"
+                     "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":%g,\"sample_rate\":%d,"
                      "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
                      "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}}",
                      a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
                      model_backend_name(a->m), PROTO_VERSION,
                      (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
-                     (long long)s->max_steps, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
+                     (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
                      a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context);
     if (n > 0 && (size_t)n < sizeof json) {
         sess_msg *m = msg_new(1 + (size_t)n);
@@ -307,40 +349,33 @@ void sess_oversize(void *ud, void *sp, size_t len) {
               s->a->o.srv.max_message_bytes);
 }
 
+/* The socket takes data: send queued messages as long as it takes them
+ * (never while choked: libwebsockets may hold a partial write), then ask
+ * for the next callback if any are left, or close once the queue of a
+ * closing session is through. */
 void sess_writable(void *ud, void *sp) {
     (void)ud;
     sess *s = sp;
-    sess_msg *m = s->qhead;
-    if (!m) {
-        if (s->close_status) srv_conn_close(s->c, s->close_status, s->close_reason);
-        return;
+    while (s->qhead && !srv_conn_choked(s->c)) {
+        sess_msg *m = s->qhead;
+        s->qhead = m->next;
+        if (!s->qhead) s->qtail = NULL;
+        int rc = srv_conn_send(s->c, m->buf, m->len);
+        if (rc == 0) met_add(MET_bytes_out_total, m->len);
+        free(m);
+        if (rc != 0) { /* the socket failed: the connection is dropped, ws_closed follows */
+            queue_free(s);
+            return;
+        }
     }
-    s->qhead = m->next;
-    if (!s->qhead) s->qtail = NULL;
-    s->queued_audio_frames -= m->audio_frames;
-    int rc = srv_conn_send(s->c, m->buf, m->len);
-    if (rc == 0) met_add(MET_bytes_out_total, m->len);
-    free(m);
-    if (s->qhead || s->close_status) srv_conn_writable(s->c);
-}
-
-static void queue_free(sess *s) {
-    while (s->qhead) {
-        sess_msg *n = s->qhead->next;
-        free(s->qhead);
-        s->qhead = n;
-    }
-    s->qtail = NULL;
-    s->queued_audio_frames = 0;
+    if (s->qhead) srv_conn_writable(s->c);
+    else if (s->close_status) srv_conn_close(s->c, s->close_status, s->close_reason);
 }
 
 void sess_closed(void *ud, void *sp) {
     app *a = ud;
     sess *s = sp;
-    if (s->attached) {
-        sched_detach(a->sch, s->slot, s->gen);
-        met_gauge_add(MET_sessions, -1);
-    }
+    release_slot(s);
     LOGI("session_closed", "id=%llu steps=%llu", (unsigned long long)s->id, (unsigned long long)s->steps);
     if (s->prev) s->prev->next = s->next;
     else a->sessions = s->next;
@@ -395,14 +430,7 @@ static void on_frame(sess *s, const sched_out *o) {
     }
     const char *piece = o->text >= 0 ? model_piece(a->m, o->text) : NULL;
     if (piece && piece[0]) send_kind(s, PROTO_MSG_TEXT, piece, strlen(piece));
-    if ((double)s->queued_audio_frames * SESS_FRAME_MS > a->o.output_queue_s * 1000.0) {
-        /* The client does not read: drop what is queued, tell it if the
-         * socket ever drains, close. */
-        queue_free(s);
-        sess_fail(s, MET_ERR_slow_reader, WS_POLICY, "client reads too slowly: more than %.1f s of audio unsent",
-                  a->o.output_queue_s);
-        return;
-    }
+    if (check_slow_reader(s, app_now_ms())) return;
     if ((int64_t)s->steps >= s->max_steps)
         sess_fail(s, MET_ERR_max_steps, WS_NORMAL, "session reached its maximum length of %lld frames (%.0f s)",
                   (long long)s->max_steps, (double)s->max_steps * SESS_FRAME_MS / 1000.0);
@@ -411,17 +439,24 @@ static void on_frame(sess *s, const sched_out *o) {
 void sess_drain(sess *s) {
     if (!s->attached) return;
     sched_out o;
-    while (sched_pop(s->a->sch, s->slot, s->gen, &o)) {
-        if (s->close_status) continue; /* closing: results are dropped */
-        switch (o.kind) {
-        case SCHED_OUT_READY: on_ready(s); break;
-        case SCHED_OUT_FRAME: on_frame(s, &o); break;
-        case SCHED_OUT_ERROR: sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: the engine could not serve this session"); break;
+    while (s->attached && sched_pop(s->a->sch, s->slot, s->gen, &o)) {
+        if (!s->close_status) { /* closing: results are dropped */
+            switch (o.kind) {
+            case SCHED_OUT_READY: on_ready(s); break;
+            case SCHED_OUT_FRAME: on_frame(s, &o); break;   /* reads o.pcm: released after */
+            case SCHED_OUT_ERROR:
+                sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: the engine could not serve this session");
+                break;
+            }
         }
+        sched_release(s->a->sch, s->slot, s->gen);
     }
 }
 
 void sess_tick(sess *s, double now) {
+    /* A client that stopped reading is found here too when the engine's
+     * output for it has stopped (no new frame to check on). */
+    if (check_slow_reader(s, now)) return;
     double idle = (now - s->last_rx_ms) / 1000.0;
     if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
         sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.0f s", idle);

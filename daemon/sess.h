@@ -1,6 +1,7 @@
 /* sess.h - one client session on the loop thread: the protocol state
  * machine between the WebSocket (srv.h), the audio codecs (audio_opus.h)
- * and the engine thread (scheduler.h). Internal to the daemon.
+ * and the engine thread (scheduler.h). The application it belongs to is
+ * app.h. Internal to the daemon.
  */
 #ifndef MOSHID_SESS_H
 #define MOSHID_SESS_H
@@ -9,21 +10,20 @@
 #include <uv.h>
 
 #include "audio_opus.h"
-#include "model.h"
 #include "query.h"
 #include "scheduler.h"
-#include "server.h"
 #include "srv.h"
 
 /* One queued outgoing message (srv_pre headroom, then the message). */
 typedef struct sess_msg {
     struct sess_msg *next;
     size_t len;
-    int audio_frames;          /* frames of audio it carries (unsent-audio accounting) */
+    int audio_frames;          /* frames of audio it carries (0: not audio) */
+    double enq_ms;             /* app_now_ms when queued (the slow-reader verdict) */
     uint8_t buf[];             /* srv_pre + len */
 } sess_msg;
 
-typedef struct app app;
+typedef struct app app;        /* app.h */
 
 typedef struct sess {
     app *a;
@@ -32,7 +32,7 @@ typedef struct sess {
     uint64_t id;
     int slot;
     uint32_t gen;
-    int attached, ready;
+    int attached, ready;       /* attached: holds an engine slot (until a close is decided) */
     int close_status;          /* != 0: close once the queue is flushed */
     char close_reason[64];
     proto_query q;
@@ -44,31 +44,12 @@ typedef struct sess {
     int acc_n;
     float *early;              /* (early_cap, 1920) frames received before READY */
     int early_n, early_cap;
-    sess_msg *qhead, *qtail;
-    int queued_audio_frames;
+    sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
     uint64_t steps;
     double last_rx_ms;
     double first_audio_ms;     /* when the first input frame completed (0: none yet) */
     uint64_t frames_in;        /* input frames completed */
 } sess;
-
-struct app {
-    uv_loop_t loop;
-    server_opts o;
-    model *m;
-    sched *sch;
-    srv *server;
-    uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t tick;
-    sess *sessions;
-    int nsessions;
-    uint64_t next_id;
-    int stopping;
-    int exit_status;
-    int in_frames, out_frames;
-    server_reload_fn reload;
-    void *reload_ud;
-};
 
 /* Handlers for srv (sess.c). */
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs);
@@ -78,12 +59,15 @@ void sess_writable(void *ud, void *sp);
 void sess_closed(void *ud, void *sp);
 /* sess_drain: take the engine's outputs for s (after the async signal). */
 void sess_drain(sess *s);
-/* sess_fail: send an error message, then close with status. kind: a
- * MET_ERR_* counter. */
+/* sess_fail: decide to close: queue an error message, then close with
+ * status once the queue is flushed. The engine slot is released at once
+ * (the engine's later outputs for it are dropped) and the whole close gets
+ * the hard deadline limits.close_timeout_s, after which the connection is
+ * dropped. kind: a MET_ERR_* counter, or -1 for none. Once per session:
+ * later calls do nothing. */
 void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* sess_tick: idle timeout check (once a second). */
+/* sess_tick: the once-a-second checks (idle timeout, slow reader); now_ms
+ * from app_now_ms. */
 void sess_tick(sess *s, double now_ms);
-
-double app_now_ms(void);
 
 #endif

@@ -7,19 +7,23 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "query.h"
 
 const size_t srv_pre = LWS_PRE;
 
-/* Longest query string and argument list accepted on /api/chat. */
-#define SRV_MAX_ARGS 64
-#define SRV_MAX_ARG_BYTES (32 * 1024)
+/* Longest query string and argument list accepted on /api/chat: the
+ * protocol's query limits (proto/query.h), so that what srv hands over the
+ * query parser can take. */
+#define SRV_MAX_ARGS PROTO_QUERY_MAX_PARAMS
+#define SRV_MAX_ARG_BYTES PROTO_QUERY_MAX_BYTES
 /* Shutdown: poll period and the most polls before the second destroy. */
 #define SRV_SHUTDOWN_POLL_MS 5
 #define SRV_SHUTDOWN_MAX_POLLS 400
 /* Most handles the loop may hold before srv_create (snapshot size). */
 #define SRV_MAX_PREEXISTING 256
 
-/* Seconds to wait for the peer's reply to our close frame. */
+/* Seconds to wait for the peer's reply to our close frame (less when a
+ * drop deadline comes sooner). */
 #define SRV_CLOSE_ACK_S 2
 /* lws's internal write type for a close frame (see lws-write.h). */
 #define SRV_LWS_WRITE_CLOSE 4
@@ -39,6 +43,8 @@ struct srv_conn {
     int close_status;
     int close_sent;           /* our close frame is written; waiting for the reply */
     char close_reason[120];
+    uint64_t drop_at_ms;      /* uv_now of the hard deadline (srv_conn_drop_after), 0 = none */
+    int failed;               /* a send failed: the connection is being dropped */
     /* HTTP reply waiting for HTTP_WRITEABLE */
     uint8_t *http_body; /* LWS_PRE headroom + body */
     size_t http_len;
@@ -125,6 +131,16 @@ static int rx_append(srv_conn *c, const void *in, size_t len, size_t max) {
     return 0;
 }
 
+/* Seconds to wait for the peer's close reply: SRV_CLOSE_ACK_S, or what is
+ * left before the drop deadline (lws's timeouts count whole seconds; at
+ * least 1). */
+static int close_ack_s(const srv_conn *c) {
+    if (!c->drop_at_ms) return SRV_CLOSE_ACK_S;
+    uint64_t now = uv_now(c->s->loop);
+    int left = c->drop_at_ms > now + 1000 ? (int)((c->drop_at_ms - now) / 1000) : 1;
+    return left < SRV_CLOSE_ACK_S ? left : SRV_CLOSE_ACK_S;
+}
+
 static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     srv *s = lws_context_user(lws_get_context(wsi));
     srv_conn *c = user;
@@ -151,14 +167,14 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
         }
         /* The decoded query arguments, one "name=value" fragment each. */
-        static char argbuf[SRV_MAX_ARG_BYTES]; /* loop thread only */
+        static char argbuf[SRV_MAX_ARG_BYTES + 1]; /* loop thread only */
         const char *args[SRV_MAX_ARGS];
         int nargs = 0;
         size_t used = 0;
         for (int i = 0;; i++) {
             int fl = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
             if (fl <= 0) break;
-            if (nargs == SRV_MAX_ARGS || used + (size_t)fl + 1 > sizeof argbuf) {
+            if (nargs == (int)SRV_MAX_ARGS || used + (size_t)fl + 1 > sizeof argbuf) {
                 nargs = -1; /* more than the limits: the handler refuses it */
                 break;
             }
@@ -201,19 +217,20 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             lws_write(wsi, frame + LWS_PRE, 2 + rl, (enum lws_write_protocol)SRV_LWS_WRITE_CLOSE);
             /* Wait for the peer's close reply (a client whose socket is
              * reset before it reads our close frame reports 1006), at most
-             * SRV_CLOSE_ACK_S seconds. */
+             * SRV_CLOSE_ACK_S seconds and never past the drop deadline. */
             c->close_sent = 1;
-            lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, SRV_CLOSE_ACK_S);
+            lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, close_ack_s(c));
             return 0;
         }
-        if (c->sess) s->h.ws_writable(s->ud, c->sess);
-        return 0;
+        if (c->sess && !c->failed) s->h.ws_writable(s->ud, c->sess);
+        return c->failed ? -1 : 0; /* a failed send: drop the connection */
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         /* Our close frame went out already: close without echoing theirs. */
         return c->close_sent ? -1 : 0;
     case LWS_CALLBACK_CLOSED:
         if (c->sess) s->h.ws_closed(s->ud, c->sess);
         c->sess = NULL;
+        c->wsi = NULL;
         conn_free_buffers(c);
         return 0;
     case LWS_CALLBACK_HTTP: {
@@ -264,6 +281,48 @@ static void lws_log_to_ours(int level, const char *line) {
 static void snapshot_handle(uv_handle_t *h, void *arg) {
     srv *s = arg;
     if (s->npre < SRV_MAX_PREEXISTING) s->preexisting[s->npre++] = h;
+}
+
+/* ---- teardown: lws on a foreign loop closes its handles asynchronously ---- */
+
+typedef struct { srv *s; int foreign; } walk_count;
+
+static void count_foreign(uv_handle_t *h, void *arg) {
+    walk_count *w = arg;
+    if (h == (uv_handle_t *)&w->s->timer) return;
+    for (int i = 0; i < w->s->npre; i++)
+        if (w->s->preexisting[i] == h) return;
+    w->foreign++;
+}
+
+static void timer_closed(uv_handle_t *h) {
+    srv *s = h->data;
+    void (*done)(void *) = s->done;
+    void *ud = s->ud;
+    free(s);
+    if (done) done(ud);
+}
+
+static void shutdown_poll(uv_timer_t *t) {
+    srv *s = t->data;
+    walk_count w = {s, 0};
+    uv_walk(s->loop, count_foreign, &w);
+    if (w.foreign > 0 && ++s->polls < SRV_SHUTDOWN_MAX_POLLS) return;
+    if (w.foreign > 0) LOGW("shutdown", "lws_handles_left=%d", w.foreign);
+    /* Second destroy: completes at once now that lws's handles are closed. */
+    if (s->ctx) lws_context_destroy(s->ctx);
+    s->ctx = NULL;
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, timer_closed);
+}
+
+/* Poll until lws's handles are gone, then finish lws's teardown and free s
+ * (srv_shutdown, and srv_create's failure). done(ud) follows, if set. */
+static void teardown_start(srv *s, void (*done)(void *ud)) {
+    s->done = done;
+    uv_timer_init(s->loop, &s->timer);
+    s->timer.data = s;
+    uv_timer_start(&s->timer, shutdown_poll, SRV_SHUTDOWN_POLL_MS, SRV_SHUTDOWN_POLL_MS);
 }
 
 srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, void *ud, ms_error *err) {
@@ -332,8 +391,23 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
     if (!s->ctx || !lws_get_vhost_by_name(s->ctx, "default")) {
         ms_err_set(err, MS_ERR_IO, "server: cannot listen on %s:%d (port in use, bad address or bad TLS files)",
                    info.iface ? info.iface : "*", cfg->port);
-        /* A failed creation on a foreign loop may still be tearing down. */
-        free(s);
+        if (!s->ctx) {
+            /* lws gave up before it put anything on the loop and freed
+             * what it had made (lws 4.1 context.c: the failures before
+             * the event loop is set up). */
+            free(s);
+            return NULL;
+        }
+        /* On a foreign libuv loop a failed creation (the default vhost
+         * could not listen, TLS files refused) returns a context whose
+         * destruction has begun (lws 4.1 context.c, fatal_exit_defer): its
+         * handles close over the next loop iterations, and the context is
+         * freed only by a second lws_context_destroy, which writes NULL
+         * through info.pcontext (into s) and may call srv_callback with s
+         * as the context's user. So s cannot be freed here: the shutdown
+         * poll takes it over, makes that second destroy once lws's handles
+         * are gone and frees s. The caller runs the loop to its end (srv.h). */
+        teardown_start(s, NULL);
         return NULL;
     }
     s->port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));
@@ -344,52 +418,41 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
 
 int srv_port(const srv *s) { return s->port; }
 
-typedef struct { srv *s; int foreign; } walk_count;
-
-static void count_foreign(uv_handle_t *h, void *arg) {
-    walk_count *w = arg;
-    if (h == (uv_handle_t *)&w->s->timer) return;
-    for (int i = 0; i < w->s->npre; i++)
-        if (w->s->preexisting[i] == h) return;
-    w->foreign++;
-}
-
-static void timer_closed(uv_handle_t *h) {
-    srv *s = h->data;
-    void (*done)(void *) = s->done;
-    void *ud = s->ud;
-    free(s);
-    if (done) done(ud);
-}
-
-static void shutdown_poll(uv_timer_t *t) {
-    srv *s = t->data;
-    walk_count w = {s, 0};
-    uv_walk(s->loop, count_foreign, &w);
-    if (w.foreign > 0 && ++s->polls < SRV_SHUTDOWN_MAX_POLLS) return;
-    if (w.foreign > 0) LOGW("shutdown", "lws_handles_left=%d", w.foreign);
-    /* Second destroy: completes at once now that lws's handles are closed. */
-    if (s->ctx) lws_context_destroy(s->ctx);
-    s->ctx = NULL;
-    uv_timer_stop(t);
-    uv_close((uv_handle_t *)t, timer_closed);
-}
-
 void srv_shutdown(srv *s, void (*done)(void *ud)) {
-    s->done = done;
     lws_context_destroy(s->ctx); /* starts the teardown on the foreign loop */
-    uv_timer_init(s->loop, &s->timer);
-    s->timer.data = s;
-    uv_timer_start(&s->timer, shutdown_poll, SRV_SHUTDOWN_POLL_MS, SRV_SHUTDOWN_POLL_MS);
+    teardown_start(s, done);
 }
 
 void srv_conn_writable(srv_conn *c) {
     if (c->wsi) lws_callback_on_writable(c->wsi);
 }
 
+int srv_conn_choked(srv_conn *c) {
+    /* lws_send_pipe_choked is also true while lws holds the rest of a
+     * partial write: nothing more may be written then. */
+    return c->failed || !c->wsi || lws_send_pipe_choked(c->wsi);
+}
+
 int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len) {
+    if (c->failed || !c->wsi) return -1;
     int n = lws_write(c->wsi, buf + LWS_PRE, len, LWS_WRITE_BINARY);
-    return n < (int)len ? -1 : 0;
+    if (n < (int)len) {
+        c->failed = 1; /* the writable callback returns -1: lws drops it */
+        return -1;
+    }
+    return 0;
+}
+
+void srv_conn_drop_after(srv_conn *c, int secs) {
+    if (!c->wsi || secs <= 0) return;
+    uint64_t at = uv_now(c->s->loop) + (uint64_t)secs * 1000;
+    if (c->drop_at_ms && c->drop_at_ms <= at) return;
+    c->drop_at_ms = at;
+    /* One lws timeout per connection: the wait for the close reply, once
+     * our close frame is out, is cut to the deadline as well. A timeout
+     * closes the socket at once, without flushing (lws's "violent death"). */
+    if (c->close_sent) lws_set_timeout(c->wsi, PENDING_TIMEOUT_CLOSE_ACK, close_ack_s(c));
+    else lws_set_timeout(c->wsi, PENDING_TIMEOUT_CLOSE_SEND, secs);
 }
 
 void srv_conn_close(srv_conn *c, int status, const char *reason) {

@@ -50,21 +50,26 @@ typedef struct srv_handlers {
     int (*http_get)(void *ud, const char *path, srv_http_reply *reply);
     /* ws_open: a WebSocket on /api/chat is up. query: the decoded query
      * arguments as "name=value" strings (n of them, borrowed for the call);
-     * nargs is -1 when the query has more than 64 arguments or 32 KiB.
+     * nargs is -1 when the query has more than PROTO_QUERY_MAX_PARAMS
+     * arguments or PROTO_QUERY_MAX_BYTES (proto/query.h).
      * Return the session pointer to attach, or NULL to close at once. */
     void *(*ws_open)(void *ud, srv_conn *c, const char *const *args, int nargs);
     /* ws_message: one complete message (borrowed for the call). */
     void (*ws_message)(void *ud, void *sess, const uint8_t *data, size_t len);
     /* ws_oversize: a message exceeded max_message_bytes; it was dropped. */
     void (*ws_oversize)(void *ud, void *sess, size_t len_so_far);
-    /* ws_writable: the socket takes one srv_conn_send now. */
+    /* ws_writable: the socket takes data now: srv_conn_send while
+     * srv_conn_choked says 0, then srv_conn_writable if anything is left. */
     void (*ws_writable)(void *ud, void *sess);
     /* ws_closed: the connection is gone; the session must forget c. */
     void (*ws_closed)(void *ud, void *sess);
 } srv_handlers;
 
 /* srv_create: listen and serve on loop. NULL with err set on failure (port
- * in use, bad certificate, ...). */
+ * in use, bad certificate, ...); then nothing is leaked, but libwebsockets
+ * may still be closing handles of its half-made context on loop: run the
+ * loop until it returns (uv_run) before uv_loop_close, and they close and
+ * free themselves. */
 srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, void *ud, ms_error *err);
 /* srv_port: the bound port (useful with port 0). */
 int srv_port(const srv *s);
@@ -75,13 +80,29 @@ void srv_shutdown(srv *s, void (*done)(void *ud));
 
 /* srv_conn_writable: ask for a ws_writable callback. */
 void srv_conn_writable(srv_conn *c);
+/* srv_conn_choked: 1 when the socket takes nothing more now (the kernel's
+ * send buffer is full, libwebsockets holds the rest of a partial write, or
+ * a send failed): stop sending until the next ws_writable. */
+int srv_conn_choked(srv_conn *c);
 /* srv_conn_send: send one binary message; payload at buf + srv_pre, len
- * bytes (buf has srv_pre bytes of headroom the library may overwrite).
- * Call once per ws_writable. Returns 0, or -1 when the socket failed. */
+ * bytes (buf has srv_pre bytes of headroom the library may overwrite;
+ * copied or written before it returns). Only inside ws_writable and only
+ * while srv_conn_choked is 0 (a message the kernel does not take whole is
+ * kept by libwebsockets, which then reports choked). Returns 0, or -1 when
+ * the socket failed (the connection is dropped; ws_closed follows). */
 int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len);
 /* srv_conn_close: close with a WebSocket status and reason once pending
- * writes are done (asynchronously; ws_closed follows). */
+ * writes are done (asynchronously; ws_closed follows). The wait for the
+ * peer's close reply is short (2 s) and never outlasts the deadline of
+ * srv_conn_drop_after. */
 void srv_conn_close(srv_conn *c, int status, const char *reason);
+/* srv_conn_drop_after: a hard deadline: if the connection is still open
+ * secs seconds from now (whole seconds, libwebsockets' timeout unit), drop
+ * it: the socket is closed without a close frame and without flushing what
+ * is unsent; ws_closed follows. A later call only moves the deadline
+ * sooner. For a close the handler decided (it usually flushes an error
+ * message first, then calls srv_conn_close). */
+void srv_conn_drop_after(srv_conn *c, int secs);
 /* srv_conn_peer: "ip" of the peer (for logs). */
 const char *srv_conn_peer(const srv_conn *c);
 

@@ -84,6 +84,7 @@ START_TEST(test_defaults) {
     ck_assert(c.limits.output_queue_s == 2.0);
     ck_assert_int_eq(c.limits.max_header_bytes, 16384);
     ck_assert_int_eq(c.limits.max_steps, 0);
+    ck_assert_int_eq(c.limits.close_timeout_s, 5);
     ck_assert_int_eq(c.log.level, MS_LOG_INFO);
     cfg_close(&c);
     cfg_close(&c); /* twice is harmless */
@@ -163,6 +164,7 @@ START_TEST(test_bounds) {
     refused("{\"sampling\":{\"audio_temperature\":1e999}}", MS_ERR_RANGE, "sampling.audio_temperature", "finite");
     refused("{\"limits\":{\"input_buffer_s\":0.1}}", MS_ERR_RANGE, "limits.input_buffer_s", NULL);
     refused("{\"limits\":{\"max_header_bytes\":65536}}", MS_ERR_RANGE, "limits.max_header_bytes", NULL);
+    refused("{\"limits\":{\"close_timeout_s\":0}}", MS_ERR_RANGE, "limits.close_timeout_s", NULL);
     /* the ends of each range are accepted */
     cfg c;
     ms_error e = {0};
@@ -250,10 +252,10 @@ static const char *all_set =
     "{\"server\":{\"listen\":\"host-1.example\",\"port\":9000,\"tls_cert\":\"/c \\\"q\\\".pem\",\"tls_key\":\"/k\","
     "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false},"
     "\"model\":{\"lm_dir\":\"/lm\",\"mimi\":\"/m\",\"mimi_config\":\"/mc\",\"tokenizer\":\"/t\",\"variant\":\"kyutai\"},"
-    "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2},\"sessions\":{\"max\":3},"
+    "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
     "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
-    "\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"log\":{\"level\":\"error\"},"
+    "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"log\":{\"level\":\"error\"},"
     "\"debug\":{\"record_dir\":\"/rec\"}}";
 
 START_TEST(test_dump_roundtrip) {

@@ -1,0 +1,44 @@
+/* app.h - the moshid application's state: the event loop, the options, the
+ * model, the engine thread, the front end, the open sessions, the signals.
+ * Created and torn down by server.c; the sessions (sess.c) read the options
+ * and the model and keep their list in it. Internal to the daemon.
+ *
+ * Threading: the loop thread only (the engine thread sees the scheduler,
+ * never the app).
+ */
+#ifndef MOSHID_APP_H
+#define MOSHID_APP_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "model.h"
+#include "scheduler.h"
+#include "server.h"
+#include "srv.h"
+
+struct sess;
+
+typedef struct app {
+    uv_loop_t loop;
+    server_opts o;             /* the options in force (reload updates the reloadable ones) */
+    model *m;
+    sched *sch;
+    srv *server;               /* NULL once the front end is torn down */
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t tick;           /* once a second; every 50 ms while stopping */
+    struct sess *sessions;     /* every session whose connection is open */
+    int nsessions;
+    uint64_t next_id;
+    int stopping;
+    double stop_started_ms;    /* app_now_ms of SIGTERM/SIGINT */
+    int exit_status;
+    int in_frames, out_frames; /* ring sizes per slot, frames */
+    server_reload_fn reload;
+    void *reload_ud;
+} app;
+
+/* app_now_ms: the monotonic clock, ms (any thread). */
+double app_now_ms(void);
+
+#endif
