@@ -32,6 +32,7 @@ struct model {
     int slots;
     model_slot *s;          /* (slots) */
     /* one frame step per scheduler batch buffer (engine thread) */
+    lm_backend_stats open_stats;   /* the backend's figures once open (loop thread reads them) */
     lm_frame frame[LM_MAX_INFLIGHT];
     lmgen_slot **gens[LM_MAX_INFLIGHT];   /* (slots) */
 };
@@ -81,8 +82,8 @@ model *model_open(const model_opts *o, ms_error *err) {
             goto fail;
         }
     }
-    lm_backend_stats st;
-    lm_backend_stats_get(m->lm, &st);
+    lm_backend_stats_get(m->lm, &m->open_stats);
+    const lm_backend_stats st = m->open_stats;
     LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d slots=%d mimi=%s codebooks=%d "
          "pipeline=%d mem_used_mib=%.0f",
          o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name, m->cfg->dim, m->cfg->num_layers,
@@ -214,7 +215,7 @@ sched_model model_sched(model *m) {
                          .wait = m_wait};
 }
 
-int model_stats(const model *m, lm_backend_stats *st) { return lm_backend_stats_get(m->lm, st); }
+const lm_backend_stats *model_open_stats(const model *m) { return &m->open_stats; }
 
 const lm_config *model_lm_config(const model *m) { return m->cfg; }
 const char *model_variant_name(const model *m) { return lm_variant_name(m->cfg->variant); }

@@ -48,8 +48,9 @@ void model_close(model *m);
 sched_model model_sched(model *m);
 
 const lm_config *model_lm_config(const model *m);
-/* model_stats: the backend's figures (memory used and free, pipeline). */
-int model_stats(const model *m, lm_backend_stats *st);
+/* model_open_stats: the backend's figures taken when it was opened (memory
+ * used and free there, where, pipeline); any thread (read-only). */
+const lm_backend_stats *model_open_stats(const model *m);
 const char *model_variant_name(const model *m);
 const char *model_backend_name(const model *m);
 /* model_piece: the text piece for a sampled text token (U+2581 turned into

@@ -48,13 +48,16 @@ static int http_get(void *ud, const char *path, srv_http_reply *r) {
         int free_slots = sched_free_slots(a->sch), overloaded = sched_overloaded(a->sch);
         int ready = !a->stopping && !sched_failed(a->sch, NULL);
         int ok = ready && free_slots > 0 && !overloaded;
-        char buf[512];
+        const lm_backend_stats *st = model_open_stats(a->m);
+        char buf[768];
         int n = snprintf(buf, sizeof buf,
                          "{\"ready\":%s,\"accepting\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
-                         "\"capacity\":%d,\"free\":%d,\"overloaded\":%s}\n",
+                         "\"capacity\":%d,\"free\":%d,\"overloaded\":%s,\"pipeline\":%s,"
+                         "\"memory\":{\"where\":\"%s\",\"used_bytes\":%zu,\"free_bytes_at_start\":%zu}}\n",
                          ready ? "true" : "false", ok ? "true" : "false", model_variant_name(a->m),
                          model_backend_name(a->m), a->nsessions, sched_capacity(a->sch), free_slots,
-                         overloaded ? "true" : "false");
+                         overloaded ? "true" : "false", st->pipeline ? "true" : "false",
+                         st->where == LM_MEM_DEVICE ? "device" : "host", st->mem_used, st->mem_free);
         r->body = strdup(buf);
         r->body_len = r->body ? (size_t)n : 0;
         r->status = ok ? 200 : 503;

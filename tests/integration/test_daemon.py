@@ -125,6 +125,9 @@ def test_health_and_metrics(daemon):
     h = json.loads(body)
     assert st == 200 and h["ready"] and h["capacity"] == 8 and h["backend"] == "cpu"
     assert h["variant"] in ("kyutai", "personaplex")
+    # the backend's memory (weights, K/V, codec) and the pipeline (default on)
+    assert h["pipeline"] is True and h["memory"]["where"] == "host"
+    assert h["memory"]["used_bytes"] > 1 << 20 and h["memory"]["free_bytes_at_start"] > 0
     st, body = get(daemon, "/metrics")
     assert st == 200 and "moshid_sessions " in body and "moshid_step_latency_seconds_bucket" in body
     assert get(daemon, "/nothing-here")[0] == 404
