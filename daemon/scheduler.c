@@ -61,6 +61,7 @@ struct sched {
     _Atomic int overloaded;
     _Atomic uint64_t progress;   /* engine-thread progress counter (loops that did work) */
     double ewma_ms;      /* engine thread */
+    double last_done_ms; /* engine thread: when the last batch was finished */
     int next_job;        /* engine thread: round-robin start of the job scan */
     sched_batch batch[SCHED_BUFFERS];
 };
@@ -199,9 +200,14 @@ static void gather(sched *s, sched_batch *b) {
 }
 
 /* Engine thread: the outputs of a finished batch to the slots' rings; the
- * input frames it consumed are released. */
+ * input frames it consumed are released. t0: when it was submitted. The
+ * step time (overload, the step histogram) is the engine's time for this
+ * batch: from its submit or from the previous batch's end, whichever is
+ * later (batches in flight overlap: their time in flight is not the
+ * engine's cost per batch). */
 static void deliver(sched *s, sched_batch *b, double t0) {
-    double t1 = now_ms(), dt = t1 - t0;
+    double t1 = now_ms(), dt = t1 - (t0 > s->last_done_ms ? t0 : s->last_done_ms);
+    s->last_done_ms = t1;
     s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
     atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
     met_observe_step_ms(dt);
