@@ -19,3 +19,6 @@ $(BUILD)/bench_frame: tests/bench/bench_frame.c $(LIBENGINE) $(BUILD)/demo/.ok
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 BENCH_DEPS += $(BUILD)/bench_frame
 BENCHES += '$(BUILD)/bench_frame'
+
+# check_lmgen's frame-step tests run on the demo model (codec + Kyutai LM)
+$(BUILD)/tests/check_lmgen: $(BUILD)/demo/.ok
