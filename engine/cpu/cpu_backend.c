@@ -73,7 +73,7 @@ typedef struct cpu_ctx {
     /* codec */
     mimi_model *mimi;                         /* NULL: opened without a codec */
     mimi_stream **streams;                    /* (nslots) */
-    mimi_ws *enc_ws, *dec_ws;                 /* encode on the engine thread, decode on the codec thread */
+    mimi_ws *enc_ws, *dec_ws;                 /* one per stage (both on the codec thread with the pipeline) */
     mimi_stream **enc_tab, **dec_tab;         /* (nslots) streams of one batch call */
     /* pipeline: frames in flight (submit order) and the codec thread's jobs */
     int pipeline;
