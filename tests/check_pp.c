@@ -1,10 +1,12 @@
 /* check_pp.c - PersonaPlex's step and priming on the CPU backend against
  * the fixtures of tests/fixtures/gen_pp.py (the official LMModel stepped
- * by a reference of PersonaPlex's bookkeeping): greedy live traces frame
- * for frame (logits within 1e-4), sub-steps 8..15 skipped with unchanged
- * outputs (greedy and sampled), prime by prefill == prime by steps (K/V
- * within 1e-5, ring, flags, offset, next tokens), saved-voice replay,
- * persona snapshots, batches of slots, hostile input, and build/moshi-run. */
+ * by a reference of PersonaPlex's bookkeeping, with NVIDIA's attention
+ * window): greedy live traces frame for frame (logits within 1e-4), far
+ * from the same steps with moshi 0.2.13's window past the ring's wrap,
+ * sub-steps 8..15 skipped with unchanged outputs (greedy and sampled),
+ * prime by prefill == prime by steps (K/V within 1e-5, ring, flags,
+ * offset, next tokens), saved-voice replay, persona snapshots, batches of
+ * slots, hostile input, and build/moshi-run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +26,18 @@
 #include "st.h"
 
 #define PP_FIX_DIR "tests/fixtures/pp"
-static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap"};
-#define PP_NCASES 2
+static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap", "pp_long_wrap"};
+#define PP_NCASES 3
 #define MAXT 64
 /* float32 CPU against float32 PyTorch: summation order only */
 #define LOGIT_TOL 1e-4
 /* batched (prefill) and single-row products sum in another order */
 #define KV_TOL 1e-5
+/* the other window (moshi 0.2.13's, one row more) must be this far from
+ * ours where they differ: 10x the parity tolerance, so a backend with the
+ * wrong window cannot pass test_live_parity (measured: sub-step 15 8.8e-3
+ * and up on every call, text logits past the wrap 1.3 and 1.5) */
+#define WINDOW_DIFF 1e-3
 
 typedef struct {
     int n;
@@ -143,7 +150,7 @@ START_TEST(test_manifest) {
         ck_assert_int_eq((int)js_get(js_get(cs, "config"), "dep_q")->i, 16);
         nfiles += check_manifest_files(PP_FIX_DIR, pp_cases[i], js_get(cs, "files"));
     }
-    ck_assert_int_eq(nfiles, 13 * PP_NCASES);
+    ck_assert_int_eq(nfiles, 14 * PP_NCASES);
     js_free(root);
     free(txt);
 }
@@ -207,6 +214,64 @@ START_TEST(test_live_parity) {
     free(ral);
     free(tl);
     free(al);
+    free(codes);
+    lm_backend_close(b);
+}
+END_TEST
+
+/* the second reference (kyutai_ring.safetensors: the live steps with moshi
+ * 0.2.13's window, context and dep_q rows instead of context - 1 and
+ * dep_q - 1): equal to ours while no query has lost a row (call t, position
+ * t - 1 < context - 1), at least WINDOW_DIFF away from ours on some call
+ * past the wrap, and at depformer sub-step 15 (the last of a full ring of
+ * 16) on every call. */
+START_TEST(test_window_differs) {
+    const char *name = pp_cases[_i];
+    lm_backend *b = open_case(name, 1);
+    const lm_config *c = &b->cfg;
+    ck_assert_int_eq(c->window, c->context - 1);
+    ck_assert_int_eq(c->dep_window, c->dep_q - 1);
+    int T;
+    int *codes = load_codes(name, &T);
+    size_t ntl = (size_t)T * c->text_card, nal = (size_t)T * c->dep_q * c->card;
+    float *tl = malloc(sizeof(float) * ntl), *al = malloc(sizeof(float) * nal);
+    float *ktl = malloc(sizeof(float) * ntl), *kal = malloc(sizeof(float) * (size_t)T * c->card);
+    char path[256];
+    snprintf(path, sizeof path, PP_FIX_DIR "/%s/kyutai_ring.safetensors", name);
+    ms_error e = {0};
+    st_file *f = st_open(path, &e);
+    ck_assert_msg(f != NULL, "%s", e.msg);
+    int64_t s1[2] = {T, c->text_card}, s2[2] = {T, c->card};
+    const st_tensor *rt = st_get(f, "text_logits", 2, s1, 0, ST_F32, &e);
+    const st_tensor *ra = st_get(f, "last_audio_logits", 2, s2, 0, ST_F32, &e);
+    ck_assert_msg(rt && ra, "%s", e.msg);
+    st_to_f32(rt, 0, ntl, ktl);
+    st_to_f32(ra, 0, (size_t)T * c->card, kal);
+    lmgen_slot g;
+    init_slot(b, &g, 0, 1, 0);
+    g.dep_steps = c->dep_q;
+    trace got;
+    run_live(b, &g, codes, T, &got, tl, al);
+    double before = 0, after = 0, last = INFINITY;
+    for (int t = 1; t < T; t++) {   /* call 0 makes no model call */
+        double et = rel_err(tl + (size_t)t * c->text_card, ktl + (size_t)t * c->text_card, (size_t)c->text_card);
+        if (t < c->context) before = fmax(before, et);
+        else after = fmax(after, et);
+        const float *a15 = al + ((size_t)t * c->dep_q + c->dep_q - 1) * c->card;
+        last = fmin(last, rel_err(a15, kal + (size_t)t * c->card, (size_t)c->card));
+    }
+    if (getenv("CHECK_PP_VERBOSE"))
+        fprintf(stderr, "%s: against 0.2.13's window: text %.3g before the wrap, %.3g after; sub-step 15 >= %.3g\n",
+                name, before, after, last);
+    ck_assert_msg(before <= LOGIT_TOL, "%s: text logits %.3g from 0.2.13's window before the wrap", name, before);
+    if (T > c->context)
+        ck_assert_msg(after >= WINDOW_DIFF, "%s: text logits only %.3g from 0.2.13's window past the wrap", name, after);
+    ck_assert_msg(last >= WINDOW_DIFF, "%s: sub-step 15 only %.3g from 0.2.13's window", name, last);
+    st_close(f);
+    free(tl);
+    free(al);
+    free(ktl);
+    free(kal);
     free(codes);
     lm_backend_close(b);
 }
@@ -571,6 +636,13 @@ START_TEST(test_hostile) {
     lm_config kc;
     ck_assert_int_eq(lm_config_load(&kc, LM_FIX_DIR "/ring_f32/config.json", &e), MS_OK);
     ck_assert_int_eq(pp_check_config(&kc, &e), MS_ERR_UNSUPPORTED);
+    /* PersonaPlex's window is context - 1 positions: a context of 1 is refused */
+    kc.variant = LM_VARIANT_PERSONAPLEX;
+    kc.context = 1;
+    ck_assert_int_eq(lm_config_finish(&kc, &e), MS_ERR_RANGE);
+    kc.context = 2;
+    ck_assert_int_eq(lm_config_finish(&kc, &e), MS_OK);
+    ck_assert_int_eq(kc.window, 1);
     lm_backend *b = open_case("pp_d1", 2);
     const lm_config *c = &b->cfg;
     lmgen_slot g;
@@ -674,6 +746,7 @@ static Suite *make_suite(void) {
     TCase *tc = tcase_new("pp");
     tcase_add_test(tc, test_manifest);
     tcase_add_loop_test(tc, test_live_parity, 0, PP_NCASES);
+    tcase_add_loop_test(tc, test_window_differs, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_skip_substeps_sampled, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_prime_prefill_vs_steps, 0, PP_NCASES);
     tcase_add_loop_test(tc, test_replay, 0, PP_NCASES);

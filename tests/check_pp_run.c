@@ -13,8 +13,8 @@
 #include "check_main.h"
 
 #define PP_FIX_DIR "tests/fixtures/pp"
-static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap"};
-#define PP_NCASES 2
+static const char *const pp_cases[] = {"pp_d1", "pp_d2_wrap", "pp_long_wrap"};
+#define PP_NCASES 3
 
 #include "check_run_util.h"
 
@@ -70,12 +70,24 @@ START_TEST(test_live) {
 }
 END_TEST
 
+/* lines of a file */
+static int count_lines(const char *path) {
+    size_t len;
+    char *t = slurp(path, &len);
+    ck_assert_msg(t != NULL, "%s unreadable", path);
+    int n = 0;
+    for (size_t i = 0; i < len; i++) n += t[i] == '\n';
+    free(t);
+    return n;
+}
+
 /* the prime from voice codes or the saved voice, by prefill or by steps */
 START_TEST(test_primed) {
     const char *name = pp_cases[_i / 4];
     int saved = (_i / 2) % 2, steps = _i % 2;
     char codes[256], args[2048], ref[256];
-    head_codes(name, 16, codes, sizeof codes);
+    snprintf(ref, sizeof ref, PP_FIX_DIR "/%s/primed.jsonl", name);
+    head_codes(name, count_lines(ref), codes, sizeof codes);   /* as many live steps as the reference */
     snprintf(args, sizeof args,
              "--lm " PP_FIX_DIR "/%s --codes-in %s --greedy --%s " PP_FIX_DIR "/%s/%s --text-ids " PP_FIX_DIR
              "/%s/text_ids.txt --silence-tokens " PP_FIX_DIR "/%s/silence.txt --sine-tokens " PP_FIX_DIR
@@ -84,7 +96,6 @@ START_TEST(test_primed) {
              name, name, steps ? "steps" : "prefill");
     ck_assert_msg(run(args) == 0, "%s: %s", name, err_txt);
     ck_assert_msg(strstr(err_txt, steps ? "primed by steps" : "primed by prefill"), "%s", err_txt);
-    snprintf(ref, sizeof ref, PP_FIX_DIR "/%s/primed.jsonl", name);
     char what[128];
     snprintf(what, sizeof what, "%s saved=%d steps=%d", name, saved, steps);
     same_as(what, ref);

@@ -17,3 +17,5 @@ $(BUILD)/moshid-mkmodel: $(BUILD)/obj/engine/cli/mkmodel.o $(LIBENGINE)
 CHECK_SUITES += lm_run pp_run
 CHECK_lm_run_DEPS = $(LIBENGINE)
 CHECK_pp_run_DEPS = $(LIBENGINE)
+# (not linked: the suites run it, so building one rebuilds it)
+$(BUILD)/tests/check_lm_run $(BUILD)/tests/check_pp_run: $(BUILD)/moshi-run

@@ -3,7 +3,9 @@
  * Weights: lm_model (stored precision, mapped). K/V: per slot and layer a
  * ring of `context` rows of float32 keys (after RoPE) and values, row
  * pos % context holding absolute position pos; the query at position q sees
- * the rows of positions max(0, q - context + 1) .. q. Activations float32.
+ * the rows of positions max(0, q - window + 1) .. q (lm_config.window:
+ * context for Kyutai, context - 1 for PersonaPlex), and depformer sub-step
+ * k the sub-steps max(0, k - dep_window + 1) .. k. Activations float32.
  * A step or a prefill chunk runs each matrix product once over all its rows
  * (slots, or positions of one slot), so the weights stream once per call.
  *
@@ -240,9 +242,9 @@ static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
             size_t row = (size_t)(pos[r] % ctx);
             memcpy(s->k + base + row * D, k, sizeof(float) * D);
             memcpy(s->v + base + row * D, v, sizeof(float) * D);
-            int nk = pos[r] + 1 < ctx ? (int)pos[r] + 1 : ctx;
-            kern_attend_pool(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, nk, g->num_heads,
-                             g->head_dim, D, c->pool);
+            int64_t lo = pos[r] + 1 > g->window ? pos[r] + 1 - g->window : 0;   /* oldest position seen */
+            kern_attend_ring_pool(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, ctx,
+                                  (int)(lo % ctx), (int)(pos[r] - lo + 1), g->num_heads, g->head_dim, D, c->pool);
         }
         kern_matmul(c->o, c->att, &L->attn_out, n, c->pool);
         kern_add(c->x, c->o, n * D);
@@ -278,8 +280,9 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
             float *vc = c->dv + r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
             memcpy(kc + (size_t)k * dd, q + dd, sizeof(float) * dd);
             memcpy(vc + (size_t)k * dd, q + 2 * dd, sizeof(float) * dd);
-            kern_attend(c->datt + (size_t)r * dd, q, kc, vc, c->scores, k + 1, g->depformer_num_heads,
-                        g->dep_head_dim, dd);
+            int lo = k + 1 > g->dep_window ? k + 1 - g->dep_window : 0;   /* oldest sub-step seen */
+            kern_attend(c->datt + (size_t)r * dd, q, kc + (size_t)lo * dd, vc + (size_t)lo * dd, c->scores, k + 1 - lo,
+                        g->depformer_num_heads, g->dep_head_dim, dd);
         }
         kern_matmul(c->do_, c->datt, &L->attn_out[k], n, c->pool);
         kern_add(c->dy, c->do_, n * dd);

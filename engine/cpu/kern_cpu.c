@@ -276,14 +276,16 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (; d < n; d++) y[d] += a * x[d];
 }
 
-void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
-                 int heads, int head_dim, int stride) {
+void kern_attend_ring(float *out, const float *q, const float *k, const float *v, float *scratch, int ring,
+                      int first, int nk, int heads, int head_dim, int stride) {
     float scale = 1.0f / sqrtf((float)head_dim);
+    int n0 = first + nk > ring ? first + nk - ring : 0;   /* keys j < n0 are rows 0 .. n0 - 1 */
+#define ROW(j) ((size_t)((j) < n0 ? (j) : first + (j) - n0) * stride)
     for (int h = 0; h < heads; h++) {
         const float *qh = q + (size_t)h * head_dim;
         float mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
-            float s = dot(qh, k + (size_t)j * stride + (size_t)h * head_dim, head_dim) * scale;
+            float s = dot(qh, k + ROW(j) + (size_t)h * head_dim, head_dim) * scale;
             scratch[j] = s;
             if (s > mx) mx = s;
         }
@@ -295,15 +297,21 @@ void kern_attend(float *out, const float *q, const float *k, const float *v, flo
         float inv = 1.0f / sum;
         float *oh = out + (size_t)h * head_dim;
         memset(oh, 0, sizeof(float) * (size_t)head_dim);
-        for (int j = 0; j < nk; j++) axpy(oh, scratch[j] * inv, v + (size_t)j * stride + (size_t)h * head_dim, head_dim);
+        for (int j = 0; j < nk; j++) axpy(oh, scratch[j] * inv, v + ROW(j) + (size_t)h * head_dim, head_dim);
     }
+#undef ROW
+}
+
+void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
+                 int heads, int head_dim, int stride) {
+    kern_attend_ring(out, q, k, v, scratch, nk, 0, nk, heads, head_dim, stride);
 }
 
 typedef struct {
     float *out;
     const float *q, *k, *v;
     float *scratch;
-    int nk, heads, head_dim, stride;
+    int ring, first, nk, heads, head_dim, stride;
 } attend_job;
 
 static void attend_part(void *ctx, int i, int nt) {
@@ -311,13 +319,13 @@ static void attend_part(void *ctx, int i, int nt) {
     int h0 = j->heads * i / nt, h1 = j->heads * (i + 1) / nt;
     size_t off = (size_t)h0 * j->head_dim;
     if (h1 > h0)
-        kern_attend(j->out + off, j->q + off, j->k + off, j->v + off, j->scratch + (size_t)i * j->nk, j->nk, h1 - h0,
-                    j->head_dim, j->stride);
+        kern_attend_ring(j->out + off, j->q + off, j->k + off, j->v + off, j->scratch + (size_t)i * j->nk, j->ring,
+                         j->first, j->nk, h1 - h0, j->head_dim, j->stride);
 }
 
-void kern_attend_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
-                      int heads, int head_dim, int stride, kern_pool *pool) {
-    attend_job j = {out, q, k, v, scratch, nk, heads, head_dim, stride};
+void kern_attend_ring_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int ring,
+                           int first, int nk, int heads, int head_dim, int stride, kern_pool *pool) {
+    attend_job j = {out, q, k, v, scratch, ring, first, nk, heads, head_dim, stride};
     if ((long)nk * heads * head_dim < 65536)
         attend_part(&j, 0, 1);
     else

@@ -77,10 +77,19 @@ void kern_rope(float *v, int heads, int head_dim, int64_t pos, float max_period)
 void kern_attend(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
                  int heads, int head_dim, int stride);
 
-/* kern_attend_pool: kern_attend with the heads split over the pool's
- * threads; scratch (threads, nk) floats. */
-void kern_attend_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int nk,
-                      int heads, int head_dim, int stride, kern_pool *pool);
+/* kern_attend_ring: kern_attend over the nk keys of a ring of `ring` rows
+ * that start at row `first` and continue cyclically (0 <= first < ring,
+ * 1 <= nk <= ring). Summed in row order: rows 0 .. first + nk - ring - 1
+ * (the part past the end), then first .. ring - 1; without a wrap rows
+ * first .. first + nk - 1. kern_attend is the case first = 0, ring = nk.
+ *   k (ring, stride), v (ring, stride); scratch (nk) floats. */
+void kern_attend_ring(float *out, const float *q, const float *k, const float *v, float *scratch, int ring,
+                      int first, int nk, int heads, int head_dim, int stride);
+
+/* kern_attend_ring_pool: kern_attend_ring with the heads split over the
+ * pool's threads; scratch (threads, nk) floats. */
+void kern_attend_ring_pool(float *out, const float *q, const float *k, const float *v, float *scratch, int ring,
+                           int first, int nk, int heads, int head_dim, int stride, kern_pool *pool);
 
 /* kern_silu_gate: h = silu(u[0:H]) * u[H:2H].  h (H), u (2H). */
 void kern_silu_gate(float *h, const float *u, int H);

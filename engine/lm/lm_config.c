@@ -80,6 +80,11 @@ int lm_config_finish(lm_config *c, ms_error *err) {
              c->delays[s], LM_MAX_DELAY);
         if (c->delays[s] > c->max_delay) c->max_delay = c->delays[s];
     }
+    /* PersonaPlex attends over one row fewer than its rings hold (lm_config.h) */
+    int pp = c->variant == LM_VARIANT_PERSONAPLEX;
+    NEED(!pp || c->context >= 2, "context %d: PersonaPlex attends over context - 1 positions", c->context);
+    c->window = pp ? c->context - 1 : c->context;
+    c->dep_window = pp ? c->dep_q - 1 : c->dep_q;
 #undef NEED
     return MS_OK;
 }

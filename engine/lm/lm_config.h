@@ -31,8 +31,9 @@
 /* Largest config.json accepted, bytes. */
 #define LM_MAX_CONFIG_BYTES (1 << 20)
 
-/* Which bookkeeping steps the checkpoint (issue 3: Kyutai's LMGen; PersonaPlex
- * is detected and refused by the step code until it is implemented). */
+/* Which bookkeeping steps the checkpoint: Kyutai's LMGen (lmgen.h) or
+ * PersonaPlex's (lmgen_pp.h); it also sets the attention window (window,
+ * dep_window below). AUTO: decided from the checkpoint at load. */
 typedef enum { LM_VARIANT_AUTO = -1, LM_VARIANT_KYUTAI = 0, LM_VARIANT_PERSONAPLEX = 1 } lm_variant;
 
 typedef struct lm_config {
@@ -56,6 +57,14 @@ typedef struct lm_config {
     int dep_hidden;               /* ... of the depformer FFN */
     int max_delay;
     lm_variant variant;
+    /* attention windows, set from the variant by lm_config_finish: how many
+     * positions a query attends to, its own included (the query at q sees
+     * max(0, q - window + 1) .. q). Kyutai (moshi 0.2.13's RingKVCache):
+     * window = context, dep_window = dep_q. PersonaPlex (NVIDIA's
+     * RingKVCache.complete gives the oldest row of a full ring a position
+     * in the future, so the mask drops it): context - 1 and dep_q - 1. */
+    int window;                   /* temporal transformer, positions */
+    int dep_window;               /* depformer, sub-steps of one frame */
 } lm_config;
 
 /* lm_config_default: the built-in Moshi 7B configuration (moshiko/moshika),
@@ -78,8 +87,10 @@ int lm_config_parse(lm_config *c, const char *text, size_t len, const char *name
  * exists (a missing file is not an error; an unreadable one is). */
 int lm_config_load(lm_config *c, const char *path, ms_error *err);
 
-/* lm_config_finish: check ranges and compute the derived fields. Called by
- * the two functions above; call it again after editing a config by hand. */
+/* lm_config_finish: check ranges and compute the derived fields (the
+ * attention windows from the variant). Called by the two functions above
+ * and by the model loader once the variant is resolved; call it again
+ * after editing a config by hand. */
 int lm_config_finish(lm_config *c, ms_error *err);
 
 /* lm_gated_hidden: the official gated-FFN hidden width for (dim, F). */

@@ -154,7 +154,7 @@ int main(void) {
         memcpy(kc + (size_t)(r % L_CONTEXT) * L_DIM, qkv + L_DIM, sizeof(float) * L_DIM);
         memcpy(vc + (size_t)(r % L_CONTEXT) * L_DIM, qkv + 2 * L_DIM, sizeof(float) * L_DIM);
         double ta = now();
-        kern_attend_pool(att, qkv, kc, vc, sc, L_CONTEXT, L_HEADS, L_DIM / L_HEADS, L_DIM, pool);
+        kern_attend_ring_pool(att, qkv, kc, vc, sc, L_CONTEXT, 0, L_CONTEXT, L_HEADS, L_DIM / L_HEADS, L_DIM, pool);
         double tb = now();
         kern_matmul(o, att, &aout, 1, pool);
         kern_add(xv, o, L_DIM);
