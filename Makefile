@@ -44,6 +44,8 @@ clean:
 else
 # ---- inner make: the real rules -----------------------------------------
 CC ?= cc
+# CXX (make's default g++) compiles the one C++ file of the engine I/O
+# library, the SentencePiece encoder shim (engine/lm/spm_enc.cc).
 # -march=native: each machine builds its own binaries (CI builds on the
 # machine it tests on); override with ARCH= for a portable build.
 ARCH ?= -march=native
@@ -63,6 +65,10 @@ ifeq ($(SAN),1)
 CFLAGS_ALL += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS_ALL += -fsanitize=address,undefined
 endif
+# C++ (the shims over C++ libraries): the C flags, sanitizers included, with
+# the C++ standard instead of the C one.
+CXXSTD := -std=gnu++17
+CXXFLAGS_ALL = $(CXXSTD) $(filter-out $(CSTD),$(CFLAGS_ALL))
 
 # pkg-config helpers: pc_cflags / pc_libs, called with module names
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
@@ -70,7 +76,7 @@ pc_libs = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 # Every pkg-config module the build uses; tests/check_deps.sh checks that each
 # is mapped to a Debian package in tests/deps.txt.
-PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas
+PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas sentencepiece libebur128
 
 # Archives the fragments link against (defined before they are included).
 LIBENGINE := $(BUILD)/libengine.a
@@ -79,7 +85,7 @@ LIBPROTO := $(BUILD)/libproto.a
 
 # Accumulated by the fragments.
 ENGINE_SRCS :=      # engine core: C compiler only (no external libraries)
-ENGINE_IO_SRCS :=   # engine parts that need libsndfile/libsoxr (audio files)
+ENGINE_IO_SRCS :=   # engine parts that need libraries (audio files; the SentencePiece encoder, C++)
 PROTO_SRCS :=
 DAEMON_SRCS :=
 PROGRAMS :=         # $(BUILD)/<name> for each program
@@ -100,7 +106,7 @@ include engine/cli/cli.mk
 include tests/tests.mk
 
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
-ENGINE_IO_OBJS := $(ENGINE_IO_SRCS:%.c=$(BUILD)/obj/%.o)
+ENGINE_IO_OBJS := $(patsubst %,$(BUILD)/obj/%.o,$(basename $(ENGINE_IO_SRCS)))
 PROTO_OBJS := $(PROTO_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -109,6 +115,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(EXTRA_CFLAGS_$(subst /,_,$(dir $<))) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(@D)
+	@echo "  CXX     $<"
+	$(Q)$(CXX) $(CPPFLAGS_ALL) $(CXXFLAGS_ALL) -c $< -o $@
 
 $(LIBENGINE): $(ENGINE_OBJS)
 	@echo "  AR      $@"

@@ -5,11 +5,20 @@
 ENGINE_SRCS += engine/lm/lm_config.c engine/lm/lm.c engine/lm/samp.c engine/lm/spm.c \
 	engine/lm/lmgen.c engine/lm/lmgen_pp.c engine/lm/backend.c engine/lm/frame.c
 
+# The SentencePiece encoder (text -> ids): a C++ shim over Debian's
+# libsentencepiece, in the I/O archive so that the engine core stays C only.
+# A program that calls spm_encode links $(LIBENGINE_IO) $(LIBENGINE) and
+# $(SPM_ENC_LIBS) (the trainer library the .pc file also names is left out).
+ENGINE_IO_SRCS += engine/lm/spm_enc.cc
+$(BUILD)/obj/engine/lm/spm_enc.o: CPPFLAGS_ALL += $(call pc_cflags,sentencepiece)
+SPM_ENC_LIBS = $(filter-out -lsentencepiece_train,$(call pc_libs,sentencepiece)) -lstdc++
+
 CHECK_SUITES += lm samp lmgen spm
 CHECK_lm_DEPS = $(LIBENGINE)
 CHECK_samp_DEPS = $(LIBENGINE)
 CHECK_lmgen_DEPS = $(LIBENGINE)
-CHECK_spm_DEPS = $(LIBENGINE)
+CHECK_spm_DEPS = $(LIBENGINE_IO) $(LIBENGINE)
+CHECK_spm_LIBS = $(SPM_ENC_LIBS)
 
 # make bench: the frame step of the demo model split into its parts, and
 # synchronous against pipelined.

@@ -5,7 +5,8 @@
  * piece = field 1, score = 2, type = 3); every other field is skipped by
  * wire type. The protobuf reader is bounded: the file size, the number of
  * pieces, the length of a piece and every length and varint are checked.
- * Tokenising text (encoding) is not implemented: moshid only decodes.
+ * Encoding (text to ids) is spm_enc.h, in the engine I/O library: it
+ * links the SentencePiece library itself and reads the same file.
  */
 #ifndef MOSHID_SPM_H
 #define MOSHID_SPM_H
