@@ -10,6 +10,7 @@
 struct audio_dec {
     ogg_opus_reader *rd;
     OpusDecoder *dec;       /* created when the OpusHead is known */
+    audio_pre_skip mode;
     int skip;               /* 24 kHz samples of pre-skip still to drop */
     uint64_t pos48;         /* 48 kHz samples decoded, pre-skip included */
     uint64_t out;           /* samples delivered */
@@ -18,12 +19,13 @@ struct audio_dec {
     float pcm[AUDIO_MAX_PACKET_SAMPLES];
 };
 
-audio_dec *audio_dec_create(const ogg_limits *lim, ms_error *err) {
+audio_dec *audio_dec_create(const ogg_limits *lim, audio_pre_skip pre_skip, ms_error *err) {
     audio_dec *d = calloc(1, sizeof *d);
     if (!d) {
         ms_err_set(err, MS_ERR_NOMEM, "audio decoder");
         return NULL;
     }
+    d->mode = pre_skip;
     d->rd = ogg_opus_reader_create(lim, err);
     if (!d->rd) {
         free(d);
@@ -50,7 +52,7 @@ static int on_audio(void *user, const ogg_opus_head *h, const ogg_pkt *k, ms_err
         d->dec = opus_decoder_create(AUDIO_RATE_HZ, 1, &e);
         if (!d->dec) return ms_err_set(err, MS_ERR_NOMEM, "opus decoder: %s", opus_strerror(e));
         if (h->output_gain_q8) opus_decoder_ctl(d->dec, OPUS_SET_GAIN(h->output_gain_q8));
-        d->skip = h->pre_skip / 2;
+        d->skip = d->mode == AUDIO_PRE_SKIP_RFC ? h->pre_skip / 2 : 0;
     }
     if (k->len == 0)
         return ms_err_set(err, MS_ERR_FORMAT, "empty Opus packet %llu", (unsigned long long)k->packetno);

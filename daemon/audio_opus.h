@@ -36,14 +36,25 @@ typedef int (*audio_pcm_fn)(void *user, const float *pcm, size_t n, ms_error *er
 
 typedef struct audio_dec audio_dec;
 
+/* What the decoder does with the OpusHead pre-skip. The official servers
+ * decode with sphn, which ignores it, so the first pre-skip samples (80 ms
+ * of encoder start-up from the official client) reach Mimi and every frame
+ * sits where those servers put it; RFC 7845 drops them. */
+typedef enum {
+    AUDIO_PRE_SKIP_IGNORE = 0, /* keep every decoded sample (the official servers) */
+    AUDIO_PRE_SKIP_RFC = 1     /* drop pre_skip / 2 samples at 24 kHz (RFC 7845 section 4.2) */
+} audio_pre_skip;
+
 /* audio_dec_create: a decoder for one incoming Ogg Opus stream (lim: Ogg
- * limits, NULL for the defaults). NULL with err set on failure. */
-audio_dec *audio_dec_create(const ogg_limits *lim, ms_error *err);
+ * limits, NULL for the defaults; pre_skip: see audio_pre_skip). NULL with
+ * err set on failure. */
+audio_dec *audio_dec_create(const ogg_limits *lim, audio_pre_skip pre_skip, ms_error *err);
 void audio_dec_free(audio_dec *d);
 
 /* audio_dec_feed: consume len bytes of the stream (borrowed for the call)
- * and call fn with the PCM of each audio packet, pre-skip removed, output
- * gain applied, the end trimmed by the EOS granule position. Errors are
+ * and call fn with the PCM of each audio packet (the pre-skip removed in
+ * AUDIO_PRE_SKIP_RFC mode), output gain applied, the end trimmed by the
+ * EOS granule position. Errors are
  * sticky: MS_ERR_FORMAT/MS_ERR_UNSUPPORTED/MS_ERR_LIMIT from the Ogg Opus
  * reader (not Ogg, bad CRC, not Opus, ...), MS_ERR_FORMAT for an
  * undecodable Opus packet, or fn's code. */

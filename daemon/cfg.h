@@ -30,10 +30,12 @@
 
 enum { CFG_VARIANT_AUTO, CFG_VARIANT_KYUTAI, CFG_VARIANT_PERSONAPLEX };
 enum { CFG_BACKEND_AUTO, CFG_BACKEND_CPU, CFG_BACKEND_CUDA };
+enum { CFG_PRE_SKIP_IGNORE, CFG_PRE_SKIP_RFC };
 
 /* NULL-terminated names of the enum options, in enum order. */
 extern const char *const cfg_variant_names[];
 extern const char *const cfg_backend_names[];
+extern const char *const cfg_pre_skip_names[];
 extern const char *const cfg_log_level_names[]; /* indexed by MS_LOG_* */
 
 /* A list of strings owned by its cfg. */
@@ -82,15 +84,19 @@ typedef struct cfg {
         double output_queue_s;      /* unsent audio time before a close */
         int64_t idle_timeout_s;     /* 0 = none */
         int64_t close_timeout_s;    /* a server-side close: decided -> connection dropped */
-        int64_t max_steps;          /* 0 = the model's context */
+        int64_t max_steps;          /* 0 = no limit */
         int64_t max_header_bytes;
         int64_t send_buffer_bytes;  /* SO_SNDBUF of each WebSocket */
     } limits;
+    struct {
+        int input_pre_skip;         /* CFG_PRE_SKIP_*: OpusHead pre-skip of client audio */
+    } audio;
     struct {
         int level;                  /* MS_LOG_* */
     } log;
     struct {
         char *record_dir;           /* "" = off */
+        int64_t step_delay_ms;      /* test aid: each engine step sleeps this long; 0 = off */
     } debug;
 } cfg;
 

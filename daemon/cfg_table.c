@@ -15,6 +15,7 @@
 
 const char *const cfg_variant_names[] = {"auto", "kyutai", "personaplex", NULL};
 const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const cfg_pre_skip_names[] = {"ignore", "rfc", NULL};
 const char *const cfg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
 static const char *const default_origins[] = {"*", NULL};
@@ -168,17 +169,25 @@ const cfg_option cfg_options[] = {
     OPT_INT("limits.close_timeout_s", limits.close_timeout_s, R, 5, 1, 60,
             "Hard deadline of a close the server decides (error, idle, shutdown), seconds: the error message, the queued output and the close handshake must be through by then, else the connection is dropped (the session's slot is freed at once either way)."),
     OPT_INT("limits.max_steps", limits.max_steps, R, 0, 0, 1 << 24,
-            "Longest session in 80 ms steps; 0 = the model's context; query max_steps is capped by it."),
+            "Longest session in 80 ms steps; 0 = no limit (past the model's context the K/V ring wraps, as in the "
+            "official server); query max_steps may lower it, never raise it."),
     OPT_INT("limits.max_header_bytes", limits.max_header_bytes, 0, 16384, 4096, 65535,
             "HTTP request header space, bytes (PersonaPlex prompts travel in the URL; libwebsockets keeps it in 16 bits)."),
     OPT_INT("limits.send_buffer_bytes", limits.send_buffer_bytes, 0, 65536, 4096, 16 << 20,
             "Kernel send buffer of each WebSocket, bytes: small, so that a client that does not read trips limits.output_queue_s within seconds."),
+
+    OPT_ENUM("audio.input_pre_skip", audio.input_pre_skip, R, CFG_PRE_SKIP_IGNORE, cfg_pre_skip_names,
+             "OpusHead pre-skip of client audio: ignore = feed every decoded sample to Mimi, as the official "
+             "servers (sphn) do, so frames line up with theirs; rfc = drop it (RFC 7845). New sessions."),
 
     OPT_ENUM("log.level", log.level, R, MS_LOG_INFO, cfg_log_level_names,
              "Lowest level written to stderr."),
 
     OPT_STR("debug.record_dir", debug.record_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
             "Debugging: write each session's Mimi input codes and LM outputs there (moshi-run's formats); slow, empty = off."),
+    OPT_INT("debug.step_delay_ms", debug.step_delay_ms, 0, 0, 0, 10000,
+            "Test aid: every engine step sleeps this many ms, to make the engine fall behind on purpose "
+            "(the overload tests); 0 = off. Never set it in production."),
 };
 const size_t cfg_noptions = sizeof cfg_options / sizeof cfg_options[0];
 

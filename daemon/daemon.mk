@@ -60,7 +60,7 @@ OPTIONAL_LINES += $(if $(shell command -v spm_train 2>/dev/null),"✓ spm_train 
 # the engine thread with a stand-in model, and the daemon end to end.
 PROGRAMS += $(BUILD)/tests/srv_echo
 $(BUILD)/obj/tests/tools/srv_echo.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv)
-$(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(BUILD)/obj/daemon/srv.o $(LIBENGINE)
+$(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(BUILD)/obj/daemon/srv.o $(LIBPROTO) $(LIBENGINE)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv) $(LDLIBS_ALL)

@@ -11,6 +11,7 @@
 #include "err.h"
 #include "log.h"
 #include "plugin.h"
+#include "audio_opus.h"
 #include "server.h"
 
 enum {
@@ -52,6 +53,7 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
                        : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
                                                                      : LM_VARIANT_AUTO;
     o->model.record_dir = c->debug.record_dir[0] ? c->debug.record_dir : NULL;
+    o->model.step_delay_ms = (int)c->debug.step_delay_ms;
     o->text_temperature = c->sampling.text_temperature;
     o->text_topk = (int)c->sampling.text_topk;
     o->audio_temperature = c->sampling.audio_temperature;
@@ -61,6 +63,7 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
     o->idle_timeout_s = (double)c->limits.idle_timeout_s;
     o->close_timeout_s = c->limits.close_timeout_s;
     o->max_steps = c->limits.max_steps;
+    o->input_pre_skip = c->audio.input_pre_skip == CFG_PRE_SKIP_RFC ? AUDIO_PRE_SKIP_RFC : AUDIO_PRE_SKIP_IGNORE;
     o->build = MOSHID_VERSION " (" MOSHID_GIT ")";
 }
 

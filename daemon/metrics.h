@@ -12,7 +12,7 @@
 /* X(name, help): monotonically increasing counters. */
 #define MET_COUNTERS(X)                                                            \
     X(sessions_started_total, "Sessions that reached the handshake")              \
-    X(sessions_rejected_total, "Connections refused (server busy or not ready)")  \
+    X(sessions_rejected_total, "Connections refused (server busy, overloaded or not ready)") \
     X(frames_stepped_total, "Session frames stepped by the engine")               \
     X(late_frames_total, "Session frames stepped later than one frame period")    \
     X(engine_steps_total, "Batched engine steps")                                 \
@@ -23,12 +23,13 @@
 #define MET_GAUGES(X)                                                              \
     X(sessions, "Sessions open now")                                              \
     X(capacity, "Sessions this instance admits")                                  \
-    X(ready, "1 when the model is loaded and sessions are admitted")
+    X(ready, "1 when the model is loaded and sessions are admitted")              \
+    X(input_backlog_frames, "Largest input backlog of a session: 80 ms frames received and not yet stepped (sampled once a second)")
 
 /* X(kind): labels of moshid_errors_total{kind=...} (errors sent to clients). */
 #define MET_ERROR_KINDS(X)                                                         \
     X(busy) X(bad_query) X(bad_audio) X(oversize) X(input_overrun) X(slow_reader)  \
-    X(idle_timeout) X(max_steps) X(internal)
+    X(idle_timeout) X(max_steps) X(overload) X(internal)
 
 /* X(kind): labels of moshid_ignored_messages_total{kind=...}. */
 #define MET_IGNORED_KINDS(X) X(empty) X(control) X(ping) X(text) X(unknown)

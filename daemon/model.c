@@ -1,9 +1,11 @@
 /* model.c - LM + Mimi + tokenizer as one sched_model. See model.h. */
 #include "model.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "lm.h"
@@ -84,10 +86,12 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_stats_get(m->lm, &m->open_stats);
     const lm_backend_stats st = m->open_stats;
-    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d slots=%d mimi=%s codebooks=%d "
-         "pipeline=%d mem_used_mib=%.0f",
+    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d context=%d slots=%d mimi=%s "
+         "codebooks=%d pipeline=%d mem_used_mib=%.0f",
          o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name, m->cfg->dim, m->cfg->num_layers,
-         m->cfg->dep_q, m->slots, o->mimi, m->lm->ncb, st.pipeline, (double)st.mem_used / 1048576.0);
+         m->cfg->dep_q, m->cfg->context, m->slots, o->mimi, m->lm->ncb, st.pipeline, (double)st.mem_used / 1048576.0);
+    if (o->step_delay_ms > 0)
+        LOGW("step_delay", "ms=%d msg=\"debug.step_delay_ms: every engine step sleeps (a test aid)\"", o->step_delay_ms);
     return m;
 fail:
     model_close(m);
@@ -170,6 +174,11 @@ static void m_end(void *ctx, int slot) {
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
     lm_frame *f = &m->frame[b->id];
+    if (m->o.step_delay_ms > 0) { /* debug.step_delay_ms: an engine slow on purpose (tests) */
+        struct timespec d = {m->o.step_delay_ms / 1000, (long)(m->o.step_delay_ms % 1000) * 1000000L};
+        while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+        }
+    }
     for (int j = 0; j < b->n; j++) m->gens[b->id][j] = &m->s[b->slots[j]].g;
     f->n = b->n;
     f->slots = b->slots;

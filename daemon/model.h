@@ -37,6 +37,8 @@ typedef struct model_opts {
                                   and LM outputs (session-ID.jsonl, moshi-run's
                                   output format) are written there, on the engine
                                   thread (slow: for debugging only) */
+    int step_delay_ms;         /* test aid: each frame step sleeps this long on
+                                  the engine thread (0: off) */
 } model_opts;
 
 typedef struct model model;

@@ -300,6 +300,11 @@ static void *engine_main(void *arg) {
             uv_async_send(&s->async);
             continue;
         }
+        /* Nothing to step and nothing in flight: the engine is keeping up,
+         * whatever the average of the last steps says (it is updated only
+         * by steps, so without this an overload would outlive the sessions
+         * that caused it and /healthz would refuse new ones for ever). */
+        atomic_store(&s->overloaded, 0);
         pthread_mutex_lock(&s->mu);
         while (!s->work && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
@@ -442,6 +447,19 @@ int sched_push(sched *s, int i, uint32_t gen, const float *pcm) {
     sl->in_t[k] = now_ms();
     atomic_store_explicit(&sl->in_head, h + 1, memory_order_release);
     wake_engine(s);
+    return MS_OK;
+}
+
+int sched_backlog(const sched *s, int i, uint32_t gen, int *frames, double *oldest_ms) {
+    slot *sl = &s->slots[i];
+    *frames = 0;
+    *oldest_ms = 0;
+    if (atomic_load(&sl->gen) != gen) return MS_ERR_STATE;
+    uint64_t h = atomic_load_explicit(&sl->in_head, memory_order_relaxed);   /* ours */
+    uint64_t t = atomic_load_explicit(&sl->in_tail, memory_order_acquire);
+    if (h == t) return MS_OK;
+    *frames = (int)(h - t);
+    *oldest_ms = sl->in_t[t % (uint64_t)s->cfg.in_frames];   /* written by sched_push, this thread */
     return MS_OK;
 }
 

@@ -117,6 +117,12 @@ int sched_attach(sched *s, const sched_params *p, int *slot, uint32_t *gen);
 /* sched_push: queue one input frame (MS_FRAME_SAMPLES floats, copied).
  * MS_ERR_LIMIT when the slot's input ring is full (the client runs ahead). */
 int sched_push(sched *s, int slot, uint32_t gen, const float *pcm);
+/* sched_backlog: the slot's input the engine has not finished: *frames
+ * pushed whose output has not been delivered yet (queued or in a step),
+ * and *oldest_ms, when the oldest of them was pushed (CLOCK_MONOTONIC ms,
+ * the clock of app_now_ms; 0 when there is none). Loop thread (it reads the
+ * push times it wrote). MS_ERR_STATE when gen is not the slot's session. */
+int sched_backlog(const sched *s, int slot, uint32_t gen, int *frames, double *oldest_ms);
 /* sched_pop: the slot's oldest unreleased output, or 0 when none; the
  * entry (its pcm included) stays the caller's, and the engine does not
  * write over it, until sched_release. Outputs of an older generation are
@@ -131,7 +137,9 @@ void sched_detach(sched *s, int slot, uint32_t gen);
 /* Figures for /healthz and /metrics. */
 int sched_free_slots(const sched *s);
 int sched_capacity(const sched *s);
-/* sched_overloaded: 1 while recent steps take longer than a frame. */
+/* sched_overloaded: 1 while recent steps take longer than a frame (a
+ * moving average over steps), 0 again as soon as the engine runs out of
+ * work (an idle engine is not behind). */
 int sched_overloaded(const sched *s);
 /* sched_progress: a counter the engine thread advances each time it does
  * something (a step, a job chunk, a begin or an end); unchanged while it is

@@ -105,6 +105,7 @@ static void on_tick(uv_timer_t *t) {
         n = s->next;
         sess_tick(s, now);
     }
+    if (!a->stopping) sess_shed_tick(a, now);
     if (a->stopping && a->server && (a->nsessions == 0 || now - a->stop_started_ms > SHUTDOWN_GRACE_MS)) {
         LOGI("shutdown", "sessions_left=%d", a->nsessions);
         srv_shutdown(a->server, srv_gone);
@@ -143,6 +144,7 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.idle_timeout_s = n.idle_timeout_s;
     a->o.close_timeout_s = n.close_timeout_s;
     a->o.max_steps = n.max_steps;
+    a->o.input_pre_skip = n.input_pre_skip;
     a->o.metrics = n.metrics;
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
 }

@@ -20,7 +20,8 @@ typedef struct server_opts {
     double output_queue_s;     /* unsent output audio before a slow client is closed */
     double idle_timeout_s;     /* no message from the client for this long closes it */
     int64_t close_timeout_s;   /* a close the server decides: connection dropped after this long (0 = never) */
-    int64_t max_steps;         /* frames per session; 0 = the model's context */
+    int64_t max_steps;         /* frames per session; 0 = no limit */
+    int input_pre_skip;        /* audio_pre_skip for client audio */
     int metrics;               /* serve /metrics */
     const char *build;         /* version string for metadata */
     const char *instance;      /* name for metadata (host name) */

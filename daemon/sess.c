@@ -112,7 +112,10 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
         free(m);
     }
     s->close_status = status;
-    snprintf(s->close_reason, sizeof s->close_reason, "%.60s", text);
+    /* The same text in the close frame (cut to 123 bytes at a character
+     * boundary): clients that do not know kind 5 (moshi.client prints
+     * "unknown message kind 5") still learn why. */
+    proto_msg_close_reason(s->close_reason, text);
     /* The close is decided: the slot goes back now, not when the peer
      * finally closes TCP, and the whole close (flushing this message and
      * the close handshake included) gets a hard deadline. */
@@ -232,7 +235,10 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         }
     }
     const lm_config *lc = model_lm_config(a->m);
-    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : lc->context;
+    /* Session length: limits.max_steps (0: none; past the model's context
+     * the backend's K/V ring wraps, as in the official server), lowered by
+     * the query's max_steps (capped by the configuration when it sets one). */
+    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
     proto_query_limits lim = {lc->text_card, lc->card, cap};
     if (proto_query_finish(&s->q, &lim, &e) != MS_OK) {
         sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: %s", e.msg);
@@ -245,12 +251,18 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
                                                     "implemented yet by this server");
         return s;
     }
-    if (!(s->dec = audio_dec_create(NULL, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
+    if (!(s->dec = audio_dec_create(NULL, (audio_pre_skip)a->o.input_pre_skip, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
         sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
         return s;
     }
     resolve_samp(s);
     send_metadata(s);
+    if (sched_overloaded(a->sch)) { /* /healthz says 503 too: no new session while the engine is behind */
+        met_add(MET_sessions_rejected_total, 1);
+        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+                  "server overloaded: the engine is behind real time, no new session now; try again later");
+        return s;
+    }
     sched_params p = {.samp = s->samp, .session_id = s->id};
     if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
         met_add(MET_sessions_rejected_total, 1);
@@ -263,9 +275,59 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     return s;
 }
 
-/* Hand one full frame to the engine (or keep it until READY). Input is
- * bounded in audio time against the wall clock: a client may be at most
- * input_buffer_s ahead of real time (bursts of that size pass). */
+/* How far the engine is behind this session, seconds: the lesser of how
+ * long its oldest waiting frame has waited (oldest_ms) and how far the
+ * audio stepped so far (stepped frames) trails the wall clock since its
+ * first audio. Both are about the backlog for a client in real time; a
+ * client that ran ahead (its wall clock is short) or paused and then sent
+ * a burst (its frames are fresh) has a backlog of its own making, and
+ * the engine is not behind for it. */
+static double behind_s(const sess *s, double now, double oldest_ms, uint64_t stepped) {
+    double waited = (now - oldest_ms) / 1000.0;
+    double lag = (now - s->first_audio_ms) / 1000.0 - (double)stepped * SESS_FRAME_MS / 1000.0;
+    return waited < lag ? waited : lag;
+}
+
+/* The input buffer (the slot's ring, or the early frames before READY) is
+ * full, with `waiting` frames, the oldest of them from oldest_ms, although
+ * the client is not ahead of real time by more than the buffer (ahead_s):
+ * who is behind? If the engine is behind by a good part of the buffer
+ * (SESS_BEHIND_FRAC), the session is shed as an overload (1013, the
+ * server's fault). Otherwise it is the client's (1008): ahead of real time
+ * by that much, it sends too fast (a slow engine fills the buffer before
+ * the client is a whole buffer ahead); else it sent more than the buffer
+ * at once (a burst after a pause). The frame being pushed is counted in
+ * frames_in but does not wait. */
+static void input_full(sess *s, double now, double oldest_ms, int waiting, double ahead_s) {
+    double lim = s->a->o.input_buffer_s;
+    double behind = behind_s(s, now, oldest_ms, s->frames_in - 1 - (uint64_t)waiting);
+    if (behind >= SESS_BEHIND_FRAC * lim) {
+        LOGW("overload", "id=%llu action=shed why=input_full backlog_frames=%d behind_s=%.2f limit_s=%g",
+             (unsigned long long)s->id, waiting, behind, lim);
+        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+                  "server overloaded: the engine is %.1f s behind this session's audio (limits.input_buffer_s = %g); "
+                  "try again later",
+                  behind, lim);
+        return;
+    }
+    if (ahead_s >= SESS_BEHIND_FRAC * lim) {
+        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+                  "audio arrives faster than real time: %.1f s ahead, %.1f s waits for the engine "
+                  "(limits.input_buffer_s = %g)",
+                  ahead_s, (double)waiting * SESS_FRAME_MS / 1000.0, lim);
+        return;
+    }
+    sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+              "audio burst: %.1f s of audio waits for the engine, more than limits.input_buffer_s = %g, but the "
+              "engine is only %.1f s behind real time",
+              (double)waiting * SESS_FRAME_MS / 1000.0, lim, behind > 0 ? behind : 0.0);
+}
+
+/* Hand one full frame to the engine (or keep it until READY). Two bounds:
+ * a client may be at most input_buffer_s ahead of real time, judged
+ * against the wall clock since its first audio (bursts of that size pass);
+ * and at most input_buffer_s of its audio may wait for the engine (the
+ * ring), where input_full decides who is at fault. */
 static int push_frame(sess *s, const float *pcm) {
     double now = app_now_ms();
     if (s->frames_in++ == 0) s->first_audio_ms = now;
@@ -277,17 +339,19 @@ static int push_frame(sess *s, const float *pcm) {
     }
     if (!s->ready) {
         if (s->early_n == s->early_cap) {
-            sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
-                      "too much audio before the session was ready (more than %.1f s)", s->a->o.input_buffer_s);
+            input_full(s, now, s->early_t0_ms, s->early_n, ahead_s);
             return MS_ERR_LIMIT;
         }
+        if (s->early_n == 0) s->early_t0_ms = now;
         memcpy(s->early + (size_t)s->early_n++ * AUDIO_FRAME_SAMPLES, pcm, sizeof(float) * AUDIO_FRAME_SAMPLES);
         return MS_OK;
     }
     int rc = sched_push(s->a->sch, s->slot, s->gen, pcm);
     if (rc == MS_ERR_LIMIT) {
-        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
-                  "audio arrives faster than real time: more than %.1f s queued", s->a->o.input_buffer_s);
+        int frames = 0;
+        double oldest = now;
+        sched_backlog(s->a->sch, s->slot, s->gen, &frames, &oldest);
+        input_full(s, now, frames ? oldest : now, frames, ahead_s);
     }
     return rc;
 }
@@ -431,7 +495,7 @@ static void on_frame(sess *s, const sched_out *o) {
     const char *piece = o->text >= 0 ? model_piece(a->m, o->text) : NULL;
     if (piece && piece[0]) send_kind(s, PROTO_MSG_TEXT, piece, strlen(piece));
     if (check_slow_reader(s, app_now_ms())) return;
-    if ((int64_t)s->steps >= s->max_steps)
+    if (s->max_steps > 0 && (int64_t)s->steps >= s->max_steps)
         sess_fail(s, MET_ERR_max_steps, WS_NORMAL, "session reached its maximum length of %lld frames (%.0f s)",
                   (long long)s->max_steps, (double)s->max_steps * SESS_FRAME_MS / 1000.0);
 }
@@ -459,5 +523,45 @@ void sess_tick(sess *s, double now) {
     if (check_slow_reader(s, now)) return;
     double idle = (now - s->last_rx_ms) / 1000.0;
     if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
-        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.0f s", idle);
+        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.1f s (limits.idle_timeout_s = %g)",
+                  idle, s->a->o.idle_timeout_s);
+}
+
+/* sess_shed_tick's view of one session: whether it waits for the engine
+ * (a ready session with input not yet stepped) and, if so, how far the
+ * engine is behind it (behind_s) and how many frames wait. */
+static int engine_wait(const sess *s, double now, double *behind, int *frames) {
+    double oldest = 0;
+    *frames = 0;
+    if (!s->attached || !s->ready || s->close_status) return 0;
+    if (sched_backlog(s->a->sch, s->slot, s->gen, frames, &oldest) != MS_OK || *frames == 0) return 0;
+    *behind = behind_s(s, now, oldest, s->frames_in - (uint64_t)*frames);
+    return 1;
+}
+
+void sess_shed_tick(app *a, double now) {
+    int worst_frames = 0, frames;
+    double worst_s = 0, behind;
+    for (sess *s = a->sessions; s; s = s->next) {
+        if (!engine_wait(s, now, &behind, &frames)) continue;
+        if (frames > worst_frames) worst_frames = frames;
+        if (behind > worst_s) worst_s = behind;
+    }
+    met_set(MET_input_backlog_frames, worst_frames);
+    double lim = a->o.input_buffer_s;
+    if (!sched_overloaded(a->sch) || worst_s < SESS_BEHIND_FRAC * lim) return;
+    /* The engine is behind and falls further behind (its steps take longer
+     * than a frame): close the newest session it is that far behind for
+     * (the list starts with the newest), one a second, so that the longer
+     * conversations keep up. */
+    for (sess *s = a->sessions; s; s = s->next) {
+        if (!engine_wait(s, now, &behind, &frames) || behind < SESS_BEHIND_FRAC * lim) continue;
+        LOGW("overload", "id=%llu action=shed why=newest backlog_frames=%d behind_s=%.2f limit_s=%g sessions=%d",
+             (unsigned long long)s->id, frames, behind, lim, a->nsessions);
+        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+                  "server overloaded: the engine is %.1f s behind real time; the newest sessions are closed "
+                  "first; try again later",
+                  behind);
+        return;
+    }
 }

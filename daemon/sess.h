@@ -10,9 +10,15 @@
 #include <uv.h>
 
 #include "audio_opus.h"
+#include "msg.h"
 #include "query.h"
 #include "scheduler.h"
 #include "srv.h"
+
+/* Input audio that has waited this fraction of limits.input_buffer_s for
+ * the engine means the engine is behind, not the client (sess.c: who is at
+ * fault when the input buffer is full; the overload shedding). */
+#define SESS_BEHIND_FRAC 0.5
 
 /* One queued outgoing message (srv_pre headroom, then the message). */
 typedef struct sess_msg {
@@ -34,16 +40,17 @@ typedef struct sess {
     uint32_t gen;
     int attached, ready;       /* attached: holds an engine slot (until a close is decided) */
     int close_status;          /* != 0: close once the queue is flushed */
-    char close_reason[64];
+    char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* the error text, cut (proto_msg_close_reason) */
     proto_query q;
     lm_samp samp;              /* the session's sampling, resolved once (query over config) */
-    int64_t max_steps;
+    int64_t max_steps;         /* frames; 0 = no limit */
     audio_dec *dec;
     audio_enc *enc;
     float acc[AUDIO_FRAME_SAMPLES];  /* decoded input not yet a full frame */
     int acc_n;
     float *early;              /* (early_cap, 1920) frames received before READY */
     int early_n, early_cap;
+    double early_t0_ms;        /* app_now_ms when the oldest early frame arrived */
     sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
     uint64_t steps;
     double last_rx_ms;
@@ -69,5 +76,13 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute_
 /* sess_tick: the once-a-second checks (idle timeout, slow reader); now_ms
  * from app_now_ms. */
 void sess_tick(sess *s, double now_ms);
+/* sess_shed_tick: the once-a-second overload check over all of a's
+ * sessions (docs/operations.md, "Capacity and overload"): publishes the
+ * largest input backlog (moshid_input_backlog_frames) and, while the
+ * engine is behind real time (sched_overloaded) and some session's oldest
+ * unstepped frame has waited SESS_BEHIND_FRAC of limits.input_buffer_s, closes
+ * the newest session that waits for the engine ("server overloaded", 1013):
+ * at most one a call, so the others can catch up. */
+void sess_shed_tick(app *a, double now_ms);
 
 #endif

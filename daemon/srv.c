@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "msg.h"
 #include "query.h"
 
 const size_t srv_pre = LWS_PRE;
@@ -42,7 +43,7 @@ struct srv_conn {
     int closing;
     int close_status;
     int close_sent;           /* our close frame is written; waiting for the reply */
-    char close_reason[120];
+    char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* valid UTF-8, cut at a character boundary */
     uint64_t drop_at_ms;      /* uv_now of the hard deadline (srv_conn_drop_after), 0 = none */
     int failed;               /* a send failed: the connection is being dropped */
     /* HTTP reply waiting for HTTP_WRITEABLE */
@@ -459,7 +460,7 @@ void srv_conn_close(srv_conn *c, int status, const char *reason) {
     if (c->closing) return;
     c->closing = 1;
     c->close_status = status;
-    snprintf(c->close_reason, sizeof c->close_reason, "%s", reason ? reason : "");
+    proto_msg_close_reason(c->close_reason, reason ? reason : "");
     lws_callback_on_writable(c->wsi);
 }
 

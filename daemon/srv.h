@@ -92,7 +92,9 @@ int srv_conn_choked(srv_conn *c);
  * the socket failed (the connection is dropped; ws_closed follows). */
 int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len);
 /* srv_conn_close: close with a WebSocket status and reason once pending
- * writes are done (asynchronously; ws_closed follows). The wait for the
+ * writes are done (asynchronously; ws_closed follows). The reason is cut to
+ * PROTO_CLOSE_REASON_MAX (123) bytes at a character boundary, invalid UTF-8
+ * bytes replaced by '?' (proto_msg_close_reason). The wait for the
  * peer's close reply is short (2 s) and never outlasts the deadline of
  * srv_conn_drop_after. */
 void srv_conn_close(srv_conn *c, int status, const char *reason);

@@ -92,17 +92,13 @@ int proto_msg_build_metadata(uint8_t *buf, size_t cap, size_t headroom, const ch
     return build_utf8(buf, cap, headroom, PROTO_MSG_METADATA, json, len, out_len, err);
 }
 
-int proto_msg_build_error(uint8_t *buf, size_t cap, size_t headroom, const char *text,
-                          size_t *out_len, ms_error *err) {
-    MS_ASSERT(buf != NULL && out_len != NULL && text != NULL);
-    *out_len = 0;
-    if (headroom > cap || cap - headroom < 1)
-        return ms_err_set(err, MS_ERR_LIMIT, "error message does not fit in %zu bytes", cap);
-    size_t room = cap - headroom - 1;
-    if (room > PROTO_ERROR_TEXT_MAX) room = PROTO_ERROR_TEXT_MAX;
+/* Copy the NUL-terminated text into dst, at most room bytes, never cutting
+ * a character; each byte that does not start a well-formed UTF-8 sequence
+ * becomes one '?'. Returns the bytes written. Greedy: the result for a
+ * smaller room is a prefix of the result for a larger one. */
+static size_t copy_utf8(uint8_t *dst, size_t room, const char *text) {
     const uint8_t *s = (const uint8_t *)text;
     size_t n = strlen(text), i = 0, o = 0;
-    uint8_t *dst = buf + headroom + 1;
     while (i < n) {
         size_t l = s[i] < 0x80 ? 1 : proto_utf8_seq_len(s + i, n - i);
         if (l == 0) { /* invalid byte: one '?' */
@@ -116,7 +112,26 @@ int proto_msg_build_error(uint8_t *buf, size_t cap, size_t headroom, const char 
         o += l;
         i += l;
     }
+    return o;
+}
+
+int proto_msg_build_error(uint8_t *buf, size_t cap, size_t headroom, const char *text,
+                          size_t *out_len, ms_error *err) {
+    MS_ASSERT(buf != NULL && out_len != NULL && text != NULL);
+    *out_len = 0;
+    if (headroom > cap || cap - headroom < 1)
+        return ms_err_set(err, MS_ERR_LIMIT, "error message does not fit in %zu bytes", cap);
+    size_t room = cap - headroom - 1;
+    if (room > PROTO_ERROR_TEXT_MAX) room = PROTO_ERROR_TEXT_MAX;
+    size_t o = copy_utf8(buf + headroom + 1, room, text);
     buf[headroom] = PROTO_MSG_ERROR;
     *out_len = o + 1;
     return MS_OK;
+}
+
+size_t proto_msg_close_reason(char dst[PROTO_CLOSE_REASON_MAX + 1], const char *text) {
+    MS_ASSERT(dst != NULL && text != NULL);
+    size_t o = copy_utf8((uint8_t *)dst, PROTO_CLOSE_REASON_MAX, text);
+    dst[o] = '\0';
+    return o;
 }

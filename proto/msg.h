@@ -116,4 +116,18 @@ int proto_msg_build_metadata(uint8_t *buf, size_t cap, size_t headroom, const ch
 int proto_msg_build_error(uint8_t *buf, size_t cap, size_t headroom, const char *text,
                           size_t *out_len, ms_error *err);
 
+/* Longest WebSocket close reason, bytes: a control frame carries at most 125
+ * payload bytes (RFC 6455 section 5.5), 2 of them the status code. */
+#define PROTO_CLOSE_REASON_MAX 123u
+
+/* proto_msg_close_reason: the close reason that goes with an error text:
+ * the text proto_msg_build_error sends in the kind-5 message (invalid UTF-8
+ * bytes replaced by '?'), cut to at most PROTO_CLOSE_REASON_MAX bytes at a
+ * character boundary, so it is always a prefix of that message's text and
+ * valid UTF-8: the reason reaches every WebSocket client, also those that
+ * drop kind 5 (moshi.client prints "unknown message kind 5"; no official
+ * client shows either today, but a library or a log of the close does).
+ * Writes it NUL-terminated into dst; returns its length. */
+size_t proto_msg_close_reason(char dst[PROTO_CLOSE_REASON_MAX + 1], const char *text);
+
 #endif

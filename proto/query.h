@@ -105,7 +105,7 @@ const char *proto_query_param_name(int id);
 typedef struct proto_query_limits {
     int text_card;          /* text vocabulary size (top-k bound) */
     int audio_card;         /* audio codebook size (top-k bound) */
-    int64_t max_steps_cap;  /* configuration's maximum session steps */
+    int64_t max_steps_cap;  /* configuration's maximum session steps; 0 = none */
 } proto_query_limits;
 
 /* proto_query_finish: check top-k against the cards (MS_ERR_RANGE) and cap

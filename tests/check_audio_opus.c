@@ -80,8 +80,8 @@ static double best_corr(const float *x, size_t nx, const float *y, size_t ny, in
     return best;
 }
 
-static int decode_all(const uint8_t *b, size_t n, size_t chunk, pcm_t *out, ms_error *e) {
-    audio_dec *d = audio_dec_create(NULL, e);
+static int decode_mode(const uint8_t *b, size_t n, size_t chunk, audio_pre_skip mode, pcm_t *out, ms_error *e) {
+    audio_dec *d = audio_dec_create(NULL, mode, e);
     ck_assert_ptr_nonnull(d);
     int rc = MS_OK;
     for (size_t o = 0; o < n && rc == MS_OK; o += chunk) {
@@ -91,6 +91,10 @@ static int decode_all(const uint8_t *b, size_t n, size_t chunk, pcm_t *out, ms_e
     if (rc == MS_OK) ck_assert_uint_eq(audio_dec_samples(d), out->n);
     audio_dec_free(d);
     return rc;
+}
+
+static int decode_all(const uint8_t *b, size_t n, size_t chunk, pcm_t *out, ms_error *e) {
+    return decode_mode(b, n, chunk, AUDIO_PRE_SKIP_RFC, out, e);
 }
 
 START_TEST(test_roundtrip) {
@@ -122,6 +126,36 @@ START_TEST(test_roundtrip) {
     ck_assert_msg(abs(lag - (1920 - la)) <= 2, "lag %d, expected %d", lag, 1920 - la);
     free(in);
     free(out.x);
+    free(s);
+}
+END_TEST
+
+/* The default of the daemon (as the official servers, which decode with
+ * sphn): the pre-skip samples are kept, so the output is the whole decoded
+ * stream and follows the input by the encoder's lookahead alone; the RFC
+ * mode of the same bytes is exactly the same samples less the first 1920. */
+START_TEST(test_pre_skip_ignore) {
+    const int N = 12;
+    size_t len;
+    int la;
+    uint8_t *s = encode_chirp(N, &len, &la);
+    pcm_t all = {0}, rfc = {0};
+    ms_error e = {0};
+    ck_assert_msg(decode_mode(s, len, 501, AUDIO_PRE_SKIP_IGNORE, &all, &e) == MS_OK, "%s", e.msg);
+    ck_assert_msg(decode_mode(s, len, 501, AUDIO_PRE_SKIP_RFC, &rfc, &e) == MS_OK, "%s", e.msg);
+    ck_assert_uint_eq(all.n, (size_t)N * AUDIO_FRAME_SAMPLES);
+    ck_assert_uint_eq(rfc.n + 1920, all.n);
+    ck_assert(memcmp(all.x + 1920, rfc.x, rfc.n * sizeof(float)) == 0);
+    size_t nin = (size_t)N * AUDIO_FRAME_SAMPLES;
+    float *in = malloc(nin * sizeof(float));
+    chirp(in, nin, 0);
+    /* all[i] follows in[i - lookahead]: compare from past the lookahead */
+    int lag = -1;
+    double c = best_corr(in, nin - 2500, all.x + la, all.n - la - 2500, 2500, &lag);
+    ck_assert_msg(c > 0.9 && lag <= 2, "correlation %.4f lag %d", c, lag);
+    free(in);
+    free(all.x);
+    free(rfc.x);
     free(s);
 }
 END_TEST
@@ -271,7 +305,7 @@ START_TEST(test_web_client_shape) {
     ck_assert_int_eq(ogg_opus_mux_headers(&m, msgbuf, sizeof msgbuf, &mlen, NULL), MS_OK);
     float *x = malloc((size_t)npk * fs * sizeof(float));
     chirp(x, (size_t)npk * fs, 0);
-    audio_dec *d = audio_dec_create(NULL, NULL);
+    audio_dec *d = audio_dec_create(NULL, AUDIO_PRE_SKIP_RFC, NULL);
     pcm_t out = {0};
     ms_error e = {0};
     uint32_t seq = 2;
@@ -374,6 +408,7 @@ static Suite *make_suite(void) {
     Suite *s = suite_create("audio_opus");
     TCase *tc = tcase_new("audio_opus");
     tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_pre_skip_ignore);
     tcase_add_test(tc, test_opusdec_reads_our_stream);
     tcase_add_test(tc, test_we_read_opusenc);
     tcase_add_test(tc, test_web_client_shape);

@@ -255,8 +255,8 @@ static const char *all_set =
     "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
     "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
-    "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"log\":{\"level\":\"error\"},"
-    "\"debug\":{\"record_dir\":\"/rec\"}}";
+    "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"audio\":{\"input_pre_skip\":\"rfc\"},\"log\":{\"level\":\"error\"},"
+    "\"debug\":{\"record_dir\":\"/rec\",\"step_delay_ms\":5}}";
 
 START_TEST(test_dump_roundtrip) {
     cfg a, b, d;

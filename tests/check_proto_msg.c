@@ -125,6 +125,56 @@ START_TEST(test_error_msg) {
 }
 END_TEST
 
+/* The close reason: at most 123 bytes, valid UTF-8, cut at a character
+ * boundary, and a prefix of the kind-5 text built from the same message,
+ * with 2-, 3- and 4-byte characters across the boundary at every offset. */
+START_TEST(test_close_reason) {
+    char r[PROTO_CLOSE_REASON_MAX + 1];
+    ck_assert_uint_eq(proto_msg_close_reason(r, "busy"), 4);
+    ck_assert_str_eq(r, "busy");
+    ck_assert_uint_eq(proto_msg_close_reason(r, ""), 0);
+    static const char *const chars[] = {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"};
+    for (size_t c = 0; c < 3; c++) {
+        size_t cl = strlen(chars[c]);
+        for (size_t pad = 0; pad < 8; pad++) {
+            /* pad ASCII bytes, then the character repeated past the limit */
+            char text[400];
+            size_t n = 0;
+            for (size_t i = 0; i < pad; i++) text[n++] = 'a';
+            while (n + cl < sizeof text - 1) {
+                memcpy(text + n, chars[c], cl);
+                n += cl;
+            }
+            text[n] = 0;
+            size_t rl = proto_msg_close_reason(r, text);
+            ck_assert_uint_le(rl, PROTO_CLOSE_REASON_MAX);
+            ck_assert_uint_gt(rl, PROTO_CLOSE_REASON_MAX - cl); /* nothing more would fit */
+            ck_assert_uint_eq(strlen(r), rl);
+            ck_assert_msg(proto_utf8_valid(r, rl), "char %zu pad %zu: cut inside a character", c, pad);
+            ck_assert_uint_eq((rl - pad) % cl, 0);
+            ck_assert_mem_eq(r, text, rl);
+            uint8_t msg[PROTO_ERROR_TEXT_MAX + 8];
+            size_t ml = 0;
+            ck_assert_int_eq(proto_msg_build_error(msg, sizeof msg, 0, text, &ml, NULL), MS_OK);
+            ck_assert_uint_ge(ml - 1, rl);
+            ck_assert_mem_eq(msg + 1, r, rl);
+        }
+    }
+    /* exactly 123 ASCII bytes pass whole; 124 lose the last */
+    char t[130];
+    memset(t, 'x', sizeof t);
+    t[123] = 0;
+    ck_assert_uint_eq(proto_msg_close_reason(r, t), 123);
+    t[123] = 'y';
+    t[124] = 0;
+    ck_assert_uint_eq(proto_msg_close_reason(r, t), 123);
+    ck_assert_int_eq(r[122], 'x');
+    /* invalid bytes become '?' as in the kind-5 text */
+    ck_assert_uint_eq(proto_msg_close_reason(r, "a\xC0\xAF" "b\xE2\x82"), 6); /* a truncated sequence: each byte */
+    ck_assert_str_eq(r, "a??b??");
+}
+END_TEST
+
 START_TEST(test_utf8) {
     static const struct { const char *s; int ok; } cases[] = {
         {"", 1}, {"plain", 1}, {"\xC3\xA9", 1}, {"\xE2\x96\x81", 1}, {"\xF0\x9F\x98\x80", 1},
@@ -165,6 +215,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_handshake);
     tcase_add_test(tc, test_build_roundtrip);
     tcase_add_test(tc, test_error_msg);
+    tcase_add_test(tc, test_close_reason);
     tcase_add_test(tc, test_utf8);
     tcase_add_test(tc, test_random);
     suite_add_tcase(s, tc);

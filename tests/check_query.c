@@ -139,6 +139,12 @@ START_TEST(test_finish) {
     ck_assert_int_eq(proto_query_finish(&q, &lim, &e), MS_OK);
     ck_assert_int_eq(q.max_steps, 100);
     ck_assert(!q.max_steps_capped);
+    /* no configured limit (limits.max_steps = 0): the query's value alone */
+    lim.max_steps_cap = 0;
+    ck_assert_int_eq(P(&q, "max_steps=4500", &e), MS_OK);
+    ck_assert_int_eq(proto_query_finish(&q, &lim, &e), MS_OK);
+    ck_assert_int_eq(q.max_steps, 4500);
+    ck_assert(!q.max_steps_capped);
 }
 END_TEST
 

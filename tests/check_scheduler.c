@@ -1,13 +1,15 @@
 /* check_scheduler.c - the engine thread with a stand-in model: ordering,
  * batching, slot generations, admission, input overrun, model failure,
  * detach during a slow begin, a failed begin ended once, the output ring's
- * entry lifetime (pop + release), the pipeline (submit t + 1 before wait t)
- * and start-up jobs interleaved with live steps. Tests wait for events
+ * entry lifetime (pop + release), the pipeline (submit t + 1 before wait t),
+ * start-up jobs interleaved with live steps, the input backlog the loop
+ * reads (sched_backlog) and the overload flag. Tests wait for events
  * (semaphores, loop iterations with a bound), never for time. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #include "check_main.h"
@@ -34,6 +36,9 @@ typedef struct {
     int use_job;          /* begin leaves a job; done once job_release is set */
     _Atomic int job_release, job_chunks;
     _Atomic int steps_during_job;  /* submits between the first chunk and the job's end */
+    int slow_ms;          /* each submit sleeps this long (a model slower than real time) */
+    int wait_gate_at;     /* the wait with this index (0-based) blocks on wait_sem first (-1 never) */
+    sem_t wait_sem;
     char log[LOG_MAX];    /* S<batch id> / W<batch id> in engine order */
     int nlog;
 } fake;
@@ -70,6 +75,10 @@ static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     if (f->gate) sem_wait(&f->sem);
     if (f->nstep++ == f->fail_at) return ms_err_set(err, MS_ERR_DEVICE, "stand-in failure");
+    if (f->slow_ms > 0) { /* the model's cost: a lower bound on the step time, not a wait for an event */
+        struct timespec d = {0, (long)f->slow_ms * 1000000L};
+        nanosleep(&d, NULL);
+    }
     logc(f, 'S', b->id);
     if (f->use_job && f->job_chunks > 0 && !atomic_load(&f->job_release)) f->steps_during_job++;
     if (b->n > f->max_batch) f->max_batch = b->n;
@@ -83,6 +92,7 @@ static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
 static int f_wait(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     (void)err;
+    if (f->nwait == f->wait_gate_at) sem_wait(&f->wait_sem);
     logc(f, 'W', b->id);
     f->nwait++;
     return MS_OK;
@@ -97,7 +107,9 @@ static void on_tick(uv_timer_t *t) { (void)t; }
 static sched *make_ex(fake *f, int in_frames, int out_frames, int job) {
     memset(f, 0, sizeof *f);
     f->fail_at = -1;
+    f->wait_gate_at = -1;
     f->use_job = job;
+    sem_init(&f->wait_sem, 0, 0);
     sem_init(&f->sem, 0, 0);
     sem_init(&f->begin_in, 0, 0);
     sem_init(&f->begin_sem, 0, 0);
@@ -458,6 +470,81 @@ START_TEST(test_job_interleaves) {
 }
 END_TEST
 
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The input backlog the loop reads to tell a slow engine from a client's
+ * burst: frames pushed and not yet delivered (a frame inside a step
+ * counts), and when the oldest of them was pushed. */
+START_TEST(test_backlog) {
+    fake f;
+    sched *s = make(&f, 4);
+    sched_params p = {0};
+    int slot, n = -1;
+    uint32_t gen;
+    double oldest = -1;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_int_eq(sched_backlog(s, slot, gen, &n, &oldest), MS_OK);
+    ck_assert_int_eq(n, 0);
+    ck_assert(oldest == 0);
+    f.gate = 1;                              /* the engine holds the first frame inside its step */
+    frame(pcm_buf, 0);
+    double t0 = mono_ms();
+    ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    double t1 = mono_ms();
+    for (int i = 1; i < 4; i++) ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_ERR_LIMIT);
+    ck_assert_int_eq(sched_backlog(s, slot, gen, &n, &oldest), MS_OK);
+    ck_assert_int_eq(n, 4);
+    ck_assert_msg(oldest >= t0 && oldest <= t1, "oldest %.3f not in [%.3f, %.3f]", oldest, t0, t1);
+    ck_assert_int_eq(sched_backlog(s, slot, gen + 1, &n, &oldest), MS_ERR_STATE);
+    ck_assert_int_eq(n, 0);
+    for (int i = 0; i < 4; i++) sem_post(&f.sem);
+    for (int i = 0; i < 4; i++) ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_int_eq(sched_backlog(s, slot, gen, &n, &oldest), MS_OK);
+    ck_assert_int_eq(n, 0);
+    ck_assert(oldest == 0);
+    finish(s);
+}
+END_TEST
+
+/* Steps slower than a frame set the overload flag; it clears once the
+ * engine runs out of work (it used to stay set with no session left, and
+ * /healthz refused sessions for ever). */
+START_TEST(test_overload_flag) {
+    fake f;
+    sched *s = make(&f, 8);
+    sched_params p = {0};
+    int slot;
+    uint32_t gen;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert(!sched_overloaded(s));
+    f.slow_ms = 100;                         /* > one 80 ms frame per step */
+    f.gate = 1;                              /* both frames are queued before the first step runs */
+    f.wait_gate_at = 1;                      /* the engine stops in the second frame's wait */
+    frame(pcm_buf, 0);
+    ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    sem_post(&f.sem);
+    sem_post(&f.sem);
+    ck_assert(next_out(s, slot, gen, &o));   /* the first frame, its step >= 100 ms */
+    ck_assert_uint_eq(o.step, 0);
+    ck_assert(sched_overloaded(s));          /* the engine is held in the second wait: not idle */
+    sem_post(&f.wait_sem);
+    ck_assert(next_out(s, slot, gen, &o));
+    RUN_UNTIL(!sched_overloaded(s));         /* nothing left to do: not behind */
+    ck_assert(!sched_overloaded(s));
+    finish(s);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("scheduler");
     TCase *tc = tcase_new("core");
@@ -470,6 +557,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_output_ring_full);
     tcase_add_test(tc, test_pipeline_order);
     tcase_add_test(tc, test_job_interleaves);
+    tcase_add_test(tc, test_backlog);
+    tcase_add_test(tc, test_overload_flag);
     suite_add_tcase(s, tc);
     return s;
 }

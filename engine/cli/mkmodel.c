@@ -4,13 +4,17 @@
  * part of the pipeline is real).
  *
  *   moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]
+ *                  [--context N]
  *
  * Writes DIR/lm/config.json + DIR/lm/model.safetensors (the LMModel keyword
  * names and the released tensor names; PersonaPlex-shaped: 16 audio inputs,
  * a 16-step depformer, audio card 2048) and DIR/mimi.json +
  * DIR/mimi.safetensors (the official Mimi naming, a small SEANet and 2-layer
  * transformers). --dep-q 8 writes a Kyutai-shaped LM instead (8 generated
- * streams); --lm-only skips Mimi. The tokenizer (DIR/tokenizer.model) is trained separately
+ * streams); --lm-only skips Mimi; --context N sets the LM's K/V context in
+ * steps (default 3000, as the 7B models; the weights do not depend on it,
+ * so a small context gives the same model with a ring that wraps sooner:
+ * the long-session tests). The tokenizer (DIR/tokenizer.model) is trained separately
  * with spm_train (see config/demo/README.md); its vocabulary size is the
  * text card given here. Sizes are chosen so that LM + Mimi cost a few ms of
  * CPU per session frame (docs/benchmarks.md).
@@ -32,7 +36,9 @@
 #define LM_HEADS 4
 #define LM_LAYERS 2
 #define LM_HIDDEN_SCALE 4.125
-#define LM_CONTEXT 3000
+#define LM_CONTEXT 3000   /* default; --context */
+#define LM_CONTEXT_MIN 8
+#define LM_CONTEXT_MAX 100000
 #define LM_NQ 16
 #define LM_CARD 2048
 #define DEP_DIM 64
@@ -118,7 +124,7 @@ static void write_text(const char *path, const char *text) {
     }
 }
 
-static void make_lm(gen *g, const char *dir, int text_card, int dep_q) {
+static void make_lm(gen *g, const char *dir, int text_card, int dep_q, int context) {
     char name[256], path[4096];
     int H = gated_hidden(LM_DIM, (int)(LM_HIDDEN_SCALE * LM_DIM));
     int DH = gated_hidden(DEP_DIM, DEP_FF);
@@ -177,7 +183,7 @@ static void make_lm(gen *g, const char *dir, int text_card, int dep_q) {
              "  \"depformer_weights_per_step\": true,\n"
              "  \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
              "  \"model_type\": \"moshid-demo\"\n}\n",
-             LM_DIM, text_card, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, LM_CONTEXT, DEP_DIM,
+             LM_DIM, text_card, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, context, DEP_DIM,
              DEP_FF, DEP_HEADS, DEP_LAYERS, dep_q);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);
@@ -294,7 +300,9 @@ static void make_mimi(gen *g, const char *dir) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]\n");
+    fprintf(stderr, "usage: moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]\n"
+                    "                      [--context N (%d..%d, default %d)]\n",
+            LM_CONTEXT_MIN, LM_CONTEXT_MAX, LM_CONTEXT);
     exit(2);
 }
 
@@ -303,15 +311,19 @@ int main(int argc, char **argv) {
     long text_card = 0;
     unsigned long long seed = 20261129;
     int dep_q = 16, lm_only = 0;
+    long context = LM_CONTEXT;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--text-card") && i + 1 < argc) text_card = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dep-q") && i + 1 < argc) dep_q = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lm-only")) lm_only = 1;
+        else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = strtol(argv[++i], NULL, 10);
         else usage();
     }
-    if (!out || text_card < 4 || text_card > 100000 || (dep_q != 8 && dep_q != 16)) usage();
+    if (!out || text_card < 4 || text_card > 100000 || (dep_q != 8 && dep_q != 16) || context < LM_CONTEXT_MIN ||
+        context > LM_CONTEXT_MAX)
+        usage();
     char lmdir[4096];
     snprintf(lmdir, sizeof lmdir, "%s/lm", out);
     if ((mkdir(out, 0755) && errno != EEXIST) || (mkdir(lmdir, 0755) && errno != EEXIST)) {
@@ -319,7 +331,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     gen g = {.seed = seed, .w = st_writer_create()};
-    make_lm(&g, lmdir, (int)text_card, dep_q);
+    make_lm(&g, lmdir, (int)text_card, dep_q, (int)context);
     if (!lm_only) make_mimi(&g, out);
     st_writer_free(g.w);
     fprintf(stderr, "mkmodel: wrote %s/lm/{config.json,model.safetensors}%s\n", out, lm_only ? "" : " and mimi.{json,safetensors}");

@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size) {
     ms_error e;
     ogg_demux *d = ogg_demux_create(&lim, &e);
     ogg_opus_reader *r = ogg_opus_reader_create(&lim, &e);
-    audio_dec *ad = audio_dec_create(&lim, &e);
+    audio_dec *ad = audio_dec_create(&lim, AUDIO_PRE_SKIP_RFC, &e);
     if (!d || !r || !ad) abort();
     int failed_d = 0, failed_r = 0, failed_a = 0;
     uint64_t pcm_total = 0;

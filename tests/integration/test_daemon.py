@@ -211,7 +211,8 @@ def test_max_steps_ends_session(daemon):
     normal close (1000)."""
     pcm = mc.speech_pcm("Short session.", seconds=2.0)
     res = run(mc.session(daemon, pcm=pcm, query="max_steps=5", realtime=False, tail_s=5))
-    assert any("maximum length" in e for e in res.errors)
+    assert json.loads(res.meta)["max_steps"] == 5  # the configuration sets no limit: the query's
+    assert any("maximum length of 5 frames" in e for e in res.errors)
     assert res.close_code == 1000
     assert len(res.audio) == 5 - lag(daemon)  # the first steps return nothing
 
@@ -458,11 +459,14 @@ def test_client_running_ahead(daemon):
 
 
 def test_idle_timeout(build_dir, tmp_path):
+    """No message for limits.idle_timeout_s: an error naming the option and
+    its configured value, then 1008."""
     p, port, log = start_daemon(build_dir, tmp_path, limits__idle_timeout_s=1)
     try:
         t0 = time.monotonic()
         res = run(mc.session(port, tail_s=10))
-        assert res.errors and "no message from the client" in res.errors[0], res.errors
+        assert res.errors and res.errors[0].startswith("no message from the client for "), res.errors
+        assert res.errors[0].endswith(" s (limits.idle_timeout_s = 1)"), res.errors
         assert res.close_code == 1008 and time.monotonic() - t0 < 8
     finally:
         stop_daemon(p, log)
