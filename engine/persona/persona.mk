@@ -20,7 +20,8 @@ CHECK_voice_LIBS = $(VOICE_LIBS)
 CHECK_SUITES += pp
 CHECK_pp_DEPS = $(LIBENGINE)
 
-# make bench: a 300-position prime by prefill vs by single steps (CPU).
+# make bench: a 300-position prime by prefill vs by single steps, and its
+# persona snapshot saved and restored (pp_persona_load, the chunked job) (CPU).
 $(BUILD)/bench_prime: tests/bench/bench_prime.c $(LIBENGINE)
 	@mkdir -p $(@D)
 	@echo "  CCLD    $@"
