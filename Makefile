@@ -6,11 +6,14 @@
 #   make asan       AddressSanitizer + UBSan build, unit and integration tests
 #   make bench      benchmarks (results go to docs/benchmarks.md by hand)
 #   make engine-only  engine core + CUDA backend with only a C compiler and the CUDA toolkit
+#   make test-emu   the CUDA kernels on the host emulator (C and C++ compilers only)
+#   make install    PREFIX=/usr/local DESTDIR=: binaries, plugin, units, man page, docs
+#                   (systemd/systemd.mk)
 #   make clean
 #
 # Each area declares its sources, programs and test suites in its own
 # fragment (engine/*/*.mk, proto/proto.mk, daemon/daemon.mk, cuda/cuda.mk,
-# tests/tests.mk); this file holds the flags and the generic rules.
+# systemd/systemd.mk, tests/tests.mk); this file holds the flags and the generic rules.
 # Missing Debian packages are installed first (tests/deps.sh, list in
 # tests/deps.txt), then the real work runs in a sub-make so that pkg-config
 # sees the installed libraries.
@@ -26,21 +29,24 @@ Q := @
 endif
 
 # Targets that need the Debian packages; each first runs the dependency check.
-DEP_GOALS := all run test test-unit test-integration asan bench bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice
+DEP_GOALS := all run test test-unit test-integration asan bench bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser
 
 ifeq ($(MOSHID_DEPS_OK),)
 # ---- outer make: install what is missing, then re-enter ------------------
 $(DEP_GOALS):
-	$(Q)bash tests/deps.sh ensure $(if $(filter all,$@),build,$(if $(filter run,$@),run,test))
+	$(Q)bash tests/deps.sh ensure $(if $(filter all install,$@),build,$(if $(filter run,$@),run,test))
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 $@
 
 engine-only:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 MOSHID_ENGINE_ONLY=1 BUILD=$(BUILD)/engine-only engine-only-build
 
+test-emu:
+	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 $@
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: $(DEP_GOALS) engine-only clean
+.PHONY: $(DEP_GOALS) engine-only test-emu clean
 else
 # ---- inner make: the real rules -----------------------------------------
 CC ?= cc
@@ -76,7 +82,7 @@ pc_libs = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 # Every pkg-config module the build uses; tests/check_deps.sh checks that each
 # is mapped to a Debian package in tests/deps.txt.
-PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas sentencepiece libebur128
+PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas sentencepiece libebur128 libsystemd
 
 # Archives the fragments link against (defined before they are included).
 LIBENGINE := $(BUILD)/libengine.a
@@ -101,8 +107,10 @@ include engine/persona/persona.mk
 include engine/cli/cli.mk
 -include proto/proto.mk
 -include daemon/daemon.mk
+-include tests/browser/browser.mk
 -include cuda/cuda.mk
 -include tests/fuzz/fuzz.mk
+include systemd/systemd.mk
 include tests/tests.mk
 
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)

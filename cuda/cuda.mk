@@ -9,10 +9,16 @@
 #                                CPU backend's own kernel or sampler (kern_*,
 #                                samp_* in $(LIBENGINE))
 #   $(BUILD)/engine-bench        matvec bandwidth vs cudaMemcpy D2D, sampler time
+#   tests/gpu/emu/emu.mk         the same kernels and engine-test's cases on
+#                                the host emulator, in `make test` (needs no
+#                                toolkit: built whether or not nvcc exists)
 #
-# nvcc is looked up on PATH, then in /usr/local/cuda/bin; `make CUDA=0`
-# turns the plugin off. Device code: SASS for sm_80 (A100), sm_89 (L4, L40S),
-# sm_90 (H100, H200) plus compute_90 PTX that newer drivers JIT-compile.
+# nvcc: NVCC= as given, else $(CUDA_HOME)/bin/nvcc when CUDA_HOME is set,
+# else the one on PATH, else /usr/local/cuda/bin/nvcc; `make CUDA=0` turns
+# the plugin off. The toolkit (CU_HOME: headers, libraries) is where nvcc
+# really lives, symlinks resolved; `make cu-config` prints what was found.
+# Device code: SASS for sm_80 (A100), sm_89 (L4, L40S), sm_90 (H100, H200)
+# plus compute_90 PTX that newer drivers JIT-compile.
 
 # Sanitizer builds (make asan) leave the plugin out: nvcc's objects and the
 # static cudart are not instrumented.
@@ -24,17 +30,51 @@ else ifeq ($(SAN),1)
 NVCC :=
 CU_OFF_WHY := not built with sanitizers
 else
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+NVCC ?= $(shell { test -n "$(CUDA_HOME)" && test -x "$(CUDA_HOME)/bin/nvcc" && echo "$(CUDA_HOME)/bin/nvcc"; } || \
+	command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CU_OFF_WHY := nvcc not found
 endif
+
+# CU_HOME: the toolkit nvcc belongs to, from nvcc's real path, so that a
+# symlinked nvcc (/usr/bin/nvcc -> /usr/local/cuda-13.0/bin/nvcc) or a bare
+# NVCC=nvcc finds its own headers; nvcc's own answer (TOP in -dryrun) where
+# that directory has no headers (a distribution's wrapper script). CU_NVCC:
+# the nvcc the rules run, empty when there is no usable toolkit.
+CU_NVCC :=
+ifneq ($(NVCC),)
+CU_NVCC_REAL := $(realpath $(shell command -v $(NVCC) 2>/dev/null))
+CU_HOME := $(patsubst %/bin/,%,$(dir $(CU_NVCC_REAL)))
+ifeq ($(wildcard $(CU_HOME)/include/cuda_runtime_api.h),)
+CU_HOME := $(realpath $(shell $(NVCC) -dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'))
+endif
+ifeq ($(CU_NVCC_REAL),)
+CU_OFF_WHY := nvcc not found ($(NVCC))
+else ifeq ($(wildcard $(CU_HOME)/include/cuda_runtime_api.h),)
+CU_OFF_WHY := nvcc at $(CU_NVCC_REAL) but no cuda_runtime_api.h under $(or $(CU_HOME),its toolkit)/include
+else
+CU_NVCC := $(CU_NVCC_REAL)
+endif
+endif
+
+cu-config:
+	@echo "NVCC=$(NVCC)"
+	@echo "CU_NVCC=$(CU_NVCC)"
+	@echo "CU_HOME=$(CU_HOME)"
+	@echo "NVCC_VERSION=$(NVCC_VERSION)"
+	@echo "CU_LIBDIR=$(CU_LIBDIR)"
+	@printf 'CU_LINE=%b\n' $(CU_LINE)
+.PHONY: cu-config
+
+# The kernel files: the plugin's, and the emulator's (tests/gpu/emu/emu.mk),
+# which runs each of them on the host without a device.
+CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu
 
 CU_PLUGIN := $(BUILD)/libmoshid-cuda.so
 CU_TEST := $(BUILD)/engine-test
 CU_BENCH := $(BUILD)/engine-bench
 
-ifneq ($(NVCC),)
-CUDA_HOME := $(patsubst %/bin/,%,$(dir $(NVCC)))
-NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+ifneq ($(CU_NVCC),)
+NVCC_VERSION := $(shell $(CU_NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 CU_ARCHS := sm_80 sm_89 sm_90
 CU_PTX := compute_90
 CU_GENCODE := $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a)) \
@@ -44,27 +84,26 @@ CU_BUILD_STR := CUDA $(NVCC_VERSION); $(CU_ARCHS) + PTX $(CU_PTX); cudart static
 # log to draw the same token as the C twin (docs/cuda.md).
 NVCCFLAGS := -std=c++17 -O2 -lineinfo $(CU_GENCODE) -Werror all-warnings \
 	-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE $(ENGINE_INC) -Icuda
-CU_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+CU_LIBDIR := $(firstword $(wildcard $(CU_HOME)/lib64 $(CU_HOME)/lib))
 
 # Kernels (nvcc) and the plugin entry (plain C against the runtime API).
-CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(CU_OBJS)
 # (-isystem: the toolkit's headers are not held to -Werror)
-EXTRA_CFLAGS_cuda_ := -isystem $(CUDA_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
-EXTRA_CFLAGS_tests_gpu_ := -isystem $(CUDA_HOME)/include -Itests/gpu
+EXTRA_CFLAGS_cuda_ := -isystem $(CU_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
+EXTRA_CFLAGS_tests_gpu_ := -isystem $(CU_HOME)/include -Itests/gpu
 # The engine parts the plugin carries its own copy of (errors, logging).
 CU_ENGINE_OBJS := $(BUILD)/obj/engine/base/err.o $(BUILD)/obj/engine/base/log.o
 
 $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(Q)$(CU_NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 # Only moshid_plugin_entry is exported (cuda/plugin.map).
 $(CU_PLUGIN): $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS) cuda/plugin.map
 	@echo "  NVLD    $@"
-	$(Q)$(NVCC) -shared --cudart static -Xlinker --version-script=cuda/plugin.map \
+	$(Q)$(CU_NVCC) -shared --cudart static -Xlinker --version-script=cuda/plugin.map \
 		-Xlinker --exclude-libs,ALL -o $@ $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS)
 
 # The runners link the kernels directly (no dlopen) and the engine core,
@@ -75,13 +114,13 @@ CU_BENCH_OBJS := $(BUILD)/obj/tests/gpu/engine_bench.o $(BUILD)/obj/tests/gpu/gp
 
 $(CU_TEST): $(CU_TEST_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
-	$(Q)$(NVCC) --cudart static -o $@ $^ -lm
+	$(Q)$(CU_NVCC) --cudart static -o $@ $^ -lm
 $(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
-	$(Q)$(NVCC) --cudart static -o $@ $^ -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR) -lm
+	$(Q)$(CU_NVCC) --cudart static -o $@ $^ -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR) -lm
 
 CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH)
-CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION), $(CU_ARCHS) + PTX)"
+CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION) in $(CU_HOME), $(CU_ARCHS) + PTX)"
 BENCHES += '$(CU_BENCH)'
 BENCH_DEPS += $(CU_BENCH)
 else
@@ -101,8 +140,9 @@ engine-only-build: $(LIBENGINE) $(CU_TARGETS)
 ifeq ($(MOSHID_ENGINE_ONLY),)
 # make test: the plugin loader and the C twins against obvious references
 # (tests/check_plugin.c; the CPU sampler against the kernel's logic replayed
-# on the host is tests/check_samp.c), and the kernels against the twins where
-# a device exists (tests/gpu/engine_test.sh; skipped otherwise).
+# on the host is tests/check_samp.c), the kernels against the twins where
+# a device exists (tests/gpu/engine_test.sh; skipped otherwise) and always
+# on the emulator (emu.mk), and the toolkit lookup (tests/gpu/cuda_home.sh).
 CHECK_SUITES += plugin
 CHECK_plugin_DEPS = $(LIBENGINE)
 CHECK_plugin_CFLAGS = -DCU_PLUGIN_BUILT=$(if $(CU_TARGETS),1,0)
@@ -115,5 +155,7 @@ $(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/base/plugin.h
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@
 $(BUILD)/tests/check_plugin: $(if $(CU_TARGETS),$(CU_PLUGIN)) $(FAKE_PLUGINS)
-TEST_SCRIPTS += tests/gpu/engine_test.sh
+TEST_SCRIPTS += tests/gpu/engine_test.sh tests/gpu/cuda_home.sh
+# The same kernels and engine-test's cases on the host emulator (no device).
+include tests/gpu/emu/emu.mk
 endif

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "model.h"
+#include "persona.h"
 #include "scheduler.h"
 #include "server.h"
 #include "srv.h"
@@ -24,7 +25,11 @@ typedef struct app {
     server_opts o;             /* the options in force (reload updates the reloadable ones) */
     model *m;
     sched *sch;
-    srv *server;               /* NULL once the front end is torn down */
+    pers *pers;                /* personas: configured, on demand, the snapshot cache */
+    srv *server;               /* NULL until the personas are primed, and once the front end is torn down */
+    int listening;             /* srv_create was called (start-up is over) */
+    int torn_down;             /* the engine and the handles are closed (or closing) */
+    ms_error start_err;        /* why start-up failed (exit status 1) */
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;           /* once a second; every 50 ms while stopping */
     struct sess *sessions;     /* every session whose connection is open */

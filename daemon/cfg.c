@@ -56,6 +56,7 @@ static void set_default(cfg *c, const cfg_option *o) {
         cfg__list_copy(CFG_FIELD(c, o, cfg_strlist), o->ldef, n);
         break;
     }
+    case CFG_CUSTOM: o->custom->init(CFG_FIELD(c, o, void)); break;
     }
 }
 
@@ -73,6 +74,8 @@ void cfg_close(cfg *c) {
             *CFG_FIELD(c, o, char *) = NULL;
         } else if (o->type == CFG_STRLIST) {
             list_free(CFG_FIELD(c, o, cfg_strlist));
+        } else if (o->type == CFG_CUSTOM) {
+            o->custom->close(CFG_FIELD(c, o, void));
         }
     }
 }
@@ -93,6 +96,7 @@ bool cfg__value_equal(const cfg *a, const cfg *b, const cfg_option *o) {
             if (strcmp(x->v[i], y->v[i]) != 0) return false;
         return true;
     }
+    case CFG_CUSTOM: return o->custom->equal(CFG_CFIELD(a, o, void), CFG_CFIELD(b, o, void));
     }
     return false;
 }
@@ -121,6 +125,7 @@ void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o) {
         cfg__list_copy(CFG_FIELD(dst, o, cfg_strlist), (const char *const *)l->v, l->n);
         break;
     }
+    case CFG_CUSTOM: o->custom->copy(CFG_FIELD(dst, o, void), CFG_CFIELD(src, o, void)); break;
     }
 }
 
@@ -133,7 +138,7 @@ void cfg_copy(cfg *dst, const cfg *src) {
 
 /* A key from the file, safe to print: at most KEY_SHOWN_MAX bytes, bytes
  * outside printable ASCII replaced by '?'. */
-static const char *shown(const char *key, char *buf, size_t len) {
+const char *cfg__shown(const char *key, char *buf, size_t len) {
     size_t n = 0;
     for (; key[n] && n < KEY_SHOWN_MAX && n + 4 < len; n++)
         buf[n] = (key[n] >= 0x20 && key[n] < 0x7f) ? key[n] : '?';
@@ -145,7 +150,7 @@ static const char *shown(const char *key, char *buf, size_t len) {
     return buf;
 }
 
-static const char *json_kind(const cJSON *v) {
+const char *cfg__json_kind(const cJSON *v) {
     if (cJSON_IsNumber(v)) return "a number";
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsBool(v)) return "a boolean";
@@ -156,7 +161,7 @@ static const char *json_kind(const cJSON *v) {
 }
 
 /* Edit distance of a and b (each cut at 64 bytes), for suggestions. */
-static int distance(const char *a, const char *b) {
+int cfg__distance(const char *a, const char *b) {
     size_t la = strnlen(a, 64), lb = strnlen(b, 64);
     int row[65];
     for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
@@ -183,7 +188,7 @@ static const char *suggest(const char *key) {
     for (size_t i = 0; i < cfg_noptions; i++) {
         const char *p = cfg_options[i].path;
         const char *leaf = strchr(p, '.') + 1;
-        int d = distance(key, p);
+        int d = cfg__distance(key, p);
         if (strcmp(key, leaf) == 0) d = 0; /* "port" at the top level */
         if (d < bestd) {
             bestd = d;
@@ -221,7 +226,7 @@ static int check_string(const cfg_option *o, const char *s, const char *what, ms
 
 /* Relative path s made relative to base_dir (when both are set). Returns an
  * owned string. */
-static char *resolve(const char *s, const char *base_dir) {
+char *cfg__resolve(const char *s, const char *base_dir) {
     if (!s[0] || s[0] == '/' || !base_dir || !base_dir[0]) return cfg__strdup(s);
     size_t lb = strlen(base_dir), ls = strlen(s);
     char *r = malloc(lb + 1 + ls + 1);
@@ -237,7 +242,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
     switch (o->type) {
     case CFG_INT: {
         if (!cJSON_IsNumber(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an integer, got %s", p, json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an integer, got %s", p, cfg__json_kind(v));
         double d = v->valuedouble;
         if (!isfinite(d) || d != trunc(d))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an integer, got %.15g", p, d);
@@ -249,7 +254,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
     }
     case CFG_DOUBLE: {
         if (!cJSON_IsNumber(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a number, got %s", p, json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a number, got %s", p, cfg__json_kind(v));
         double d = v->valuedouble;
         if (!isfinite(d)) return ms_err_set(err, MS_ERR_RANGE, "%s: not a finite number", p);
         if (d < o->dmin || d > o->dmax)
@@ -259,12 +264,12 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
     }
     case CFG_BOOL:
         if (!cJSON_IsBool(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected true or false, got %s", p, json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected true or false, got %s", p, cfg__json_kind(v));
         *CFG_FIELD(c, o, bool) = cJSON_IsTrue(v);
         return MS_OK;
     case CFG_ENUM: {
         if (!cJSON_IsString(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, cfg__json_kind(v));
         for (int i = 0; o->names[i]; i++)
             if (strcmp(v->valuestring, o->names[i]) == 0) {
                 *CFG_FIELD(c, o, int) = i;
@@ -275,13 +280,13 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             size_t u = strlen(list);
             snprintf(list + u, sizeof list - u, "%s%s", i ? ", " : "", o->names[i]);
         }
-        return ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not one of %s", p, shown(v->valuestring, kb, sizeof kb),
+        return ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not one of %s", p, cfg__shown(v->valuestring, kb, sizeof kb),
                           list);
     }
     case CFG_STRING: {
         if (!cJSON_IsString(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, json_kind(v));
-        char *s = (o->flags & CFG_F_PATH) ? resolve(v->valuestring, base_dir) : cfg__strdup(v->valuestring);
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", p, cfg__json_kind(v));
+        char *s = (o->flags & CFG_F_PATH) ? cfg__resolve(v->valuestring, base_dir) : cfg__strdup(v->valuestring);
         int rc = check_string(o, s, p, err);
         if (rc != MS_OK) {
             free(s);
@@ -294,7 +299,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
     }
     case CFG_STRLIST: {
         if (!cJSON_IsArray(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an array of strings, got %s", p, json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an array of strings, got %s", p, cfg__json_kind(v));
         int n = cJSON_GetArraySize(v);
         if (n > CFG_MAX_LIST)
             return ms_err_set(err, MS_ERR_LIMIT, "%s: %d entries, more than the limit of %d", p, n, CFG_MAX_LIST);
@@ -304,7 +309,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             char what[128];
             snprintf(what, sizeof what, "%s[%d]", p, i);
             if (!cJSON_IsString(it))
-                return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", what, json_kind(it));
+                return ms_err_set(err, MS_ERR_FORMAT, "%s: expected a string, got %s", what, cfg__json_kind(it));
             int rc = check_string(o, it->valuestring, what, err);
             if (rc != MS_OK) return rc;
             items[i] = it->valuestring;
@@ -312,6 +317,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
         cfg__list_copy(CFG_FIELD(c, o, cfg_strlist), items, n);
         return MS_OK;
     }
+    case CFG_CUSTOM: return o->custom->load(CFG_FIELD(c, o, void), v, p, base_dir, err);
     }
     MS_ASSERT(0 && "unknown option type");
     return MS_ERR_ARG;
@@ -362,7 +368,7 @@ static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *se
                 break;
             }
         }
-        snprintf(path, sizeof path, "%s.%s", sec->string, shown(m->string, kb, sizeof kb));
+        snprintf(path, sizeof path, "%s.%s", sec->string, cfg__shown(m->string, kb, sizeof kb));
         if (!o) {
             const char *s = suggest(path);
             if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown option (did you mean %s?)", path, s);
@@ -378,7 +384,7 @@ static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *se
 
 static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *err) {
     if (!cJSON_IsObject(root))
-        return ms_err_set(err, MS_ERR_FORMAT, "expected a JSON object at the top, got %s", json_kind(root));
+        return ms_err_set(err, MS_ERR_FORMAT, "expected a JSON object at the top, got %s", cfg__json_kind(root));
     bool seen[CFG_MAX_OPTIONS] = {0};
     char kb[KEY_SHOWN_MAX + 8];
     /* Sections seen, by name; there are few, so a short list. */
@@ -387,7 +393,7 @@ static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *
     for (const cJSON *sec = root->child; sec; sec = sec->next) {
         if (!is_section(sec->string)) {
             const char *s = suggest(sec->string);
-            shown(sec->string, kb, sizeof kb);
+            cfg__shown(sec->string, kb, sizeof kb);
             if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section (did you mean %s?)", kb, s);
             return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section", kb);
         }
@@ -397,7 +403,7 @@ static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *
         sections[nsec++] = sec->string;
         if (!cJSON_IsObject(sec))
             return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an object of options, got %s", sec->string,
-                              json_kind(sec));
+                              cfg__json_kind(sec));
         int rc = load_section(c, sec, base_dir, seen, err);
         if (rc != MS_OK) return rc;
     }
@@ -505,6 +511,11 @@ int cfg_load_file(cfg *out, const char *path, ms_error *err) {
 int cfg_check_files(const cfg *c, ms_error *err) {
     for (size_t i = 0; i < cfg_noptions; i++) {
         const cfg_option *o = &cfg_options[i];
+        if (o->type == CFG_CUSTOM && o->custom->check_files) {
+            int rc = o->custom->check_files(CFG_CFIELD(c, o, void), o->path, err);
+            if (rc != MS_OK) return rc;
+            continue;
+        }
         if (o->type != CFG_STRING) continue;
         const char *s = *CFG_CFIELD(c, o, char *);
         if (!s[0]) {
@@ -542,7 +553,7 @@ int cfg_set(cfg *c, const char *assignment, ms_error *err) {
             o = &cfg_options[i];
     if (!o) {
         const char *s = suggest(path);
-        shown(path, kb, sizeof kb);
+        cfg__shown(path, kb, sizeof kb);
         if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option (did you mean %s?)", kb, s);
         return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option", kb);
     }

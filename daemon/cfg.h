@@ -44,6 +44,31 @@ typedef struct cfg_strlist {
     int n;
 } cfg_strlist;
 
+/* personas.list (cfg_persona.c): the personas primed at start-up. */
+#define CFG_MAX_PERSONAS 64         /* entries in personas.list */
+#define CFG_PERSONA_NAME_MAX 64     /* bytes of a name */
+#define CFG_PERSONA_DESC_MAX 1024   /* bytes of a description */
+#define CFG_PERSONA_TEXT_MAX 16384  /* bytes of a role text */
+#define CFG_PERSONA_IDS_MAX 8192    /* entries of text_ids */
+#define CFG_PERSONA_ID_MAX (1 << 20) /* largest id (the LM checks its text_card at start) */
+
+/* One configured persona; strings owned (never NULL, "" = unset). */
+typedef struct cfg_persona {
+    char *name;                 /* [A-Za-z0-9_.-]+, not starting with '.' */
+    char *description;          /* shown by /api/personas */
+    char *voice;                /* path: a .safetensors saved voice or an audio file; "" = no voice phase */
+    char *text;                 /* role text (wrapped in <system> tags at start); "" = none */
+    int *text_ids;              /* (n_text_ids) pre-tokenized role text, or NULL */
+    int n_text_ids;
+    double text_temperature, audio_temperature;  /* sampling overrides; < 0 = not set */
+    int64_t text_topk, audio_topk;               /* < 0 = not set */
+} cfg_persona;
+
+typedef struct cfg_personas {
+    cfg_persona *v;
+    int n;
+} cfg_personas;
+
 /* The effective configuration. Strings are owned (never NULL; "" means
  * unset); integers are int64_t whatever their range. Field names follow the
  * JSON paths: server.port is c.server.port. */
@@ -91,6 +116,16 @@ typedef struct cfg {
     struct {
         int input_pre_skip;         /* CFG_PRE_SKIP_*: OpusHead pre-skip of client audio */
     } audio;
+    struct {
+        char *voices_dir;           /* voice_prompt files; "" = none */
+        bool on_demand;             /* accept voice_prompt / text_prompt */
+        int64_t cache_bytes;        /* budget of the on-demand snapshots */
+        int64_t max_prompt_tokens;  /* role text tokens of one prime */
+        double max_voice_s;         /* longest voice, seconds */
+        int64_t max_concurrent_primes;  /* prime slots reserved in the backend */
+        int64_t prime_chunk_positions;  /* positions per prime chunk (engine job) */
+        cfg_personas list;          /* configured personas */
+    } personas;
     struct {
         int level;                  /* MS_LOG_* */
     } log;

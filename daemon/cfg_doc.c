@@ -16,6 +16,7 @@ static const char *type_name(const cfg_option *o) {
     case CFG_ENUM: return "string (one of)";
     case CFG_STRING: return (o->flags & CFG_F_DIR) ? "path (directory)" : (o->flags & CFG_F_PATH) ? "path (file)" : "string";
     case CFG_STRLIST: return "list of strings";
+    case CFG_CUSTOM: return o->custom->type_name;
     }
     return "?";
 }
@@ -43,6 +44,7 @@ static void write_default(FILE *f, const cfg_option *o) {
         for (int i = 0; o->ldef && o->ldef[i]; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", o->ldef[i]);
         fputs("]`", f);
         break;
+    case CFG_CUSTOM: fputs(o->custom->default_doc, f); break;
     }
 }
 
@@ -56,6 +58,7 @@ static void write_allowed(FILE *f, const cfg_option *o) {
         break;
     case CFG_STRING: fprintf(f, "at most %zu bytes", o->max_len); break;
     case CFG_STRLIST: fprintf(f, "at most %d entries of at most %zu bytes", CFG_MAX_LIST, o->max_len); break;
+    case CFG_CUSTOM: cell(f, o->custom->allowed_doc); break;
     }
 }
 

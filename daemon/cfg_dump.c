@@ -10,19 +10,20 @@
 
 #include "cfg_int.h"
 
+cJSON *cfg__double_json(double d) { /* shortest text that reads back to the same double */
+    char buf[32];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
 /* The value of o in c as a new cJSON item (NULL when out of memory). */
 static cJSON *value_json(const cfg *c, const cfg_option *o) {
     switch (o->type) {
     case CFG_INT: return cJSON_CreateNumber((double)*CFG_CFIELD(c, o, int64_t));
-    case CFG_DOUBLE: { /* shortest text that reads back to the same double */
-        double d = *CFG_CFIELD(c, o, double);
-        char buf[32];
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, d);
-            if (strtod(buf, NULL) == d) break;
-        }
-        return cJSON_CreateRaw(buf);
-    }
+    case CFG_DOUBLE: return cfg__double_json(*CFG_CFIELD(c, o, double));
     case CFG_BOOL: return cJSON_CreateBool(*CFG_CFIELD(c, o, bool));
     case CFG_ENUM: return cJSON_CreateString(o->names[*CFG_CFIELD(c, o, int)]);
     case CFG_STRING: return cJSON_CreateString(*CFG_CFIELD(c, o, char *));
@@ -30,6 +31,7 @@ static cJSON *value_json(const cfg *c, const cfg_option *o) {
         const cfg_strlist *l = CFG_CFIELD(c, o, cfg_strlist);
         return cJSON_CreateStringArray((const char *const *)l->v, l->n);
     }
+    case CFG_CUSTOM: return o->custom->to_json(CFG_CFIELD(c, o, void));
     }
     return NULL;
 }

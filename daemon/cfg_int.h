@@ -12,7 +12,7 @@
 
 #include "cfg.h"
 
-typedef enum { CFG_INT, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_STRLIST } cfg_type;
+typedef enum { CFG_INT, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_STRLIST, CFG_CUSTOM } cfg_type;
 
 enum {
     CFG_F_RELOAD = 1u << 0,   /* applied by reload (SIGHUP) */
@@ -26,6 +26,26 @@ enum {
  * return 0, or non-zero with the reason in why[0..len). */
 typedef int (*cfg_check_fn)(const char *s, char *why, size_t len);
 
+struct cJSON;
+
+/* A value type with its own parser (a list of objects such as
+ * personas.list): every walker calls these for a CFG_CUSTOM option. The
+ * field is the option's member of struct cfg. */
+typedef struct cfg_custom_ops {
+    const char *type_name;     /* docs: "list of personas" */
+    const char *default_doc;   /* docs: "`[]`" */
+    const char *allowed_doc;   /* docs: the bounds */
+    void (*init)(void *f);     /* the default value */
+    void (*close)(void *f);    /* free what f owns; f is then closed (init again to reuse) */
+    void (*copy)(void *dst, const void *src);   /* dst: closed or initialised (freed first) */
+    bool (*equal)(const void *a, const void *b);
+    /* load: replace f by the JSON value v; relative paths from base_dir
+     * (may be NULL); on error f is unchanged and err names path and key. */
+    int (*load)(void *f, const struct cJSON *v, const char *path, const char *base_dir, ms_error *err);
+    struct cJSON *(*to_json)(const void *f);     /* NULL when out of memory */
+    int (*check_files)(const void *f, const char *path, ms_error *err);   /* cfg_check_files */
+} cfg_custom_ops;
+
 typedef struct cfg_option {
     const char *path;          /* "section.name" */
     cfg_type type;
@@ -38,6 +58,7 @@ typedef struct cfg_option {
     const char *const *ldef;   /* CFG_STRLIST default, NULL-terminated */
     size_t max_len;            /* CFG_STRING / item: longest, bytes */
     cfg_check_fn check;        /* CFG_STRING / item validator, or NULL */
+    const cfg_custom_ops *custom;  /* CFG_CUSTOM */
     const char *doc;           /* one line */
 } cfg_option;
 
@@ -69,7 +90,21 @@ bool cfg__value_equal(const cfg *a, const cfg *b, const cfg_option *o);
 void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o);
 
 /* cfg_dump.c: the value of o in c as compact JSON text in buf[0..len),
- * cut to fit ("?" when out of memory). */
+ * cut to fit ("?" when out of memory). cfg__double_json: d as the shortest
+ * JSON number that reads back to d. */
 void cfg__format_value(const cfg *c, const cfg_option *o, char *buf, size_t len);
+struct cJSON *cfg__double_json(double d);
+
+/* cfg.c, for the custom types: a key from a file safe to print (at most
+ * 64 bytes, '?' outside printable ASCII) into buf; what kind of JSON value
+ * v is ("a string", ...); the edit distance of two names (cut at 64 bytes);
+ * a relative path made relative to base_dir (owned result). */
+const char *cfg__shown(const char *key, char *buf, size_t len);
+const char *cfg__json_kind(const struct cJSON *v);
+int cfg__distance(const char *a, const char *b);
+char *cfg__resolve(const char *s, const char *base_dir);
+
+/* cfg_persona.c: the type of personas.list. */
+extern const cfg_custom_ops cfg_personas_ops;
 
 #endif

@@ -90,6 +90,7 @@ bad:
 }
 
 #define OFF(field) offsetof(cfg, field)
+#define OPT_CUSTOM(p, f, fl, ops, d) {.path = p, .type = CFG_CUSTOM, .offset = OFF(f), .flags = fl, .custom = &ops, .doc = d}
 #define OPT_INT(p, f, fl, def, lo, hi, d) \
     {.path = p, .type = CFG_INT, .offset = OFF(f), .flags = fl, .idef = def, .imin = lo, .imax = hi, .doc = d}
 #define OPT_DBL(p, f, fl, def, lo, hi, d) \
@@ -119,7 +120,8 @@ const cfg_option cfg_options[] = {
     OPT_STR("server.tls_key", server.tls_key, FILE_PATH, "", PATH_MAX_BYTES, NULL,
             "PEM private key of server.tls_cert (both or neither)."),
     OPT_STR("server.static_dir", server.static_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
-            "Directory served at / (the browser client); empty serves no files."),
+            "Directory served at / (the browser client); empty = the installed page (PREFIX/share/moshid/web) "
+            "or, from a build tree, daemon/web; when neither is there no files are served."),
     OPT_LIST("server.allowed_origins", server.allowed_origins, 0, default_origins, ORIGIN_MAX, check_origin,
              "WebSocket upgrades accepted from these Origin values (\"*\" = any); requests without Origin are accepted."),
     OPT_BOOL("server.metrics", server.metrics, R, 1,
@@ -180,14 +182,36 @@ const cfg_option cfg_options[] = {
              "OpusHead pre-skip of client audio: ignore = feed every decoded sample to Mimi, as the official "
              "servers (sphn) do, so frames line up with theirs; rfc = drop it (RFC 7845). New sessions."),
 
+    OPT_STR("personas.voices_dir", personas.voices_dir, DIR_PATH | R, "", PATH_MAX_BYTES, NULL,
+            "Directory of the voices a client may name with voice_prompt (NAME.safetensors, a converted .pt, or "
+            "NAME.wav/.flac/.ogg); empty = voice_prompt refused."),
+    OPT_BOOL("personas.on_demand", personas.on_demand, R, 1,
+             "Accept voice_prompt/text_prompt: an uncached prompt is primed on demand (one prime slot each), then "
+             "cached; false = only configured personas."),
+    OPT_INT("personas.cache_bytes", personas.cache_bytes, R, 1LL << 30, 0, 1LL << 40,
+            "Memory budget of the cached on-demand persona snapshots, bytes (least recently used evicted first; "
+            "configured personas are pinned and not counted); 0 = keep none."),
+    OPT_INT("personas.max_prompt_tokens", personas.max_prompt_tokens, R, 1024, 1, 65536,
+            "Most role-text tokens of one prime (after the `<system>` wrapper); longer prompts are refused."),
+    OPT_DBL("personas.max_voice_s", personas.max_voice_s, R, 30.0, 0.5, 600.0,
+            "Longest voice prompt, seconds (audio, or the frames of a saved voice); longer ones are refused."),
+    OPT_INT("personas.max_concurrent_primes", personas.max_concurrent_primes, 0, 1, 1, 16,
+            "Primes at once: each has a backend slot of its own (sessions never get it, one session's K/V of "
+            "memory); an on-demand prime over the cap is refused (1013)."),
+    OPT_INT("personas.prime_chunk_positions", personas.prime_chunk_positions, 0, 16, 1, 4096,
+            "Positions one chunk of a prime prefills between live frame steps (a chunk must cost well under a "
+            "frame, 80 ms, on the backend)."),
+    OPT_CUSTOM("personas.list", personas.list, R, cfg_personas_ops,
+               "Personas primed at start-up (and on SIGHUP), restored into sessions that ask with persona=NAME."),
+
     OPT_ENUM("log.level", log.level, R, MS_LOG_INFO, cfg_log_level_names,
              "Lowest level written to stderr."),
 
     OPT_STR("debug.record_dir", debug.record_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
             "Debugging: write each session's Mimi input codes and LM outputs there (moshi-run's formats); slow, empty = off."),
     OPT_INT("debug.step_delay_ms", debug.step_delay_ms, 0, 0, 0, 10000,
-            "Test aid: every engine step sleeps this many ms, to make the engine fall behind on purpose "
-            "(the overload tests); 0 = off. Never set it in production."),
+            "Test aid: every engine step (and persona prime chunk) sleeps this many ms, to make the engine fall "
+            "behind on purpose (the overload and persona tests); 0 = off. Never set it in production."),
 };
 const size_t cfg_noptions = sizeof cfg_options / sizeof cfg_options[0];
 

@@ -6,14 +6,16 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c
+DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
+# Personas: configured and on-demand primes, the snapshot cache, prompt rules, the prime job.
+DAEMON_SRCS += daemon/prompt.c daemon/pcache.c daemon/pjob.c daemon/persona.c daemon/persona_prime.c daemon/persona_conf.c
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus)
-$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
+$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/daemon/persona.o $(BUILD)/obj/daemon/persona_prime.o $(BUILD)/obj/daemon/persona_conf.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"
@@ -29,15 +31,16 @@ $(BUILDINFO): FORCE
 	  printf '#define MOSHID_CFLAGS "%s"\n' '$(OPT) $(ARCH)$(if $(filter 1,$(SAN)), -fsanitize=address$(,)undefined)'; \
 	} > $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 $(BUILD)/obj/daemon/main.o: $(BUILDINFO)
-$(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen $(call pc_cflags,libwebsockets libuv)
+$(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen $(call pc_cflags,libwebsockets libuv) \
+	-DMOSHID_WEB_SRC_DIR='"$(abspath daemon/web)"'
 , := ,
 .PHONY: FORCE
 FORCE:
 
 PROGRAMS += $(BUILD)/moshid
-$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE)
+$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(LDLIBS_ALL)
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS) $(LDLIBS_ALL)
 
 # Unit tests and command-line tests.
 CHECK_SUITES += cfg
@@ -106,3 +109,11 @@ bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn" \
 	  --seconds $(or $(BENCH_SECONDS),60) --start-n $(or $(BENCH_START_N),4) --max-n 64 --compare-pipeline
 .PHONY: run demo-model bench-daemon
+
+# Personas: the snapshot cache and the prompt rules (pure, tested alone).
+CHECK_SUITES += prompt pcache
+CHECK_prompt_DEPS = $(BUILD)/obj/daemon/prompt.o $(LIBENGINE)
+CHECK_pcache_DEPS = $(BUILD)/obj/daemon/pcache.o $(LIBENGINE)
+# The prime job on the PersonaPlex fixtures of tests/fixtures/pp.
+CHECK_SUITES += pjob
+CHECK_pjob_DEPS = $(BUILD)/obj/daemon/pjob.o $(LIBENGINE)

@@ -4,7 +4,10 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <libgen.h>
+#include <limits.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buildinfo.h" /* generated: MOSHID_VERSION, MOSHID_GIT, MOSHID_CFLAGS */
 #include "cfg.h"
@@ -12,6 +15,7 @@
 #include "log.h"
 #include "plugin.h"
 #include "audio_opus.h"
+#include "model.h"
 #include "server.h"
 
 enum {
@@ -26,6 +30,35 @@ enum {
 
 /* The daemon's view of the configuration (server.h) from the option table;
  * strings are borrowed from c. */
+#ifndef MOSHID_WEB_SRC_DIR
+#define MOSHID_WEB_SRC_DIR ""
+#endif
+
+/* The browser page served when server.static_dir is empty: the installed
+ * one (PREFIX/share/moshid/web beside PREFIX/bin/moshid, make install),
+ * else the build tree's daemon/web (MOSHID_WEB_SRC_DIR, make run), else
+ * none (NULL). The first whose index.html exists. */
+static const char *default_web_dir(void) {
+    static char dir[PATH_MAX];
+    char exe[PATH_MAX], probe[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        const char *bin = dirname(exe);
+        size_t bl = strlen(bin);
+        if (bl >= 4 && strcmp(bin + bl - 4, "/bin") == 0) {
+            snprintf(dir, sizeof dir, "%.*s/share/moshid/web", (int)(bl - 4), bin);
+            snprintf(probe, sizeof probe, "%s/index.html", dir);
+            if (access(probe, R_OK) == 0) return dir;
+        }
+    }
+    if (MOSHID_WEB_SRC_DIR[0]) {
+        snprintf(probe, sizeof probe, "%s/index.html", MOSHID_WEB_SRC_DIR);
+        if (access(probe, R_OK) == 0) return MOSHID_WEB_SRC_DIR;
+    }
+    return NULL;
+}
+
 static void to_server_opts(const cfg *c, server_opts *o, const char *const *origins) {
     static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
@@ -33,7 +66,7 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
     o->srv.port = (int)c->server.port;
     o->srv.tls_cert = c->server.tls_cert;
     o->srv.tls_key = c->server.tls_key;
-    o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : NULL;
+    o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : default_web_dir();
     o->srv.allowed_origins = origins;
     o->srv.max_message_bytes = (size_t)c->limits.max_message_bytes;
     o->srv.max_header_bytes = (unsigned)c->limits.max_header_bytes;
@@ -54,6 +87,16 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
                                                                      : LM_VARIANT_AUTO;
     o->model.record_dir = c->debug.record_dir[0] ? c->debug.record_dir : NULL;
     o->model.step_delay_ms = (int)c->debug.step_delay_ms;
+    o->model.prime_slots = (int)c->personas.max_concurrent_primes;
+    o->model.prime_chunk = (int)c->personas.prime_chunk_positions;
+    o->personas.list = &c->personas.list;
+    o->personas.voices_dir = c->personas.voices_dir;
+    o->personas.on_demand = c->personas.on_demand;
+    o->personas.cache_bytes = (size_t)c->personas.cache_bytes;
+    o->personas.max_prompt_tokens = (int)c->personas.max_prompt_tokens;
+    o->personas.max_voice_s = c->personas.max_voice_s;
+    o->personas.max_concurrent_primes = (int)c->personas.max_concurrent_primes;
+    o->personas.record_dir = c->debug.record_dir;
     o->text_temperature = c->sampling.text_temperature;
     o->text_topk = (int)c->sampling.text_topk;
     o->audio_temperature = c->sampling.audio_temperature;
@@ -97,6 +140,27 @@ static int serve(cfg *c, const char *path) {
     int rc = server_run(&o, reload, &r, &err);
     if (rc == 1) fprintf(stderr, "moshid: %s\n", err.msg);
     return rc;
+}
+
+/* --check-config (and serving): configured personas need a PersonaPlex
+ * checkpoint; tell the variant from the checkpoint's configuration and
+ * tensor shapes (mapped, not read). */
+static int check_personas(const cfg *c, ms_error *err) {
+    int n = c->personas.list.n;
+    if (n == 0) return MS_OK;
+    lm_variant v = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
+                   : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
+                                                                 : LM_VARIANT_AUTO;
+    ms_error e = {0};
+    if (model_probe_variant(c->model.lm_dir, v, &v, &e) != MS_OK)
+        return ms_err_set(err, e.code ? e.code : MS_ERR_FORMAT, "personas.list: cannot tell the checkpoint's variant: %s",
+                          e.msg);
+    if (v != LM_VARIANT_PERSONAPLEX)
+        return ms_err_set(err, MS_ERR_UNSUPPORTED,
+                          "personas.list: %d persona%s configured, but model.lm_dir (%s) is a Kyutai checkpoint: "
+                          "personas need a PersonaPlex checkpoint",
+                          n, n > 1 ? "s" : "", c->model.lm_dir);
+    return MS_OK;
 }
 
 static void usage(FILE *f) {
@@ -215,7 +279,7 @@ int main(int argc, char **argv) {
         free(txt);
     }
     if (check) {
-        if (cfg_check_files(&c, &err) != MS_OK) {
+        if (cfg_check_files(&c, &err) != MS_OK || check_personas(&c, &err) != MS_OK) {
             fprintf(stderr, "moshid: %s: %s\n", path ? path : "(defaults)", err.msg);
             rc = MAIN_EXIT_CONFIG;
         } else {
@@ -226,7 +290,7 @@ int main(int argc, char **argv) {
         if (!path) {
             fprintf(stderr, "moshid: no configuration given (--config FILE); see moshid --help\n");
             rc = MAIN_EXIT_USAGE;
-        } else if (cfg_check_files(&c, &err) != MS_OK) {
+        } else if (cfg_check_files(&c, &err) != MS_OK || check_personas(&c, &err) != MS_OK) {
             fprintf(stderr, "moshid: %s: %s\n", path, err.msg);
             rc = MAIN_EXIT_CONFIG;
         } else {

@@ -17,19 +17,29 @@
     X(late_frames_total, "Session frames stepped later than one frame period")    \
     X(engine_steps_total, "Batched engine steps")                                 \
     X(bytes_in_total, "WebSocket payload bytes received")                         \
-    X(bytes_out_total, "WebSocket payload bytes sent")
+    X(bytes_out_total, "WebSocket payload bytes sent")                            \
+    X(persona_restores_total, "Sessions started from a persona snapshot (a restore, no priming)") \
+    X(persona_primes_total, "Persona primes finished (configured and on demand)")  \
+    X(persona_prime_failures_total, "Persona primes that failed (unreadable voice, engine error)") \
+    X(persona_cache_hits_total, "Persona requests served from a cached snapshot")   \
+    X(persona_cache_misses_total, "On-demand persona requests not in the cache (primed, or joined a prime)") \
+    X(persona_cache_evictions_total, "Persona snapshots evicted under personas.cache_bytes")
 
 /* X(name, help): values that go up and down. */
 #define MET_GAUGES(X)                                                              \
     X(sessions, "Sessions open now")                                              \
     X(capacity, "Sessions this instance admits")                                  \
     X(ready, "1 when the model is loaded and sessions are admitted")              \
-    X(input_backlog_frames, "Largest input backlog of a session: 80 ms frames received and not yet stepped (sampled once a second)")
+    X(input_backlog_frames, "Largest input backlog of a session: 80 ms frames received and not yet stepped (sampled once a second)") \
+    X(personas, "Configured personas primed and served")                          \
+    X(persona_primes_running, "Persona primes loading, queued or running")        \
+    X(persona_cache_entries, "Persona snapshots held (configured and cached)")    \
+    X(persona_cache_bytes, "Bytes of the persona snapshots held (configured and cached)")
 
 /* X(kind): labels of moshid_errors_total{kind=...} (errors sent to clients). */
 #define MET_ERROR_KINDS(X)                                                         \
-    X(busy) X(bad_query) X(bad_audio) X(oversize) X(input_overrun) X(slow_reader)  \
-    X(idle_timeout) X(max_steps) X(overload) X(internal)
+    X(busy) X(bad_query) X(bad_persona) X(bad_audio) X(oversize) X(input_overrun)  \
+    X(slow_reader) X(idle_timeout) X(max_steps) X(overload) X(internal)
 
 /* X(kind): labels of moshid_ignored_messages_total{kind=...}. */
 #define MET_IGNORED_KINDS(X) X(empty) X(control) X(ping) X(text) X(unknown)

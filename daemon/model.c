@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "log.h"
 #include "plugin.h"
 #include "spm.h"
+#include "voice.h"
 
 /* Text tokens never sent to clients (official servers: EPAD 0 and PAD 3). */
 #define MODEL_TEXT_EPAD 0
@@ -31,7 +33,22 @@ struct model {
     lm_backend *lm;         /* owns each slot's K/V and codec state */
     const lm_config *cfg;
     spm_model *spm;
-    int slots;
+    int slots;              /* session slots: backend slots 0 .. slots - 1 */
+    /* personas (PersonaPlex): prime slots are backend slots slots .. slots + prime_slots - 1 */
+    int prime_slots;
+    mimi_model *host_mimi;  /* a host copy of the codec for voice files */
+    spm_enc *enc;           /* text -> ids for role prompts */
+    int silence[PP_SIDE_CODEBOOKS], sine[PP_SIDE_CODEBOOKS];
+    char id[512];           /* the checkpoint, for cache keys */
+    pthread_mutex_t mu;     /* guards the three queues below */
+    model_prime *todo, *todo_tail;   /* submitted, not started */
+    model_prime *done, *done_tail;   /* finished, not polled */
+    model_snap *frees;               /* snapshots to free */
+    /* engine thread: the prime running on each prime slot */
+    model_prime **run;      /* (prime_slots) */
+    pjob **pj;              /* (prime_slots) */
+    double *run_t0;         /* (prime_slots) ms */
+    int next_prime;
     model_slot *s;          /* (slots) */
     /* one frame step per scheduler batch buffer (engine thread) */
     lm_backend_stats open_stats;   /* the backend's figures once open (loop thread reads them) */
@@ -40,6 +57,31 @@ struct model {
 };
 
 static void rec_close(model_slot *s);
+
+/* Open what personas need (PersonaPlex): a host copy of the codec (voice
+ * files are encoded on a worker thread, the backend's codec belongs to
+ * the engine), its SILENCE/SINE frames, the text encoder, the prime
+ * slots' state. */
+static int model_personas_open(model *m, ms_error *err) {
+    int rc = mimi_model_load(&m->host_mimi, m->o.mimi, m->o.mimi_config, err);
+    if (rc != MS_OK) return rc;
+    int released = 0;
+    if ((rc = pp_side_tokens(m->host_mimi, m->silence, m->sine, &released, err)) != MS_OK) return rc;
+    if (m->o.tokenizer && m->o.tokenizer[0] && !(m->enc = spm_enc_load(m->o.tokenizer, err)))
+        return err ? err->code : MS_ERR_FORMAT;
+    if (m->enc && spm_enc_size(m->enc) != m->cfg->text_card)
+        return ms_err_set(err, MS_ERR_FORMAT, "model: tokenizer %s has %d pieces, the LM's text_card is %d",
+                          m->o.tokenizer, spm_enc_size(m->enc), m->cfg->text_card);
+    size_t n = (size_t)(m->prime_slots > 0 ? m->prime_slots : 1);
+    m->run = calloc(n, sizeof *m->run);
+    m->pj = calloc(n, sizeof *m->pj);
+    m->run_t0 = calloc(n, sizeof *m->run_t0);
+    if (!m->run || !m->pj || !m->run_t0) return ms_err_set(err, MS_ERR_NOMEM, "model: out of memory");
+    LOGI("personas_codec", "side_tokens=%s host_mimi_mib=%.1f silence=%d,%d,%d,%d,%d,%d,%d,%d",
+         released ? "released" : "encoded", (double)mimi_model_bytes(m->host_mimi) / 1048576.0, m->silence[0],
+         m->silence[1], m->silence[2], m->silence[3], m->silence[4], m->silence[5], m->silence[6], m->silence[7]);
+    return MS_OK;
+}
 
 static const lm_backend_ops *pick_backend(const model_opts *o, ms_error *err) {
     if (strcmp(o->backend, "cpu") == 0) return &lm_cpu_backend;
@@ -61,12 +103,26 @@ model *model_open(const model_opts *o, ms_error *err) {
     if (!m) { ms_err_set(err, MS_ERR_NOMEM, "model: out of memory"); return NULL; }
     m->o = *o;
     m->slots = o->slots;
+    pthread_mutex_init(&m->mu, NULL);
     const lm_backend_ops *ops = pick_backend(o, err);
     if (!ops) goto fail;
-    lm_backend_opts bo = {.max_slots = o->slots, .threads = o->threads, .variant = o->variant, .device = o->gpu,
-                          .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline};
+    /* prime slots only for PersonaPlex: the variant first (mapping the
+     * weights once more costs a header parse) */
+    lm_variant v = o->variant;
+    if (o->prime_slots > 0 && v == LM_VARIANT_AUTO && model_probe_variant(o->lm_dir, v, &v, err) != MS_OK) goto fail;
+    m->prime_slots = v == LM_VARIANT_PERSONAPLEX && o->prime_slots > 0 ? o->prime_slots : 0;
+    if (o->slots + m->prime_slots > LM_MAX_SLOTS) { /* the backend's limit comes first */
+        LOGW("prime_slots", "wanted=%d kept=%d msg=\"sessions.max + personas.max_concurrent_primes exceed %d slots\"",
+             m->prime_slots, LM_MAX_SLOTS - o->slots, LM_MAX_SLOTS);
+        m->prime_slots = LM_MAX_SLOTS - o->slots;
+    }
+    lm_backend_opts bo = {.max_slots = o->slots + m->prime_slots, .threads = o->threads, .variant = o->variant,
+                          .device = o->gpu, .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline};
     if (!(m->lm = lm_backend_open(ops, o->lm_dir, &bo, err))) goto fail;
     m->cfg = &m->lm->cfg;
+    snprintf(m->id, sizeof m->id, "%s variant=%s", o->lm_dir, lm_variant_name(m->cfg->variant));
+    if (m->cfg->variant != LM_VARIANT_PERSONAPLEX) m->prime_slots = 0;
+    if (m->cfg->variant == LM_VARIANT_PERSONAPLEX && model_personas_open(m, err) != MS_OK) goto fail;
     if (o->tokenizer && o->tokenizer[0]) {
         if (!(m->spm = spm_load(o->tokenizer, err))) goto fail;
         if (spm_size(m->spm) != m->cfg->text_card) {
@@ -86,10 +142,11 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_stats_get(m->lm, &m->open_stats);
     const lm_backend_stats st = m->open_stats;
-    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d context=%d slots=%d mimi=%s "
-         "codebooks=%d pipeline=%d mem_used_mib=%.0f",
+    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d context=%d slots=%d prime_slots=%d "
+         "mimi=%s codebooks=%d pipeline=%d mem_used_mib=%.0f",
          o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name, m->cfg->dim, m->cfg->num_layers,
-         m->cfg->dep_q, m->cfg->context, m->slots, o->mimi, m->lm->ncb, st.pipeline, (double)st.mem_used / 1048576.0);
+         m->cfg->dep_q, m->cfg->context, m->slots, m->prime_slots, o->mimi, m->lm->ncb, st.pipeline,
+         (double)st.mem_used / 1048576.0);
     if (o->step_delay_ms > 0)
         LOGW("step_delay", "ms=%d msg=\"debug.step_delay_ms: every engine step sleeps (a test aid)\"", o->step_delay_ms);
     return m;
@@ -110,7 +167,26 @@ void model_close(model *m) {
         free(m->gens[k]);
     }
     if (m->spm) spm_free(m->spm);
+    /* personas: the engine thread is gone; what it held is freed here */
+    for (int k = 0; m->pj && k < m->prime_slots; k++) pjob_free(m->pj[k]);
+    for (model_prime *t = m->done; t; t = t->next)
+        if (t->snap) {
+            pp_persona_close(m->lm, &t->snap->p);
+            free(t->snap);
+            t->snap = NULL;
+        }
+    for (model_snap *f = m->frees, *n; f; f = n) {
+        n = f->next;
+        pp_persona_close(m->lm, &f->p);
+        free(f);
+    }
+    free(m->run);
+    free(m->pj);
+    free(m->run_t0);
+    spm_enc_free(m->enc);
+    mimi_model_free(m->host_mimi);
     if (m->lm) lm_backend_close(m->lm);   /* stops its codec thread first */
+    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
@@ -171,14 +247,19 @@ static void m_end(void *ctx, int slot) {
     m->s[slot].job = NULL;
 }
 
+/* debug.step_delay_ms: an engine slow on purpose (tests): every frame
+ * step and every prime chunk sleeps that long. Engine thread. */
+static void debug_delay(const model *m) {
+    if (m->o.step_delay_ms <= 0) return;
+    struct timespec d = {m->o.step_delay_ms / 1000, (long)(m->o.step_delay_ms % 1000) * 1000000L};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    }
+}
+
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
     lm_frame *f = &m->frame[b->id];
-    if (m->o.step_delay_ms > 0) { /* debug.step_delay_ms: an engine slow on purpose (tests) */
-        struct timespec d = {m->o.step_delay_ms / 1000, (long)(m->o.step_delay_ms % 1000) * 1000000L};
-        while (nanosleep(&d, &d) != 0 && errno == EINTR) {
-        }
-    }
+    debug_delay(m);
     for (int j = 0; j < b->n; j++) m->gens[b->id][j] = &m->s[b->slots[j]].g;
     f->n = b->n;
     f->slots = b->slots;
@@ -219,9 +300,174 @@ static int m_wait(void *ctx, sched_batch *b, ms_error *err) {
     return MS_OK;
 }
 
+/* ---- personas: primes on the prime slots, snapshot frees ---------------- */
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Engine thread: prime slot k's task is over (t->rc says how): to the
+ * done queue. */
+static void prime_finish(model *m, int k) {
+    model_prime *t = m->run[k];
+    t->chunks = m->pj[k] ? pjob_chunks(m->pj[k]) : 0;
+    t->ms = mono_ms() - m->run_t0[k];
+    pjob_free(m->pj[k]);
+    m->pj[k] = NULL;
+    m->run[k] = NULL;
+    t->next = NULL;
+    pthread_mutex_lock(&m->mu);
+    if (m->done_tail) m->done_tail->next = t;
+    else m->done = t;
+    m->done_tail = t;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Engine thread: the background work (sched_model.bg): free the snapshots
+ * given back, start the primes submitted, run one chunk of one running
+ * prime (round robin over the prime slots). */
+static int m_bg(void *ctx) {
+    model *m = ctx;
+    pthread_mutex_lock(&m->mu);
+    model_snap *frees = m->frees;
+    model_prime *todo = m->todo;
+    m->frees = NULL;
+    m->todo = m->todo_tail = NULL;
+    pthread_mutex_unlock(&m->mu);
+    int did = 0;
+    for (model_snap *f = frees, *n; f; f = n) {
+        n = f->next;
+        pp_persona_close(m->lm, &f->p);
+        free(f);
+        did = 1;
+    }
+    for (model_prime *t = todo, *n; t; t = n) {
+        n = t->next;
+        int k = t->prime_slot;
+        MS_ASSERT(k >= 0 && k < m->prime_slots && !m->run[k]);
+        m->run[k] = t;
+        m->run_t0[k] = mono_ms();
+        t->rc = MS_OK;
+        t->snap = NULL;
+        memset(&t->err, 0, sizeof t->err);
+        if (!(m->pj[k] = pjob_create(m->lm, m->slots + k, &t->prompt, m->o.prime_chunk, &t->err))) {
+            t->rc = t->err.code ? t->err.code : MS_ERR_ARG;
+            prime_finish(m, k);
+        }
+        did = 1;
+    }
+    for (int i = 0; i < m->prime_slots; i++) {
+        int k = (m->next_prime + i) % m->prime_slots;
+        if (!m->run[k]) continue;
+        m->next_prime = (k + 1) % m->prime_slots;
+        model_prime *t = m->run[k];
+        int done = 0;
+        debug_delay(m);
+        int rc = pjob_run(m->pj[k], &done, &t->err);
+        if (rc != MS_OK) {
+            t->rc = rc;
+            prime_finish(m, k);
+        } else if (done) {
+            pp_persona *p = pjob_take(m->pj[k]);
+            model_snap *s = calloc(1, sizeof *s);
+            lm_snap_info info = {0};
+            if (!s || lm_backend_kv_snap_info(m->lm, p->kv, &info) != MS_OK) {
+                pp_persona_close(m->lm, p);
+                free(s);
+                t->rc = ms_err_set(&t->err, MS_ERR_NOMEM, "prime: out of memory for the snapshot");
+            } else {
+                s->p = *p;
+                s->bytes = info.bytes;
+                s->positions = info.positions;
+                t->snap = s;
+            }
+            free(p);
+            prime_finish(m, k);
+        }
+        return 1;
+    }
+    return did;
+}
+
+int model_prime_slots(const model *m) { return m->prime_slots; }
+
+void model_prime_submit(model *m, model_prime *t) {
+    MS_ASSERT(t->prime_slot >= 0 && t->prime_slot < m->prime_slots);
+    t->next = NULL;
+    pthread_mutex_lock(&m->mu);
+    if (m->todo_tail) m->todo_tail->next = t;
+    else m->todo = t;
+    m->todo_tail = t;
+    pthread_mutex_unlock(&m->mu);
+}
+
+model_prime *model_prime_poll(model *m) {
+    pthread_mutex_lock(&m->mu);
+    model_prime *t = m->done;
+    if (t) {
+        m->done = t->next;
+        if (!m->done) m->done_tail = NULL;
+        t->next = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+void model_prime_abort(model *m) {
+    for (int k = 0; k < m->prime_slots; k++)
+        if (m->run[k]) {
+            m->run[k]->rc = ms_err_set(&m->run[k]->err, MS_ERR_STATE, "the engine stopped");
+            prime_finish(m, k);
+        }
+    pthread_mutex_lock(&m->mu);
+    model_prime *t = m->todo;
+    m->todo = m->todo_tail = NULL;
+    pthread_mutex_unlock(&m->mu);
+    for (model_prime *n; t; t = n) {
+        n = t->next;
+        int k = t->prime_slot;
+        m->run[k] = t;
+        m->run_t0[k] = mono_ms();
+        t->snap = NULL;
+        t->rc = ms_err_set(&t->err, MS_ERR_STATE, "the engine stopped");
+        prime_finish(m, k);
+    }
+}
+
+void model_snap_free(model *m, model_snap *s) {
+    if (!s) return;
+    pthread_mutex_lock(&m->mu);
+    s->next = m->frees;
+    m->frees = s;
+    pthread_mutex_unlock(&m->mu);
+}
+
+const mimi_model *model_mimi(const model *m) { return m->host_mimi; }
+const spm_enc *model_spm_enc(const model *m) { return m->enc; }
+const char *model_id(const model *m) { return m->id; }
+
+void model_side_tokens(const model *m, int silence[PP_SIDE_CODEBOOKS], int sine[PP_SIDE_CODEBOOKS]) {
+    memcpy(silence, m->silence, sizeof m->silence);
+    memcpy(sine, m->sine, sizeof m->sine);
+}
+
+int model_probe_variant(const char *lm_dir, lm_variant v, lm_variant *out, ms_error *err) {
+    if (v != LM_VARIANT_AUTO) {
+        *out = v;
+        return MS_OK;
+    }
+    lm_model *lm = lm_model_load(lm_dir, LM_VARIANT_AUTO, err);
+    if (!lm) return err && err->code ? err->code : MS_ERR_FORMAT;
+    *out = lm->cfg.variant;
+    lm_model_free(lm);
+    return MS_OK;
+}
+
 sched_model model_sched(model *m) {
-    return (sched_model){.ctx = m, .max_slots = m->slots, .begin = m_begin, .job = m_job, .end = m_end, .submit = m_submit,
-                         .wait = m_wait};
+    return (sched_model){.ctx = m, .max_slots = m->slots, .begin = m_begin, .job = m_job, .end = m_end,
+                         .submit = m_submit, .wait = m_wait, .bg = m->prime_slots > 0 ? m_bg : NULL};
 }
 
 const lm_backend_stats *model_open_stats(const model *m) { return &m->open_stats; }

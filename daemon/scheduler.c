@@ -14,6 +14,10 @@ enum { SLOT_FREE, SLOT_BEGIN, SLOT_JOB, SLOT_ACTIVE, SLOT_DETACH, SLOT_ENDED };
 
 /* Weight of the newest step in the step-time average used for overload. */
 #define SCHED_EWMA_ALPHA 0.2
+/* While live frames are waiting or in flight, a start-up or background job
+ * chunk runs at most this often, ms (at once whenever the engine has no
+ * live frame): live frames first, and jobs still progress under full load. */
+#define SCHED_JOB_EVERY_MS MS_FRAME_MS
 /* Frame latency above which a debug line is logged, ms. */
 #define SCHED_SLOW_FRAME_MS 20.0
 
@@ -63,6 +67,7 @@ struct sched {
     double ewma_ms;      /* engine thread */
     double last_done_ms; /* engine thread: when the last batch was finished */
     int next_job;        /* engine thread: round-robin start of the job scan */
+    double last_job_ms;  /* engine thread: when the last job chunk ran */
     sched_batch batch[SCHED_BUFFERS];
 };
 
@@ -166,19 +171,37 @@ static int engine_admin(sched *s) {
     return did;
 }
 
-/* Engine thread: one chunk of one slot's start-up job (round robin), so
- * that live sessions keep their frame rate while a job runs. */
+/* Engine thread: one chunk of one slot's start-up job or of the model's
+ * background work (round robin over the slots and the background, which
+ * counts as one more), so that live sessions keep their frame rate while
+ * jobs run: at most one chunk between two steps. */
 static int engine_job(sched *s) {
-    if (!s->m.job) return 0;
-    for (int k = 0; k < s->cfg.slots; k++) {
-        int i = (s->next_job + k) % s->cfg.slots;
-        if (atomic_load_explicit(&s->slots[i].state, memory_order_acquire) != SLOT_JOB) continue;
-        s->next_job = (i + 1) % s->cfg.slots;
+    int n = s->cfg.slots + (s->m.bg ? 1 : 0);
+    for (int k = 0; k < n; k++) {
+        int i = (s->next_job + k) % n;
+        if (i == s->cfg.slots) { /* the model's background work */
+            if (!s->m.bg(s->m.ctx)) continue;
+            s->next_job = (i + 1) % n;
+            return 1;
+        }
+        if (!s->m.job || atomic_load_explicit(&s->slots[i].state, memory_order_acquire) != SLOT_JOB) continue;
+        s->next_job = (i + 1) % n;
         ms_error e = {0};
         int done = 0;
         if (s->m.job(s->m.ctx, i, &done, &e) != MS_OK) start_failed(s, i, SLOT_JOB, &e);
         else if (done) start_done(s, i, SLOT_JOB);
         return 1;
+    }
+    return 0;
+}
+
+/* Engine thread: whether an active slot holds a frame not yet in a batch. */
+static int frames_waiting(sched *s) {
+    for (int i = 0; i < s->cfg.slots; i++) {
+        slot *sl = &s->slots[i];
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
+            atomic_load_explicit(&sl->in_head, memory_order_acquire) != sl->in_taken)
+            return 1;
     }
     return 0;
 }
@@ -264,7 +287,16 @@ static void *engine_main(void *arg) {
         if (stop) break;
 
         int did = engine_admin(s);
-        did |= engine_job(s);
+        /* one job chunk: when no live frame waits or is in flight (it then
+         * delays a frame that comes meanwhile by one chunk at most), else
+         * once per SCHED_JOB_EVERY_MS so jobs progress under full load */
+        double now = now_ms();
+        if ((npend == 0 && !frames_waiting(s)) || now - s->last_job_ms >= SCHED_JOB_EVERY_MS) {
+            if (engine_job(s)) {
+                did = 1;
+                s->last_job_ms = now;
+            }
+        }
         /* a buffer no submitted batch uses */
         int cur = 0;
         for (int used = 1; used;) {
@@ -511,6 +543,8 @@ void sched_detach(sched *s, int i, uint32_t gen) {
     }
     wake_engine(s);
 }
+
+void sched_wake(sched *s) { wake_engine(s); }
 
 int sched_free_slots(const sched *s) { return atomic_load(&((sched *)s)->nfree); }
 int sched_capacity(const sched *s) { return s->cfg.slots; }

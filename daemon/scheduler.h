@@ -69,6 +69,13 @@ typedef struct sched_model {
      * start-up work; *done = 1 when the slot is ready to step. NULL: begin
      * leaves nothing to do. The engine interleaves chunks with steps. */
     int (*job)(void *ctx, int slot, int *done, ms_error *err);
+    /* bg: one bounded chunk (as job) of the model's own work that belongs
+     * to no session slot (priming personas on slots the scheduler does not
+     * hand out, freeing snapshots); returns 1 when it did something, 0 when
+     * it has nothing to do. The engine takes slot job chunks and bg chunks
+     * in turn, one per iteration between steps. NULL: none. The loop
+     * thread calls sched_wake after giving the model such work. */
+    int (*bg)(void *ctx);
     /* end: the session left (or its start failed); release what the slot
      * holds. Called once per begin, never while the slot is in a submitted
      * batch. */
@@ -133,6 +140,10 @@ void sched_release(sched *s, int slot, uint32_t gen);
 /* sched_detach: the session is gone; the engine ends the slot and frees it
  * for reuse. */
 void sched_detach(sched *s, int slot, uint32_t gen);
+
+/* sched_wake: the model has work for bg: make the engine look (loop
+ * thread, or any thread). */
+void sched_wake(sched *s);
 
 /* Figures for /healthz and /metrics. */
 int sched_free_slots(const sched *s);

@@ -34,6 +34,14 @@ double app_now_ms(void) {
 
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
     app *a = ud;
+    if (strcmp(path, "/api/personas") == 0) {
+        r->body = pers_list_json(a->pers);
+        if (!r->body) return 0;
+        r->body_len = strlen(r->body);
+        r->status = 200;
+        r->content_type = "application/json";
+        return 1;
+    }
     if (strcmp(path, "/metrics") == 0 && a->o.metrics) {
         met_set(MET_capacity, a->sch ? sched_capacity(a->sch) : 0);
         r->body = malloc(METRICS_MAX);
@@ -49,15 +57,19 @@ static int http_get(void *ud, const char *path, srv_http_reply *r) {
         int ready = !a->stopping && !sched_failed(a->sch, NULL);
         int ok = ready && free_slots > 0 && !overloaded;
         const lm_backend_stats *st = model_open_stats(a->m);
-        char buf[768];
+        char buf[1024];
         int n = snprintf(buf, sizeof buf,
                          "{\"ready\":%s,\"accepting\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
                          "\"capacity\":%d,\"free\":%d,\"overloaded\":%s,\"pipeline\":%s,"
-                         "\"memory\":{\"where\":\"%s\",\"used_bytes\":%zu,\"free_bytes_at_start\":%zu}}\n",
+                         "\"memory\":{\"where\":\"%s\",\"used_bytes\":%zu,\"free_bytes_at_start\":%zu},"
+                         "\"personas\":{\"ready\":%lld,\"primes_running\":%lld,\"snapshots\":%lld,"
+                         "\"snapshot_bytes\":%lld}}\n",
                          ready ? "true" : "false", ok ? "true" : "false", model_variant_name(a->m),
                          model_backend_name(a->m), a->nsessions, sched_capacity(a->sch), free_slots,
                          overloaded ? "true" : "false", st->pipeline ? "true" : "false",
-                         st->where == LM_MEM_DEVICE ? "device" : "host", st->mem_used, st->mem_free);
+                         st->where == LM_MEM_DEVICE ? "device" : "host", st->mem_used, st->mem_free,
+                         (long long)met_gauge(MET_personas), (long long)met_gauge(MET_persona_primes_running),
+                         (long long)met_gauge(MET_persona_cache_entries), (long long)met_gauge(MET_persona_cache_bytes));
         r->body = strdup(buf);
         r->body_len = r->body ? (size_t)n : 0;
         r->status = ok ? 200 : 503;
@@ -79,6 +91,7 @@ static void on_output(void *ud) {
             sess_fail(s, MET_ERR_internal, 1011, "internal error: the engine failed; the server restarts");
         raise(SIGTERM);
     }
+    pers_drain(a->pers);   /* primes done: waiting sessions attach */
     for (sess *s = a->sessions, *n; s; s = n) {
         n = s->next;
         sess_drain(s);
@@ -87,15 +100,24 @@ static void on_output(void *ud) {
 
 static void handles_closed(uv_handle_t *h) { (void)h; }
 
-static void srv_gone(void *ud) {
-    app *a = ud;
-    a->server = NULL;
+/* Stop the engine and close the app's handles (the loop then ends once
+ * the last worker request, a voice being read, is done). Once. */
+static void teardown(app *a) {
+    if (a->torn_down) return;
+    a->torn_down = 1;
+    pers_stop(a->pers);
     sched_free(a->sch); /* closes its async handle */
     a->sch = NULL;
     uv_close((uv_handle_t *)&a->tick, handles_closed);
     uv_close((uv_handle_t *)&a->sig_term, handles_closed);
     uv_close((uv_handle_t *)&a->sig_int, handles_closed);
     uv_close((uv_handle_t *)&a->sig_hup, handles_closed);
+}
+
+static void srv_gone(void *ud) {
+    app *a = ud;
+    a->server = NULL;
+    teardown(a);
 }
 
 static void on_tick(uv_timer_t *t) {
@@ -105,10 +127,14 @@ static void on_tick(uv_timer_t *t) {
         n = s->next;
         sess_tick(s, now);
     }
-    if (!a->stopping) sess_shed_tick(a, now);
+    if (!a->stopping && a->listening) sess_shed_tick(a, now);
     if (a->stopping && a->server && (a->nsessions == 0 || now - a->stop_started_ms > SHUTDOWN_GRACE_MS)) {
         LOGI("shutdown", "sessions_left=%d", a->nsessions);
         srv_shutdown(a->server, srv_gone);
+    }
+    if (a->stopping && !a->listening) { /* stopped while the personas were primed */
+        LOGI("shutdown", "msg=\"stopped during start-up\"");
+        teardown(a);
     }
 }
 
@@ -146,7 +172,38 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.max_steps = n.max_steps;
     a->o.input_pre_skip = n.input_pre_skip;
     a->o.metrics = n.metrics;
+    a->o.personas = n.personas;   /* borrowed from the configuration reload just updated */
+    pers_reload(a->pers, &n.personas);
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
+}
+
+/* The configured personas are primed (or one failed): listen, and say so
+ * on stdout; or end with exit status 1. Loop thread. */
+static void personas_ready(void *ud, int ok, const char *msg) {
+    app *a = ud;
+    if (a->stopping || a->torn_down) return;
+    a->listening = 1;
+    if (!ok) {
+        ms_err_set(&a->start_err, MS_ERR_ARG, "%s", msg);
+        LOGE("start_failed", "msg=\"%s\"", msg);
+        a->exit_status = 1;
+        teardown(a);
+        return;
+    }
+    static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed};
+    if (!(a->server = srv_create(&a->loop, &a->o.srv, &h, a, &a->start_err))) {
+        a->exit_status = 1;
+        teardown(a);
+        return;
+    }
+    met_set(MET_ready, 1);
+    /* One line that tools (and `make run`) can read. */
+    const server_opts *o = &a->o;
+    const char *host = o->srv.listen && o->srv.listen[0] && strcmp(o->srv.listen, "0.0.0.0") ? o->srv.listen : "127.0.0.1";
+    fprintf(stdout, "moshid: serving on %s://%s:%d/ (variant %s, backend %s, %d sessions)\n",
+            o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host, srv_port(a->server),
+            model_variant_name(a->m), model_backend_name(a->m), o->model.slots);
+    fflush(stdout);
 }
 
 int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err) {
@@ -170,6 +227,11 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     sched_config sc = {o->model.slots, a->in_frames, a->out_frames};
     if (!(a->sch = sched_create(&a->loop, &sc, &sm, on_output, a, err))) goto fail_model;
     met_set(MET_capacity, sched_capacity(a->sch));
+    if (!(a->pers = pers_create(&a->loop, a->m, a->sch, &o->personas, err))) {
+        sched_free(a->sch);
+        uv_run(&a->loop, UV_RUN_DEFAULT);
+        goto fail_model;
+    }
     uv_timer_init(&a->loop, &a->tick);
     a->tick.data = a;
     uv_timer_start(&a->tick, on_tick, 1000, 1000);
@@ -182,29 +244,17 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     uv_signal_start(&a->sig_hup, on_hup, SIGHUP);
     signal(SIGPIPE, SIG_IGN);
 
-    static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed};
-    if (!(a->server = srv_create(&a->loop, &o->srv, &h, a, err))) {
-        sched_free(a->sch);
-        uv_close((uv_handle_t *)&a->tick, NULL);
-        uv_close((uv_handle_t *)&a->sig_term, NULL);
-        uv_close((uv_handle_t *)&a->sig_int, NULL);
-        uv_close((uv_handle_t *)&a->sig_hup, NULL);
-        uv_run(&a->loop, UV_RUN_DEFAULT);
-        goto fail_model;
-    }
-    met_set(MET_ready, 1);
-    /* One line that tools (and `make run`) can read. */
-    const char *host = o->srv.listen && o->srv.listen[0] && strcmp(o->srv.listen, "0.0.0.0") ? o->srv.listen : "127.0.0.1";
-    fprintf(stdout, "moshid: serving on %s://%s:%d/ (variant %s, backend %s, %d sessions)\n",
-            o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host, srv_port(a->server),
-            model_variant_name(a->m), model_backend_name(a->m), o->model.slots);
-    fflush(stdout);
+    /* The configured personas first: the daemon listens (and /healthz,
+     * the "serving on" line say ready) once they are primed. */
+    pers_start(a->pers, &o->personas, personas_ready, a);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     met_set(MET_ready, 0);
     int lc = uv_loop_close(&a->loop);
     if (lc != 0) LOGW("loop_close", "rc=%d msg=\"handles left open\"", lc);
+    pers_free(a->pers);
     model_close(a->m);
     int status = a->exit_status ? a->exit_status : (lc == 0 ? 0 : 3);
+    if (status == 1 && err) *err = a->start_err;
     free(a);
     LOGI("exit", "status=%d", status);
     return status;

@@ -9,6 +9,7 @@
 
 #include "err.h"
 #include "model.h"
+#include "persona.h"
 #include "srv.h"
 
 typedef struct server_opts {
@@ -23,6 +24,8 @@ typedef struct server_opts {
     int64_t max_steps;         /* frames per session; 0 = no limit */
     int input_pre_skip;        /* audio_pre_skip for client audio */
     int metrics;               /* serve /metrics */
+    pers_opts personas;        /* personas (pointers borrowed from the configuration:
+                                  read by server_run and by reload only) */
     const char *build;         /* version string for metadata */
     const char *instance;      /* name for metadata (host name) */
 } server_opts;

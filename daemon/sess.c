@@ -1,8 +1,10 @@
 /* sess.c - one client session: protocol state machine on the loop thread.
  *
  * Life of a session: the WebSocket opens -> query parsed and checked ->
- * metadata message -> a slot is attached (or "server busy" and close) ->
- * READY from the engine -> handshake; then audio pages are decoded to PCM,
+ * its persona resolved (persona.h: none, a cached snapshot, or a prime to
+ * wait for, with pings) -> metadata message -> a slot is attached (or
+ * "server busy" and close), restoring the snapshot if any -> READY from
+ * the engine -> handshake; then audio pages are decoded to PCM,
  * cut into 1920-sample frames and pushed to the engine; the engine's frames
  * come back through sess_drain and are Opus-encoded and queued with the
  * text pieces. Every error a client can cause gets an error message, then a
@@ -12,6 +14,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +71,10 @@ static void queue_free(sess *s) {
 
 /* Give the engine slot back (once; sess_fail and sess_closed both call it):
  * the engine ends the slot on its thread, and its outputs of this
- * generation never reach a session again. */
+ * generation never reach a session again. The persona snapshot the slot
+ * restores is released after this (pers_ticket_release): a snapshot is
+ * freed on the engine thread, which never starts another chunk of a
+ * detached slot's restore. */
 static void release_slot(sess *s) {
     if (!s->attached) return;
     sched_detach(s->a->sch, s->slot, s->gen);
@@ -120,6 +126,8 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
      * finally closes TCP, and the whole close (flushing this message and
      * the close handshake included) gets a hard deadline. */
     release_slot(s);
+    pers_ticket_release(s->a->pers, &s->pt);   /* after the detach: see release_slot */
+    s->waiting = 0;
     srv_conn_drop_after(s->c, (int)s->a->o.close_timeout_s);
     srv_conn_writable(s->c);
 }
@@ -144,19 +152,26 @@ static int check_slow_reader(sess *s, double now_ms) {
 static void send_metadata(sess *s) {
     app *a = s->a;
     const lm_config *c = model_lm_config(a->m);
-    char json[1024];
+    /* the persona: its name (configured; [A-Za-z0-9_.-]) or null, and its
+     * cache key (debug records name primes by it) */
+    char persona[160] = "";
+    if (s->pt.label[0])
+        snprintf(persona, sizeof persona, ",\"persona\":{\"name\":%s%s%s,\"key\":\"%016llx\"}",
+                 s->pt.name[0] ? "\"" : "", s->pt.name[0] ? s->pt.name : "null", s->pt.name[0] ? "\"" : "",
+                 (unsigned long long)s->pt.key_hash);
+    char json[1200];
     int n = snprintf(json, sizeof json,
                      "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
                      "\"backend\":\"%s\",\"protocol_version\":%u,"
                      "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
                      "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":%g,\"sample_rate\":%d,"
                      "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
-                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}}",
+                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s}",
                      a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
                      model_backend_name(a->m), PROTO_VERSION,
                      (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
                      (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
-                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context);
+                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona);
     if (n > 0 && (size_t)n < sizeof json) {
         sess_msg *m = msg_new(1 + (size_t)n);
         size_t out = 0;
@@ -183,19 +198,52 @@ static uint64_t pick_seed(int64_t v) {
 }
 
 /* The session's sampling: each parameter from the query when given, else
- * the configuration's default; seeds as proto_query_*_seed resolve them,
+ * its persona's override, else the configuration's default; seeds as
+ * proto_query_*_seed resolve them,
  * random when neither is given. The one struct that travels to the engine
  * and that the metadata message reports. */
 static void resolve_samp(sess *s) {
     const server_opts *o = &s->a->o;
     const proto_query *q = &s->q;
+    const pers_samp *ov = &s->pt.samp;   /* a configured persona's overrides (< 0: none) */
     lm_samp *p = &s->samp;
-    p->text_temp = (float)(proto_query_has(q, PROTO_Q_TEXT_TEMPERATURE) ? q->text_temperature : o->text_temperature);
-    p->text_topk = proto_query_has(q, PROTO_Q_TEXT_TOPK) ? q->text_topk : o->text_topk;
-    p->audio_temp = (float)(proto_query_has(q, PROTO_Q_AUDIO_TEMPERATURE) ? q->audio_temperature : o->audio_temperature);
-    p->audio_topk = proto_query_has(q, PROTO_Q_AUDIO_TOPK) ? q->audio_topk : o->audio_topk;
+    double tt = ov->text_temperature >= 0 ? ov->text_temperature : o->text_temperature;
+    double at = ov->audio_temperature >= 0 ? ov->audio_temperature : o->audio_temperature;
+    int tk = ov->text_topk >= 0 ? ov->text_topk : o->text_topk, ak = ov->audio_topk >= 0 ? ov->audio_topk : o->audio_topk;
+    p->text_temp = (float)(proto_query_has(q, PROTO_Q_TEXT_TEMPERATURE) ? q->text_temperature : tt);
+    p->text_topk = proto_query_has(q, PROTO_Q_TEXT_TOPK) ? q->text_topk : tk;
+    p->audio_temp = (float)(proto_query_has(q, PROTO_Q_AUDIO_TEMPERATURE) ? q->audio_temperature : at);
+    p->audio_topk = proto_query_has(q, PROTO_Q_AUDIO_TOPK) ? q->audio_topk : ak;
     p->seed = pick_seed(proto_query_text_seed(q));
     p->audio_seed = pick_seed(proto_query_audio_seed(q));
+}
+
+/* Take an engine slot for s (with its persona's snapshot to restore, if
+ * any), or refuse it as busy. */
+static void attach(sess *s) {
+    app *a = s->a;
+    sched_params p = {.samp = s->samp, .session_id = s->id, .persona = pers_ticket_persona(&s->pt)};
+    if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
+        met_add(MET_sessions_rejected_total, 1);
+        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
+                  sched_capacity(a->sch));
+        return;
+    }
+    s->attached = 1;
+    met_gauge_add(MET_sessions, 1);
+}
+
+/* The prime s waited for is over (persona.h, pers_ticket.done): attach
+ * with the snapshot, or refuse with why. */
+static void persona_done(pers_ticket *t, int ok, const pers_fail *f) {
+    sess *s = (sess *)((char *)t - offsetof(sess, pt));
+    s->waiting = 0;
+    if (s->close_status) return;
+    if (!ok) {
+        sess_fail(s, f->kind, f->status, "%s", f->msg);
+        return;
+    }
+    attach(s);
 }
 
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
@@ -206,7 +254,8 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     s->c = c;
     s->id = ++a->next_id;
     s->slot = -1;
-    s->last_rx_ms = app_now_ms();
+    s->last_rx_ms = s->last_ping_ms = app_now_ms();
+    s->pt.samp = (pers_samp){-1, -1, -1, -1};   /* no persona overrides */
     s->next = a->sessions;
     if (a->sessions) a->sessions->prev = s;
     a->sessions = s;
@@ -245,33 +294,38 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         return s;
     }
     s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
-    if (proto_query_has(&s->q, PROTO_Q_VOICE_PROMPT) || proto_query_has(&s->q, PROTO_Q_TEXT_PROMPT) ||
-        proto_query_has(&s->q, PROTO_Q_PERSONA)) {
-        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "personas (voice_prompt, text_prompt, persona) are not "
-                                                    "implemented yet by this server");
-        return s;
-    }
     if (!(s->dec = audio_dec_create(NULL, (audio_pre_skip)a->o.input_pre_skip, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
         sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
         return s;
     }
+    /* The persona (persona.c): none, a snapshot to restore, or a prime to
+     * wait for. Not asked of a server that is full or behind: the session
+     * is refused below anyway. */
+    int full = sched_free_slots(a->sch) == 0, over = sched_overloaded(a->sch);
+    pers_answer pa = PERS_NONE;
+    s->pt.done = persona_done;
+    if (!full && !over) {
+        pers_fail pf;
+        if ((pa = pers_request(a->pers, &s->q, &s->pt, &pf)) == PERS_FAIL) {
+            sess_fail(s, pf.kind, pf.status, "%s", pf.msg);
+            return s;
+        }
+    }
     resolve_samp(s);
     send_metadata(s);
-    if (sched_overloaded(a->sch)) { /* /healthz says 503 too: no new session while the engine is behind */
+    if (over) { /* /healthz says 503 too: no new session while the engine is behind */
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
                   "server overloaded: the engine is behind real time, no new session now; try again later");
         return s;
     }
-    sched_params p = {.samp = s->samp, .session_id = s->id};
-    if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
-        met_add(MET_sessions_rejected_total, 1);
-        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
-                  sched_capacity(a->sch));
+    if (pa == PERS_WAIT) { /* attached when the prime is done (persona_done) */
+        s->waiting = 1;
+        LOGI("session_persona_wait", "id=%llu what=\"%s\" key=%016llx", (unsigned long long)s->id, s->pt.label,
+             (unsigned long long)s->pt.key_hash);
         return s;
     }
-    s->attached = 1;
-    met_gauge_add(MET_sessions, 1);
+    attach(s);
     return s;
 }
 
@@ -338,6 +392,15 @@ static int push_frame(sess *s, const float *pcm) {
         return MS_ERR_LIMIT;
     }
     if (!s->ready) {
+        if (s->early_n == s->early_cap && s->waiting) {
+            /* its persona is still being primed: the audio past the buffer
+             * is dropped (docs/protocol.md, section 3), not held against
+             * the client or the engine */
+            if (s->early_dropped++ == 0)
+                LOGI("early_audio_dropped", "id=%llu msg=\"the persona is being primed; audio past "
+                     "limits.input_buffer_s before the handshake is dropped\"", (unsigned long long)s->id);
+            return MS_OK;
+        }
         if (s->early_n == s->early_cap) {
             input_full(s, now, s->early_t0_ms, s->early_n, ahead_s);
             return MS_ERR_LIMIT;
@@ -394,7 +457,7 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     case PROTO_MSG_TEXT: met_ignored(MET_IGN_text); return;
     default: met_ignored(MET_IGN_unknown); return;
     }
-    if (!s->attached) return; /* refused session: its error is on the way */
+    if (!s->attached && !s->waiting) return; /* refused session: its error is on the way */
     if (!s->early && s->early_cap == 0) {
         s->early_cap = s->a->in_frames;
         s->early = malloc(sizeof(float) * AUDIO_FRAME_SAMPLES * (size_t)s->early_cap);
@@ -440,6 +503,7 @@ void sess_closed(void *ud, void *sp) {
     app *a = ud;
     sess *s = sp;
     release_slot(s);
+    pers_ticket_release(a->pers, &s->pt);
     LOGI("session_closed", "id=%llu steps=%llu", (unsigned long long)s->id, (unsigned long long)s->steps);
     if (s->prev) s->prev->next = s->next;
     else a->sessions = s->next;
@@ -455,6 +519,12 @@ void sess_closed(void *ud, void *sp) {
 static void on_ready(sess *s) {
     s->ready = 1;
     met_add(MET_sessions_started_total, 1);
+    if (s->pt.entry) pers_restored(s->a->pers);
+    pers_ticket_release(s->a->pers, &s->pt);   /* the restore is done: the snapshot is no longer read */
+    /* the idle timeout counts from the handshake at the earliest (a client
+     * may wait for a prime without sending) */
+    double now = app_now_ms();
+    if (s->last_rx_ms < now) s->last_rx_ms = now;
     sess_msg *m = msg_new(PROTO_HANDSHAKE_BYTES);
     size_t out = 0;
     if (!m || proto_msg_build_handshake(m->buf, srv_pre + PROTO_HANDSHAKE_BYTES + 1, srv_pre, 0, &out, NULL) != MS_OK) {
@@ -464,7 +534,8 @@ static void on_ready(sess *s) {
     }
     m->len = out;
     enqueue(s, m);
-    LOGI("session_ready", "id=%llu slot=%d early_frames=%d", (unsigned long long)s->id, s->slot, s->early_n);
+    LOGI("session_ready", "id=%llu slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id, s->slot,
+         s->early_n, (unsigned long long)s->pt.key_hash);
     for (int i = 0; i < s->early_n && !s->close_status; i++)
         if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * AUDIO_FRAME_SAMPLES) != MS_OK)
             sess_fail(s, MET_ERR_input_overrun, WS_POLICY, "too much audio before the session was ready");
@@ -521,6 +592,16 @@ void sess_tick(sess *s, double now) {
     /* A client that stopped reading is found here too when the engine's
      * output for it has stopped (no new frame to check on). */
     if (check_slow_reader(s, now)) return;
+    if (!s->ready) {
+        /* before the handshake (a persona being primed): a ping every
+         * PERS_WAIT_PING_S, so that clients that give up after 10 s
+         * without a message wait; no idle timeout yet */
+        if (!s->close_status && (s->waiting || s->attached) && now - s->last_ping_ms >= PERS_WAIT_PING_S * 1000.0) {
+            send_kind(s, PROTO_MSG_PING, "", 0);
+            s->last_ping_ms = now;
+        }
+        return;
+    }
     double idle = (now - s->last_rx_ms) / 1000.0;
     if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
         sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.1f s (limits.idle_timeout_s = %g)",

@@ -11,6 +11,7 @@
 
 #include "audio_opus.h"
 #include "msg.h"
+#include "persona.h"
 #include "query.h"
 #include "scheduler.h"
 #include "srv.h"
@@ -39,6 +40,9 @@ typedef struct sess {
     int slot;
     uint32_t gen;
     int attached, ready;       /* attached: holds an engine slot (until a close is decided) */
+    int waiting;               /* waits for its persona's prime (no slot yet) */
+    pers_ticket pt;            /* its persona (persona.h) */
+    double last_ping_ms;       /* before the handshake: the last ping sent (app_now_ms) */
     int close_status;          /* != 0: close once the queue is flushed */
     char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* the error text, cut (proto_msg_close_reason) */
     proto_query q;
@@ -50,6 +54,7 @@ typedef struct sess {
     int acc_n;
     float *early;              /* (early_cap, 1920) frames received before READY */
     int early_n, early_cap;
+    uint64_t early_dropped;    /* frames dropped while waiting for a prime (buffer full) */
     double early_t0_ms;        /* app_now_ms when the oldest early frame arrived */
     sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
     uint64_t steps;
@@ -73,8 +78,9 @@ void sess_drain(sess *s);
  * dropped. kind: a MET_ERR_* counter, or -1 for none. Once per session:
  * later calls do nothing. */
 void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* sess_tick: the once-a-second checks (idle timeout, slow reader); now_ms
- * from app_now_ms. */
+/* sess_tick: the once-a-second checks (slow reader; idle timeout once the
+ * handshake is sent; before it, a ping every PERS_WAIT_PING_S to a session
+ * that waits for its persona); now_ms from app_now_ms. */
 void sess_tick(sess *s, double now_ms);
 /* sess_shed_tick: the once-a-second overload check over all of a's
  * sessions (docs/operations.md, "Capacity and overload"): publishes the

@@ -29,7 +29,7 @@ const size_t srv_pre = LWS_PRE;
 /* lws's internal write type for a close frame (see lws-write.h). */
 #define SRV_LWS_WRITE_CLOSE 4
 
-static const char *const srv_dynamic_paths[] = {"/healthz", "/metrics", NULL};
+static const char *const srv_dynamic_paths[] = {"/healthz", "/metrics", "/api/personas", NULL};
 
 struct srv_conn {
     struct lws *wsi;
@@ -59,7 +59,7 @@ struct srv {
     srv_handlers h;
     void *ud;
     struct lws_protocols protocols[2];
-    struct lws_http_mount mounts[3];
+    struct lws_http_mount mounts[sizeof srv_dynamic_paths / sizeof *srv_dynamic_paths]; /* the dynamic paths + static files */
     struct lws_protocol_vhost_options mime_wasm;
     int port;
     /* shutdown */

@@ -3,8 +3,9 @@
  * WebSocket messages (bounded), and hands events to the handlers.
  *
  * Routes: GET /api/chat upgrades to a WebSocket (upgrades on any other path
- * are refused); /healthz and /metrics (and any path the http handler claims)
- * are dynamic; everything else is a static file under static_dir, or 404.
+ * are refused); /healthz, /metrics and /api/personas go to the http handler
+ * (dynamic) when it claims them; everything else is a static file under
+ * static_dir, or 404.
  *
  * Threading: every srv_* call and every handler runs on the loop thread.
  */

@@ -59,6 +59,9 @@ START_TEST(test_table_coherent) {
                 if (o->check) ck_assert_msg(o->check(o->ldef[k], why, sizeof why) == 0, "%s", why);
             break;
         case CFG_BOOL: break;
+        case CFG_CUSTOM:
+            ck_assert(o->custom && o->custom->init && o->custom->load && o->custom->to_json && o->custom->equal);
+            break;
         }
     }
 }
@@ -255,7 +258,13 @@ static const char *all_set =
     "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
     "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
-    "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"audio\":{\"input_pre_skip\":\"rfc\"},\"log\":{\"level\":\"error\"},"
+    "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"audio\":{\"input_pre_skip\":\"rfc\"},"
+    "\"personas\":{\"voices_dir\":\"/voices\",\"on_demand\":false,\"cache_bytes\":4096,\"max_prompt_tokens\":9,"
+    "\"max_voice_s\":2.5,\"max_concurrent_primes\":2,\"prime_chunk_positions\":4,"
+    "\"list\":[{\"name\":\"ada\",\"description\":\"d \\\"q\\\" \xc3\xa9\",\"voice\":\"/v/ada.wav\",\"text\":\"You are\\nAda.\","
+    "\"text_temperature\":0.30000000000000004,\"audio_topk\":5},{\"name\":\"b-2.x\",\"text_ids\":[1,2,3],"
+    "\"text_topk\":0,\"audio_temperature\":0}]},"
+    "\"log\":{\"level\":\"error\"},"
     "\"debug\":{\"record_dir\":\"/rec\",\"step_delay_ms\":5}}";
 
 START_TEST(test_dump_roundtrip) {
@@ -474,6 +483,137 @@ START_TEST(test_set) {
 }
 END_TEST
 
+START_TEST(test_personas) {
+    cfg c;
+    ms_error e = {0};
+    const char *good = "{\"personas\":{\"list\":[{\"name\":\"ada\",\"voice\":\"voices/ada.flac\",\"text\":\"Hi\","
+                       "\"text_topk\":3},{\"name\":\"bob\",\"text_ids\":[4,5],\"description\":\"Bob\"}]}}";
+    ck_assert_msg(cfg_load_buf(&c, good, strlen(good), "t.json", "/etc/moshid", &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(c.personas.list.n, 2);
+    ck_assert_str_eq(c.personas.list.v[0].voice, "/etc/moshid/voices/ada.flac"); /* relative to the file */
+    ck_assert_int_eq(c.personas.list.v[0].text_topk, 3);
+    ck_assert(c.personas.list.v[0].text_temperature < 0 && c.personas.list.v[0].audio_topk < 0); /* not set */
+    ck_assert_int_eq(c.personas.list.v[1].n_text_ids, 2);
+    ck_assert_int_eq(c.personas.list.v[1].text_ids[1], 5);
+    ck_assert_str_eq(c.personas.list.v[1].voice, "");
+    cfg d;
+    cfg_copy(&d, &c);
+    ck_assert(cfg_equal(&c, &d));
+    d.personas.list.v[1].text_ids[0] = 9;
+    ck_assert(!cfg_equal(&c, &d));
+    cfg_close(&d);
+    /* the defaults: no persona, on-demand priming on, a 1 GiB budget */
+    cfg_close(&c);
+    cfg_init(&c);
+    ck_assert_int_eq(c.personas.list.n, 0);
+    ck_assert(c.personas.on_demand);
+    ck_assert_int_eq(c.personas.cache_bytes, 1LL << 30);
+    ck_assert_int_eq(c.personas.max_concurrent_primes, 1);
+    cfg_close(&c);
+
+    /* errors name the key path */
+    refused("{\"personas\":{\"list\":{}}}", MS_ERR_FORMAT, "personas.list: expected an array of persona objects", NULL);
+    refused("{\"personas\":{\"list\":[7]}}", MS_ERR_FORMAT, "personas.list[0]: expected a persona object", NULL);
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"voise\":\"x\"}]}}", MS_ERR_NOTFOUND,
+            "personas.list[0].voise: unknown key", "did you mean voice?");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\"},{\"name\":\"b\",\"qqqqqqqq\":1}]}}", MS_ERR_NOTFOUND,
+            "personas.list[1].qqqqqqqq: unknown key", NULL);
+    refused("{\"personas\":{\"list\":[{\"voice\":\"x\"}]}}", MS_ERR_ARG, "personas.list[0]: a persona needs a name", NULL);
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"name\":\"b\"}]}}", MS_ERR_FORMAT, "personas.list[0].name: duplicate key",
+            NULL);
+    refused("{\"personas\":{\"list\":[{\"name\":\"a b\"}]}}", MS_ERR_ARG, "personas.list[0].name", "not a persona name");
+    refused("{\"personas\":{\"list\":[{\"name\":\".hidden\"}]}}", MS_ERR_ARG, "personas.list[0].name", NULL);
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\"},{\"name\":\"a\"}]}}", MS_ERR_ARG, "personas.list[1].name",
+            "already the name of personas.list[0]");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"text\":\"x\",\"text_ids\":[1]}]}}", MS_ERR_ARG,
+            "give text or text_ids, not both", NULL);
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"text_ids\":[1,-2]}]}}", MS_ERR_RANGE,
+            "personas.list[0].text_ids[1]", "out of range");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"text_ids\":[1.5]}]}}", MS_ERR_FORMAT,
+            "personas.list[0].text_ids[0]", "expected an integer");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"text_temperature\":6}]}}", MS_ERR_RANGE,
+            "personas.list[0].text_temperature", "out of range");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"audio_topk\":\"5\"}]}}", MS_ERR_FORMAT,
+            "personas.list[0].audio_topk", "expected an integer");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"description\":\"x\\u0001\"}]}}", MS_ERR_FORMAT,
+            "personas.list[0].description", "control character");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"text\":\"\xff\"}]}}", MS_ERR_FORMAT,
+            "personas.list[0].text", "invalid UTF-8");
+    refused("{\"personas\":{\"voice_dir\":\"x\"}}", MS_ERR_NOTFOUND, "personas.voice_dir: unknown option",
+            "did you mean personas.voices_dir?");
+    refused("{\"personas\":{\"cache_bytes\":-1}}", MS_ERR_RANGE, "personas.cache_bytes", NULL);
+    refused("{\"personas\":{\"max_concurrent_primes\":0}}", MS_ERR_RANGE, "personas.max_concurrent_primes", NULL);
+    /* a role text may hold new lines and tabs */
+    const char *nl = "{\"personas\":{\"list\":[{\"name\":\"a\",\"text\":\"line 1\\n\\tline 2\"}]}}";
+    ck_assert_msg(load(&c, nl, &e) == MS_OK, "%s", e.msg);
+    cfg_close(&c);
+    /* limits: more than CFG_MAX_PERSONAS personas */
+    char *many = malloc(32 * (CFG_MAX_PERSONAS + 2) + 64);
+    int n = sprintf(many, "{\"personas\":{\"list\":[");
+    for (int i = 0; i <= CFG_MAX_PERSONAS; i++) n += sprintf(many + n, "%s{\"name\":\"p%d\"}", i ? "," : "", i);
+    strcpy(many + n, "]}}");
+    refused(many, MS_ERR_LIMIT, "personas.list: 65 personas", "limit of 64");
+    free(many);
+
+    /* --set takes the list as JSON; a refused one changes nothing */
+    cfg_init(&c);
+    ck_assert_int_eq(cfg_set(&c, "personas.list=[{\"name\":\"x\",\"text\":\"t\"}]", &e), MS_OK);
+    ck_assert_int_eq(c.personas.list.n, 1);
+    ck_assert_int_eq(cfg_set(&c, "personas.list=[{\"name\":\"x\",\"tex\":\"t\"}]", &e), MS_ERR_NOTFOUND);
+    ck_assert_msg(strstr(e.msg, "--set: personas.list[0].tex: unknown key"), "%s", e.msg);
+    ck_assert_str_eq(c.personas.list.v[0].text, "t");
+    cfg_close(&c);
+
+    /* reload: the list is reloadable */
+    cfg cur, next;
+    cfg_reload_report rep;
+    ck_assert_int_eq(load(&cur, "{}", &e), MS_OK);
+    ck_assert_int_eq(load(&next, good, &e), MS_OK);
+    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 0);
+    ck_assert_int_eq(rep.n_changed, 1);
+    ck_assert_msg(strstr(rep.changed, "personas.list: [] -> [{\"name\":\"ada\""), "%s", rep.changed);
+    ck_assert(cfg_equal(&cur, &next));
+    cfg_close(&cur);
+    cfg_close(&next);
+}
+END_TEST
+
+START_TEST(test_persona_files) {
+    char dir[] = "/tmp/check_cfg_pf_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char p[512], v[512];
+    snprintf(v, sizeof v, "%s/ada.wav", dir);
+    write_file(v, "RIFF");
+    snprintf(p, sizeof p, "%s/m.json", dir);
+    const char *req = "\"model\":{\"lm_dir\":\".\",\"mimi\":\"ada.wav\",\"tokenizer\":\"ada.wav\"}";
+    char json[1024];
+    snprintf(json, sizeof json, "{%s,\"personas\":{\"list\":[{\"name\":\"ada\",\"voice\":\"ada.wav\"}]}}", req);
+    write_file(p, json);
+    cfg c;
+    ms_error e = {0};
+    ck_assert_msg(cfg_load_file(&c, p, &e) == MS_OK, "%s", e.msg);
+    ck_assert_str_eq(c.personas.list.v[0].voice, v);
+    ck_assert_msg(cfg_check_files(&c, &e) == MS_OK, "%s", e.msg);
+    cfg_close(&c);
+    snprintf(json, sizeof json, "{%s,\"personas\":{\"list\":[{\"name\":\"ada\"},{\"name\":\"x\",\"voice\":\"nope.wav\"}]}}",
+             req);
+    write_file(p, json);
+    ck_assert_msg(cfg_load_file(&c, p, &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_IO);
+    ck_assert_msg(strstr(e.msg, "personas.list[1].voice: ") && strstr(e.msg, "No such file"), "%s", e.msg);
+    cfg_close(&c);
+    snprintf(json, sizeof json, "{%s,\"personas\":{\"list\":[{\"name\":\"x\",\"voice\":\".\"}]}}", req);
+    write_file(p, json);
+    ck_assert_msg(cfg_load_file(&c, p, &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(cfg_check_files(&c, &e), MS_ERR_ARG);
+    ck_assert_msg(strstr(e.msg, "not a regular file"), "%s", e.msg);
+    cfg_close(&c);
+    unlink(p);
+    unlink(v);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_doc) {
     char *buf = NULL;
     size_t len = 0;
@@ -506,6 +646,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_reload);
     tcase_add_test(tc, test_files);
     tcase_add_test(tc, test_set);
+    tcase_add_test(tc, test_personas);
+    tcase_add_test(tc, test_persona_files);
     tcase_add_test(tc, test_doc);
     suite_add_tcase(s, tc);
     return s;

@@ -42,7 +42,7 @@ static const moshid_plugin *try_path(const char *path, char *why, size_t wlen) {
 const moshid_plugin *plugin_load(const char *name, ms_error *err) {
     char file[128];
     snprintf(file, sizeof file, "libmoshid-%s.so", name);
-    char dirs[3][PATH_MAX];
+    char dirs[4][PATH_MAX];
     int nd = 0;
     const char *env = getenv("MOSHID_PLUGIN_DIR");
     if (env && env[0]) snprintf(dirs[nd++], PATH_MAX, "%s", env);
@@ -50,7 +50,12 @@ const moshid_plugin *plugin_load(const char *name, ms_error *err) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
-        snprintf(dirs[nd++], PATH_MAX, "%s", dirname(exe));
+        const char *dir = dirname(exe);
+        snprintf(dirs[nd++], PATH_MAX, "%s", dir);
+        /* installed as PREFIX/bin/moshid: PREFIX/lib/moshid (make install) */
+        size_t dl = strlen(dir);
+        if (dl >= 4 && strcmp(dir + dl - 4, "/bin") == 0)
+            snprintf(dirs[nd++], PATH_MAX, "%.*s/lib/moshid", (int)(dl - 4), dir);
     }
     snprintf(dirs[nd++], PATH_MAX, "%s", MOSHID_PLUGIN_LIBDIR);
     char why[MS_ERR_MSG_MAX] = "";

@@ -34,8 +34,10 @@ typedef const moshid_plugin *(*moshid_plugin_entry_fn)(void);
 /* plugin_load: find and load libmoshid-NAME.so and return its descriptor
  * (valid until exit; plugins are never unloaded). Search order: the
  * directory in $MOSHID_PLUGIN_DIR, the directory of the running executable,
- * then the compiled-in MOSHID_PLUGIN_LIBDIR. NULL with err set (which files
- * were tried and why each failed, e.g. a missing libcudart) otherwise. */
+ * PREFIX/lib/moshid when that is PREFIX/bin (where `make install` puts
+ * both, for any PREFIX), then the compiled-in MOSHID_PLUGIN_LIBDIR. NULL
+ * with err set (which files were tried and why each failed, e.g. a missing
+ * libcudart) otherwise. */
 const moshid_plugin *plugin_load(const char *name, ms_error *err);
 
 #endif

@@ -28,6 +28,13 @@ case_bad duplicate '{"log": {"level": "info", "level": "debug"}}' "log.level: du
 case_bad bad_json $'{\n  "server": {"port": 8998,}\n}' "2:" "malformed JSON"
 case_bad not_object '[]' "expected a JSON object at the top"
 case_bad tls_half '{"server": {"tls_cert": "/etc/ssl/c.pem"}}' "set both or neither"
+case_bad persona_key '{"personas": {"list": [{"name": "ada", "voise": "ada.wav"}]}}' \
+    "personas.list[0].voise: unknown key" "did you mean voice?"
+case_bad persona_name '{"personas": {"list": [{"name": "../ada"}]}}' "personas.list[0].name" "not a persona name"
+case_bad persona_twice '{"personas": {"list": [{"name": "a"}, {"name": "a"}]}}' "personas.list[1].name" \
+    "already the name of personas.list[0]"
+case_bad persona_option '{"personas": {"voice_dir": "v"}}' "personas.voice_dir: unknown option" \
+    "did you mean personas.voices_dir?"
 case_bad missing_model '{"model": {"lm_dir": "/nonexistent/lm", "mimi": "/x", "tokenizer": "/y"}}' \
     "model.lm_dir: /nonexistent/lm: No such file or directory"
 

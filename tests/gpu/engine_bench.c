@@ -3,14 +3,19 @@
  *
  *  - the ceiling: cudaMemcpy device-to-device bandwidth, (read + write
  *    bytes) / time, on a buffer far larger than L2;
- *  - cu_matvec_bf16 on the 7B's shapes at batch 1, 4, 8: bytes read (W, x)
- *    and written (y) per second, as a ratio to the ceiling, and its time as
- *    a ratio to cuBLAS (cublasGemmEx, bf16 x bf16 -> f32, the same shape);
- *    W is rotated over enough copies to exceed L2 four times, so every
- *    launch reads W from HBM as a model step would;
- *  - cu_samp_topk_rows: time per call for the text (32000, k 25) and audio
- *    (2048, k 250) rows, batch 1 and 8, and the time of its C twin (the CPU
- *    sampler, samp_topk_rows, one thread) on the same rows as a ratio.
+ *  - cu_matvec_bf16 on the 7B's shapes at batch 1, 4, 8, 16, 64: bytes read
+ *    (W, x) and written (y) per second, as a ratio to the ceiling, and its
+ *    time as a ratio to cuBLAS (cublasGemmEx, bf16 x bf16 -> f32, the same
+ *    shape); W is rotated over enough copies to exceed L2 four times, so
+ *    every launch reads W from HBM as a model step would. One shape is
+ *    ffn linear_out with N and K swapped (the same bytes of W, K = 4096
+ *    against 11264), and a second table times the scalar fallback (W one
+ *    element off) against the vector path: the figures docs/cuda.md ("What
+ *    the first GPU run must measure") asks for;
+ *  - cu_samp_topk_rows: time per call for the text (32000, k 25; and top-k
+ *    off, k 0) and audio (2048, k 250) rows, batch 1 and 8, and the time of
+ *    its C twin (the CPU sampler, samp_topk_rows, one thread) on the same
+ *    rows as a ratio.
  * Times are means over back-to-back launches timed with CUDA events.
  * Prints markdown tables (docs/benchmarks.md). Without a device it prints
  * "no CUDA device: skipped" and exits 0.
@@ -33,6 +38,7 @@
 #define BENCH_MAX_WCOPIES 64  /* W copies rotated to defeat L2 */
 #define BENCH_COPY_BYTES ((size_t)1 << 30)
 #define BENCH_CPU_ITERS 20    /* timed calls of a CPU twin */
+#define BENCH_MAX_B 64        /* the largest batch timed */
 
 static cudaEvent_t ev0, ev1;
 
@@ -66,9 +72,9 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
     static const struct { const char *what; int N, K; } shapes[] = {
         {"attn in_proj", 12288, 4096},  {"attn out_proj", 4096, 4096}, {"ffn linear_in", 22528, 4096},
         {"ffn linear_out", 4096, 11264}, {"text_linear", 32000, 4096},  {"depformer in_proj", 3072, 1024},
-        {"depformer linear_out", 1024, 2816},
+        {"depformer linear_out", 1024, 2816}, {"linear_out, N and K swapped", 11264, 4096},
     };
-    static const int batches[] = {1, 4, 8};
+    static const int batches[] = {1, 4, 8, 16, BENCH_MAX_B};
     printf("\n| matvec (bf16 W) | B | N x K | time us | GB/s | / D2D copy | cuBLAS us | / cuBLAS time |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -79,10 +85,11 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
         if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
         uint16_t *w = gu_dalloc(wbytes * copies);
         CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));   /* bf16 0x3C3C: a finite value */
-        float *x = gu_dalloc((size_t)8 * K * sizeof(float)), *y = gu_dalloc((size_t)8 * N * sizeof(float));
-        uint16_t *xb = gu_dalloc((size_t)8 * K * 2);
-        CU_CHECK_FATAL(cudaMemset(x, 0, (size_t)8 * K * sizeof(float)));
-        CU_CHECK_FATAL(cudaMemset(xb, 0, (size_t)8 * K * 2));
+        float *x = gu_dalloc((size_t)BENCH_MAX_B * K * sizeof(float));
+        float *y = gu_dalloc((size_t)BENCH_MAX_B * N * sizeof(float));
+        uint16_t *xb = gu_dalloc((size_t)BENCH_MAX_B * K * 2);
+        CU_CHECK_FATAL(cudaMemset(x, 0, (size_t)BENCH_MAX_B * K * sizeof(float)));
+        CU_CHECK_FATAL(cudaMemset(xb, 0, (size_t)BENCH_MAX_B * K * 2));
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             int B = batches[bi];
             CU_CHECK_FATAL(cu_matvec_bf16(y, x, w, B, N, K, 0));   /* warm-up */
@@ -110,6 +117,36 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
     }
 }
 
+/* The scalar fallback (W one bf16 element off: no 16-byte loads) against
+ * the vector path on attn out_proj, as a ratio of times. */
+static void bench_matvec_scalar(size_t l2_bytes) {
+    const int N = 4096, K = 4096;
+    size_t welems = (size_t)N * K + 8, wbytes = welems * 2;   /* + 8: room for the offset */
+    int copies = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
+    if (copies < 1) copies = 1;
+    if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
+    uint16_t *w = gu_dalloc(wbytes * copies);
+    CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));
+    float *x = gu_dalloc((size_t)8 * K * sizeof(float)), *y = gu_dalloc((size_t)8 * N * sizeof(float));
+    CU_CHECK_FATAL(cudaMemset(x, 0, (size_t)8 * K * sizeof(float)));
+    printf("\n| matvec path (attn out_proj) | B | vector us | scalar us (W + 1 element) | scalar / vector time |\n");
+    printf("|---|---|---|---|---|\n");
+    static const int batches[] = {1, 8};
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+        int B = batches[bi];
+        double ms[2];
+        for (int off = 0; off < 2; off++) {
+            CU_CHECK_FATAL(cu_matvec_bf16(y, x, w + off, B, N, K, 0));   /* warm-up */
+            tic();
+            for (int i = 0; i < BENCH_ITERS; i++)
+                CU_CHECK_FATAL(cu_matvec_bf16(y, x, w + (size_t)(i % copies) * welems + off, B, N, K, 0));
+            ms[off] = toc(BENCH_ITERS);
+        }
+        printf("| attn out_proj | %d | %.1f | %.1f | %.2f |\n", B, ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0]);
+    }
+    gu_dfree(w); gu_dfree(x); gu_dfree(y);
+}
+
 /* Wall-clock seconds (CLOCK_MONOTONIC), for the CPU twins. */
 static double now_s(void) {
     struct timespec t;
@@ -119,7 +156,8 @@ static double now_s(void) {
 
 static void bench_sample(void) {
     static const struct { const char *what; int N, k; float t; } rows[] = {
-        {"text", 32000, 25, 0.7f}, {"audio", 2048, 250, 0.8f}, {"text greedy", 32000, 0, 0.0f},
+        {"text", 32000, 25, 0.7f}, {"text, top-k off", 32000, 0, 0.7f}, {"audio", 2048, 250, 0.8f},
+        {"text greedy", 32000, 0, 0.0f},
     };
     static const int batches[] = {1, 8};
     printf("\n| sampler | B | N | k | T | GPU us per call | CPU twin us | CPU / GPU |\n|---|---|---|---|---|---|---|---|\n");
@@ -156,7 +194,7 @@ static void bench_sample(void) {
 }
 
 int main(void) {
-    char why[256];
+    char why[512];
     if (gu_devices(why, sizeof why) == 0) {
         printf("%s: skipped\n", why);
         return 0;
@@ -171,6 +209,7 @@ int main(void) {
     printf("device 0: %s sm_%d%d, %d SMs, L2 %d MiB; cudaMemcpy D2D %.0f GB/s (read + write)\n", p.name, p.major,
            p.minor, p.multiProcessorCount, p.l2CacheSize >> 20, ceiling);
     bench_matvec(ceiling, h, (size_t)p.l2CacheSize);
+    bench_matvec_scalar((size_t)p.l2CacheSize);
     bench_sample();
     CUBLAS_CHECK_FATAL(cublasDestroy(h));
     return 0;

@@ -32,7 +32,16 @@ int gu_devices(char *why, size_t len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        snprintf(why, len, "no CUDA device (%s: %s)", cudaGetErrorName(e), cudaGetErrorString(e));
+        /* A toolkit newer than the driver reads as "no device": say so. */
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        char vers[160];
+        if (drv == 0) snprintf(vers, sizeof vers, "no CUDA driver found; runtime CUDA %d.%d", rt / 1000, rt % 1000 / 10);
+        else
+            snprintf(vers, sizeof vers, "driver supports CUDA %d.%d, runtime needs %d.%d%s", drv / 1000, drv % 1000 / 10,
+                     rt / 1000, rt % 1000 / 10, drv < rt ? ": the driver is older than the toolkit" : "");
+        snprintf(why, len, "no CUDA device (%s: %s; %s)", cudaGetErrorName(e), cudaGetErrorString(e), vers);
         return 0;
     }
     int usable = 0;

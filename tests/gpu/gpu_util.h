@@ -17,7 +17,8 @@ double gu_normal(gu_rng *r);
 int gu_int(gu_rng *r, int lo, int hi);
 
 /* gu_devices: the number of usable CUDA devices (sm_80 or newer); 0 with
- * the reason in why when there is none (no driver, no device). */
+ * the reason in why when there is none (no driver, no device), with the
+ * CUDA version the driver supports beside the one the runtime needs. */
 int gu_devices(char *why, size_t len);
 
 /* Device memory, fatal on failure. */

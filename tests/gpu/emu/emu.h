@@ -1,0 +1,166 @@
+/* emu.h - the CUDA emulator: runs the project's kernels on the host, one
+ * fiber per GPU thread, and stops a kernel at the first logic fault with the
+ * kernel, block, thread and reason (docs/cuda.md, "The emulator").
+ *
+ * Three audiences:
+ *  - tests that want to see a fault (tests/gpu/emu/emu_test.c): emu_fault_last,
+ *    emu_set_quiet, emu_set_order, emu_set_hooks, emu_stats_get;
+ *  - the device-side shim (emu_device.h), which the rewritten kernels call:
+ *    emu_launch, emu_syncthreads, emu_warp, emu_shared_var, ...;
+ *  - nobody else: the CUDA runtime calls are the toolkit's names
+ *    (include/cuda_runtime_api.h), so programs do not know they run here.
+ * Single host thread: every call comes from the thread that launched.
+ */
+#ifndef MOSHID_EMU_H
+#define MOSHID_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- faults ----------------------------------------------------------------- */
+
+/* What stopped a kernel. X-macro: enum value, name in reports, the CUDA
+ * error the runtime returns from then on (sticky, as on a device). */
+#define EMU_FAULT_KINDS(X)                                                        \
+    X(EMU_FAULT_NONE, "none", cudaSuccess)                                        \
+    X(EMU_FAULT_BARRIER, "barrier", cudaErrorLaunchFailure)                       \
+    X(EMU_FAULT_WARP, "warp", cudaErrorLaunchFailure)                             \
+    X(EMU_FAULT_MISALIGNED, "misaligned", cudaErrorMisalignedAddress)             \
+    X(EMU_FAULT_OOB, "out-of-bounds", cudaErrorIllegalAddress)                    \
+    X(EMU_FAULT_FREED, "use-after-free", cudaErrorIllegalAddress)                 \
+    X(EMU_FAULT_HOST, "host-memory", cudaErrorIllegalAddress)                     \
+    X(EMU_FAULT_SPACE, "address-space", cudaErrorInvalidAddressSpace)             \
+    X(EMU_FAULT_UNINIT_SHARED, "uninit-shared", cudaErrorLaunchFailure)           \
+    X(EMU_FAULT_UNINIT_GLOBAL, "uninit-global", cudaErrorLaunchFailure)           \
+    X(EMU_FAULT_STACK, "stack-overflow", cudaErrorHardwareStackError)             \
+    X(EMU_FAULT_TRAP, "trap", cudaErrorLaunchFailure)                             \
+    X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
+    X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)
+
+#define EMU_FAULT_ENUM_(e, name, err) e,
+typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
+#undef EMU_FAULT_ENUM_
+
+#define EMU_NAME_LEN 160
+#define EMU_MSG_LEN 640
+
+/* A fault, as printed ("emu: FAULT <kind> in <kernel> block (x,y,z) thread
+ * (x,y,z): <msg>") and as kept for emu_fault_last. */
+typedef struct emu_fault {
+    emu_fault_kind kind;
+    char kernel[EMU_NAME_LEN];  /* e.g. "matvec_bf16_vec<8>" */
+    uint3 block, thread;        /* blockIdx, threadIdx of the faulting thread */
+    int warp, lane;             /* linear thread id / 32, % 32 */
+    char msg[EMU_MSG_LEN];      /* the reason, with the op's file:line where known */
+} emu_fault;
+
+/* emu_fault_last: the fault that made the runtime's error sticky, copied
+ * to *f; returns its kind (EMU_FAULT_NONE when there is none). Cleared by
+ * cudaDeviceReset. */
+emu_fault_kind emu_fault_last(emu_fault *f);
+/* emu_fault_name: "barrier", "warp", ...; emu_fault_error: the CUDA error
+ * a fault of kind k leaves sticky. */
+const char *emu_fault_name(emu_fault_kind k);
+cudaError_t emu_fault_error(emu_fault_kind k);
+
+/* ---- options (also from the environment, read at the first call) ------------ */
+
+/* Order in which runnable fibers of a block are resumed: EMU_ORDER=forward,
+ * reverse or random (the default; a permutation per block drawn from
+ * EMU_SEED, so runs repeat). Varying it shows order-dependent results. */
+typedef enum emu_order { EMU_ORDER_FORWARD, EMU_ORDER_REVERSE, EMU_ORDER_RANDOM } emu_order;
+void emu_set_order(emu_order o);
+/* emu_set_quiet: 1 = do not print faults to stderr (negative tests). */
+void emu_set_quiet(int quiet);
+/* emu_set_hooks: 0 = ignore the compiler's per-access hooks, leaving only
+ * the guard pages (to prove that they catch an overrun alone); 1 = both. */
+void emu_set_hooks(int on);
+/* emu_set_timeout_ms: a launch running longer faults (0: never; default
+ * EMU_TIMEOUT_S=120). A thread that spins waiting for another never yields
+ * here (no preemption), so this is how such a kernel ends. */
+void emu_set_timeout_ms(unsigned ms);
+/* emu_last_kernel: the name of the last kernel launched (or recorded), ""
+ * before any. */
+const char *emu_last_kernel(void);
+
+typedef struct emu_stats {
+    uint64_t launches, blocks, threads;   /* kernels run, blocks, GPU threads */
+    uint64_t switches;                    /* fiber switches */
+    uint64_t barriers, warp_ops;          /* completed __syncthreads, warp-wide ops */
+    uint64_t accesses;                    /* loads and stores checked */
+    uint64_t faults;
+} emu_stats;
+void emu_stats_get(emu_stats *s);
+
+/* ---- device-side entry points (used by emu_device.h) ------------------------ */
+
+typedef struct emu_site { const char *file; int line; } emu_site;
+
+/* One kernel launch: the kernel, its parameters packed as CUDA packs them
+ * (each at its alignment), the configuration and where it was launched. */
+typedef struct emu_call {
+    const void *func;               /* the kernel (key of cudaFuncSetAttribute) */
+    const char *pretty;             /* __PRETTY_FUNCTION__ naming "F = kernel" */
+    void (*thunk)(const unsigned char *params);   /* calls func with them */
+    const unsigned char *params;
+    size_t params_bytes;
+    dim3 grid, block;
+    size_t shmem;                   /* dynamic shared memory, bytes */
+    cudaStream_t stream;
+    emu_site site;
+} emu_call;
+
+/* emu_launch: run the grid now (or record it into the capturing stream's
+ * graph); copies what it keeps. Sets the last error on a bad configuration.
+ * A fault ends the grid and makes the error sticky. */
+void emu_launch(const emu_call *c);
+
+uint3 emu_thread_idx(void);
+uint3 emu_block_idx(void);
+dim3 emu_block_dim(void);
+dim3 emu_grid_dim(void);
+
+/* __syncthreads and its _count/_and/_or forms (kind 0..3); returns the
+ * count/and/or of pred over the block. */
+int emu_syncthreads(int kind, int pred, emu_site site);
+
+typedef enum emu_wop {
+    EMU_W_SYNC, EMU_W_SHFL_IDX, EMU_W_SHFL_UP, EMU_W_SHFL_DOWN, EMU_W_SHFL_XOR,
+    EMU_W_BALLOT, EMU_W_ANY, EMU_W_ALL, EMU_W_MATCH_ANY, EMU_W_MATCH_ALL,
+    EMU_W_ADD, EMU_W_MIN_U, EMU_W_MAX_U, EMU_W_MIN_S, EMU_W_MAX_S, EMU_W_AND, EMU_W_OR, EMU_W_XOR,
+    EMU_W_NOPS
+} emu_wop;
+/* A warp-synchronous op of the calling lane: value (the low vbytes bytes
+ * matter), arg (shuffle lane/delta/mask), width (shuffles). Returns the
+ * op's result; *pred gets match_all's predicate. */
+uint64_t emu_warp(emu_wop op, unsigned mask, uint64_t value, int vbytes, int arg, int width, int *pred,
+                  emu_site site);
+
+/* The block's copy of the __shared__ variable identified by key (one per
+ * declaration and template instantiation), bytes long; name for reports. */
+void *emu_shared_var(const void *key, size_t bytes, size_t align, size_t elem, const char *name, emu_site site);
+/* The block's dynamic shared memory (extern __shared__), of the launch's size. */
+void *emu_dyn_shared(emu_site site);
+
+/* Access flags of emu_access. */
+#define EMU_LOAD 1
+#define EMU_STORE 2
+#define EMU_ATOMIC 4
+#define EMU_LDG 8
+/* emu_access: check an access the compiler's hooks do not see (atomics,
+ * __ldg's address space). */
+void emu_access(const void *p, size_t bytes, int flags, emu_site site);
+void emu_trap(emu_site site) __attribute__((noreturn));
+long long emu_clock(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,206 @@
+/* emu_blas.c - plain C stand-ins for the cuBLAS entries the project calls
+ * (include/cublas_api.h): a loop with cuBLAS's arguments, the compute
+ * type's rounding of the inputs and f32 accumulation. They are not fast and
+ * not cuBLAS's summation order (a test comparing against one allows for
+ * that); they check what a device would fault on: every element read or
+ * written must lie in a live device buffer, and every element read must
+ * have been written. Enqueued in stream order, so a call on a capturing
+ * stream becomes a graph node.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_api.h>
+
+#include "emu_int.h"
+
+#define MAGIC_BLAS 0x424C4153u
+
+struct cublasContext {
+    unsigned magic;
+    cudaStream_t stream;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    struct cublasContext *c = calloc(1, sizeof *c);
+    if (!c) return CUBLAS_STATUS_ALLOC_FAILED;
+    c->magic = MAGIC_BLAS;
+    *h = c;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->magic = 0;
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
+    if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *s = h->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#define STATUSES(X)                                                           \
+    X(CUBLAS_STATUS_SUCCESS, "success")                                       \
+    X(CUBLAS_STATUS_NOT_INITIALIZED, "the library was not initialized")       \
+    X(CUBLAS_STATUS_ALLOC_FAILED, "the resource allocation failed")           \
+    X(CUBLAS_STATUS_INVALID_VALUE, "an invalid numeric value was used as an argument") \
+    X(CUBLAS_STATUS_ARCH_MISMATCH, "an absent device architectural feature is required") \
+    X(CUBLAS_STATUS_MAPPING_ERROR, "an access to GPU memory space failed")    \
+    X(CUBLAS_STATUS_EXECUTION_FAILED, "the GPU program failed to execute")    \
+    X(CUBLAS_STATUS_INTERNAL_ERROR, "an internal operation failed")           \
+    X(CUBLAS_STATUS_NOT_SUPPORTED, "the functionality requested is not supported")
+
+const char *cublasGetStatusName(cublasStatus_t s) {
+#define N_(c, t) \
+    if (s == c) return #c;
+    STATUSES(N_)
+#undef N_
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+#define S_(c, t) \
+    if (s == c) return t;
+    STATUSES(S_)
+#undef S_
+    return "unknown error";
+}
+
+/* ---- GemmEx -------------------------------------------------------------------------- */
+
+typedef struct gemm_args {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    const void *A, *B;
+    void *C;
+    cudaDataType at, bt, ct;
+    int lda, ldb, ldc;
+    cublasComputeType_t compute;
+} gemm_args;
+
+static float bf16_round(float f) {   /* to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return f;
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float tf32_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return f;
+    u = (u + 0xFFFu + ((u >> 13) & 1u)) & 0xFFFFE000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static size_t esize(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+
+static float load(const void *p, size_t i, cudaDataType t, cublasComputeType_t c) {
+    float f;
+    if (t == CUDA_R_16BF) {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    f = ((const float *)p)[i];
+    return c == CUBLAS_COMPUTE_32F_FAST_16BF ? bf16_round(f) : c == CUBLAS_COMPUTE_32F_FAST_TF32 ? tf32_round(f) : f;
+}
+
+/* Check the rows x cols column-major operand at p (ld) the way a kernel's
+ * accesses are checked; read: must be written; write: marks written.
+ * Returns 0, or -1 after recording a fault. */
+static int operand(const char *name, const void *p, int rows, int cols, int ld, cudaDataType t, int read, int write) {
+    const size_t es = esize(t);
+    for (int c = 0; c < cols; c++) {
+        const char *col = (const char *)p + (size_t)c * (size_t)ld * es;
+        size_t n = (size_t)rows * es;
+        int span = 0;
+        emu_alloc *a = emu_alloc_at(col, n, &span);
+        if (!a || a->freed || !span) {
+            emu_fault_note(a && a->freed ? EMU_FAULT_FREED : EMU_FAULT_OOB, NULL,
+                           "cublasGemmEx: column %d of %s (%p, %zu bytes) is %s", c, name, (const void *)col, n,
+                           !a ? "not in a device buffer" : a->freed ? "in a freed buffer" : "past the end of its buffer");
+            return -1;
+        }
+        if (!a->shadow) continue;
+        unsigned char *sh = a->shadow + (col - a->ptr);
+        if (read)
+            for (size_t i = 0; i < n; i++)
+                if (!sh[i]) {
+                    emu_fault_note(EMU_FAULT_UNINIT_GLOBAL, NULL,
+                                   "cublasGemmEx: %s element (%zu, %d) was never written", name, i / es, c);
+                    return -1;
+                }
+        if (write) memset(sh, 1, n);
+    }
+    return 0;
+}
+
+static void gemm_run(const void *arg) {
+    const gemm_args *g = arg;
+    snprintf(emu_g.kname, sizeof emu_g.kname, "cublasGemmEx (emulator stand-in)");
+    memset(&emu_g.bidx, 0, sizeof emu_g.bidx);   /* faults here have no block or thread */
+    const int ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    const int br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    if (operand("A", g->A, ar, ac, g->lda, g->at, 1, 0) || operand("B", g->B, br, bc, g->ldb, g->bt, 1, 0) ||
+        operand("C", g->C, g->m, g->n, g->ldc, g->ct, g->beta != 0.0f, 0))
+        return;
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            float acc = 0.0f;
+            for (int l = 0; l < g->k; l++) {
+                size_t ia = g->ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g->lda : (size_t)l + (size_t)i * g->lda;
+                size_t ib = g->tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g->ldb : (size_t)j + (size_t)l * g->ldb;
+                acc = fmaf(load(g->A, ia, g->at, g->compute), load(g->B, ib, g->bt, g->compute), acc);
+            }
+            size_t ic = (size_t)i + (size_t)j * g->ldc;
+            float c = g->alpha * acc;
+            if (g->beta != 0.0f) c = fmaf(g->beta, load(g->C, ic, g->ct, CUBLAS_COMPUTE_32F), c);
+            if (g->ct == CUDA_R_32F) {
+                ((float *)g->C)[ic] = c;
+            } else {
+                float r = bf16_round(c);
+                uint32_t u;
+                memcpy(&u, &r, 4);
+                ((uint16_t *)g->C)[ic] = (uint16_t)(u >> 16);
+            }
+        }
+    operand("C", g->C, g->m, g->n, g->ldc, g->ct, 0, 1);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int ok_t = (at == CUDA_R_16BF || at == CUDA_R_32F) && (bt == CUDA_R_16BF || bt == CUDA_R_32F) &&
+               (ct == CUDA_R_32F || ct == CUDA_R_16BF);
+    int ok_c = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+               compute == CUBLAS_COMPUTE_32F_FAST_16BF || compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (!ok_t || !ok_c || ta == CUBLAS_OP_C || tb == CUBLAS_OP_C) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const int ar = ta == CUBLAS_OP_N ? m : k, br = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1) ||
+        !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    gemm_args g = {ta, tb, m, n, k, *(const float *)alpha, *(const float *)beta, A, B, C, at, bt, ct,
+                   lda, ldb, ldc, compute};
+    cudaError_t e = emu_enqueue_host(h->stream, gemm_run, &g, sizeof g);
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}

@@ -1,0 +1,184 @@
+/* emu_int.h - the emulator's state, shared by its parts:
+ *   emu_fiber.c  fibers, the block scheduler, __syncthreads, warp ops, faults
+ *   emu_mem.c    device memory with guard pages, shadow bytes, the per-access
+ *                hooks, shared variables, the SIGSEGV handler
+ *   emu_rt.c     the CUDA runtime API: errors, the device, memory, launches
+ *   emu_stream.c streams, events, graph capture and replay
+ *   emu_blas.c   the cuBLAS stand-ins
+ * One process-wide state (emu_g); single host thread.
+ */
+#ifndef MOSHID_EMU_INT_H
+#define MOSHID_EMU_INT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <ucontext.h>
+
+#include "emu.h"
+
+#define EMU_MAX_THREADS 1024        /* threads per block */
+#define EMU_WARP 32
+#define EMU_STACK_BYTES (64 * 1024) /* per fiber (the GPU's default is 1 KiB) */
+#define EMU_SHARED_LIMIT (227 * 1024)   /* opt-in shared memory per block (sm_90) */
+#define EMU_SHARED_DEFAULT (48 * 1024)  /* without cudaFuncSetAttribute */
+#define EMU_POISON 0xFF             /* fresh device and shared memory: NaN, -1 */
+#define EMU_TIMEOUT_MS 120000u      /* per launch (EMU_TIMEOUT_S): a spin-wait never ends here */
+
+typedef enum emu_fstate { EMU_F_RUN, EMU_F_BAR, EMU_F_WARP, EMU_F_DONE } emu_fstate;
+
+/* One GPU thread. */
+typedef struct emu_fiber {
+    jmp_buf jb;             /* where it is suspended (after its first start) */
+    ucontext_t uc;          /* its first start */
+    int started;
+    char *stack;            /* EMU_STACK_BYTES above a guard page */
+    uint3 tid;
+    int lin, warp, lane;    /* linear id in the block, / 32, % 32 */
+    emu_fstate st;
+    emu_site site;          /* the barrier or warp op it waits at */
+    int pred;               /* __syncthreads_* predicate */
+    emu_wop wop;            /* the warp op it waits in */
+    unsigned wmask;
+    int warg, wwidth;
+    uint64_t wval, wres;
+    int wpred;
+} emu_fiber;
+
+/* Kinds of memory in the arena. */
+typedef enum emu_akind { EMU_A_DEVICE, EMU_A_PINNED, EMU_A_SHARED, EMU_A_DYNSHARED } emu_akind;
+
+/* One allocation: its pages follow a guard page and end where the next
+ * allocation's guard page starts; the data is placed against that end. */
+typedef struct emu_alloc {
+    char *lo, *hi;          /* its pages (after the leading guard page) */
+    char *ptr;              /* what the program sees */
+    size_t size;
+    emu_akind kind;
+    int freed, id;
+    unsigned char *shadow;  /* (size) 1 = written; NULL for pinned host memory */
+    const char *name;       /* shared variables: their name */
+    size_t elem;            /* and element size */
+    const void *key;        /* shared variables: the declaration */
+    uint64_t gen;           /* block generation its shadow was reset for */
+} emu_alloc;
+
+typedef struct emu_state {
+    int inited;
+    /* options */
+    emu_order order;
+    uint64_t seed;
+    int quiet, hooks;
+    unsigned timeout_ms;
+    /* errors */
+    cudaError_t last, sticky;
+    emu_fault fault;
+    /* the grid being run */
+    const emu_call *call;
+    char kname[EMU_NAME_LEN];
+    uint3 bidx;
+    uint64_t block_gen;     /* advances every block: shared memory starts over */
+    emu_alloc *dyn;         /* dynamic shared memory of this launch, or NULL */
+    volatile int in_kernel; /* a fiber runs: hooks check, signals are faults */
+    volatile int timed_out; /* the launch's alarm went off outside a fiber */
+    emu_fiber *cur;
+    emu_fiber *fib;         /* (EMU_MAX_THREADS) */
+    int nfib_made;          /* fibers with a stack */
+    int nthreads, live, exited;
+    int *order_ix, *order_pos;  /* resume order: position -> fiber, fiber -> position */
+    /* barrier */
+    int bar_count, bar_result;
+    emu_site bar_site;
+    emu_fiber *bar_first;
+    /* switching */
+    jmp_buf sched_jb;
+    sigjmp_buf fault_jb;
+    emu_stats stats;
+} emu_state;
+
+extern emu_state emu_g;
+
+/* emu_fiber.c */
+void emu_init(void);
+/* emu_run_grid: run every block of c now; 0, or -1 after a fault (recorded,
+ * printed, the sticky error set). */
+int emu_run_grid(const emu_call *c);
+/* emu_fault_raise: record a fault of the current thread (message formatted
+ * from fmt) and abandon the grid. Only from code running in a fiber. */
+void emu_fault_raise(emu_fault_kind k, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* emu_fault_raise_at: the same, blaming thread f (a lane whose result the
+ * current thread computes). */
+void emu_fault_raise_at(emu_fault_kind k, const emu_fiber *f, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+/* emu_fault_note: the same from outside a fiber (the scheduler, a signal
+ * handler about to jump out, the runtime): records and prints; thread f
+ * (may be NULL) is the one blamed. */
+void emu_fault_note(emu_fault_kind k, const emu_fiber *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void emu_vfault_note(emu_fault_kind k, const emu_fiber *f, const char *fmt, va_list ap);
+/* emu_where: "file:line" of a site, or the code address pc as a symbol and
+ * an offset for addr2line. */
+void emu_where(char *out, size_t len, emu_site site, const void *pc);
+/* emu_kernel_name: the kernel's name from an emu_call's pretty string. */
+void emu_kernel_name(char *out, size_t len, const char *pretty);
+
+/* emu_mem.c */
+void emu_mem_init(void);
+emu_alloc *emu_alloc_new(size_t size, size_t align, emu_akind kind);
+void emu_alloc_free(emu_alloc *a);
+/* emu_alloc_at: the live or freed allocation whose data holds p (NULL if
+ * none); *span: [p, p+n) lies inside it. */
+emu_alloc *emu_alloc_at(const void *p, size_t n, int *span);
+void emu_alloc_reset_all(void);
+void emu_alloc_reset_block(emu_alloc *a);
+/* emu_shadow_set: mark [p, p+n) of device memory written (v = 1) or not. */
+void emu_shadow_set(const void *p, size_t n, int v);
+void emu_shadow_copy(void *dst, const void *src, size_t n);
+/* emu_check: one access by the current thread; faults on the first problem. */
+void emu_check(const void *p, size_t n, int flags, emu_site site, const void *pc);
+int emu_in_stack(const void *p, int *guard);
+
+/* emu_rt.c */
+/* emu_note: "emu: ..." on stderr unless quiet (argument problems a device
+ * reports only as an error code). emu_ret: record e as the last error
+ * (unless cudaSuccess) and return it. */
+void emu_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+cudaError_t emu_ret(cudaError_t e);
+/* Every runtime call but the error queries and reset starts here: a sticky
+ * error is returned by everything. */
+#define EMU_ENTER()                                 \
+    do {                                            \
+        emu_init();                                 \
+        if (emu_g.sticky) return emu_g.last = emu_g.sticky; \
+    } while (0)
+
+/* emu_stream.c */
+typedef void (*emu_host_fn)(const void *arg);
+/* One piece of stream work: a launch, a copy, a memset or a host function
+ * (the cuBLAS stand-ins); a graph is a list of these in stream order. */
+typedef enum { EMU_NODE_KERNEL, EMU_NODE_MEMCPY, EMU_NODE_MEMSET, EMU_NODE_HOST } emu_node_kind;
+
+typedef struct emu_node {
+    emu_node_kind kind;
+    emu_call call;            /* EMU_NODE_KERNEL; call.params owned */
+    void *dst;
+    const void *src;
+    size_t n;
+    int value;
+    enum cudaMemcpyKind ckind;
+    emu_host_fn fn;           /* EMU_NODE_HOST; arg owned */
+    void *arg;
+} emu_node;
+
+/* emu_enqueue: run nd now, or record a copy of it when stream captures. */
+cudaError_t emu_enqueue(cudaStream_t stream, const emu_node *nd);
+/* emu_enqueue_host: run fn(arg) in stream order (now, or as a node of the
+ * graph being captured on stream; arg is copied, bytes long). The cuBLAS
+ * stand-ins enqueue themselves this way. */
+cudaError_t emu_enqueue_host(cudaStream_t stream, emu_host_fn fn, const void *arg, size_t bytes);
+/* A stream captures in a mode that forbids synchronising calls; and the
+ * invalidation of every capture by such a call (why names it). */
+int emu_capture_active(void);
+void emu_capture_invalidate(const char *why);
+/* cudaDeviceReset: no stream captures any more. */
+void emu_streams_reset(void);
+
+#endif

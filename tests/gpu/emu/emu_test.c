@@ -1,0 +1,648 @@
+/* emu_test.c - emu-test: the CUDA emulator's own tests.
+ *
+ *  1. Detectors: every kind of fault the emulator claims to find is
+ *     provoked by a deliberately faulty kernel (emu_faults.cu) and must be
+ *     reported with its kind, kernel, block, thread and reason; then the
+ *     error must be sticky until cudaDeviceReset. Then the project's own
+ *     kernels, misused (a buffer one row short, W misaligned on the vector
+ *     path, inputs never uploaded, a host pointer), must be caught in them.
+ *  2. Semantics: correct kernels whose results pin down what the emulator
+ *     computes (shuffle modes and widths, votes, matches, reductions,
+ *     barrier counts, atomics, 3-D indices, dynamic shared memory), and the
+ *     runtime: launch configuration errors, copy checks, graph capture and
+ *     replay, capture invalidation, the cuBLAS stand-in.
+ *  3. Resume order: the project's kernels give bit-identical results under
+ *     every resume order.
+ * One line per test, then "N passed, N failed, 0 skipped"; exit 1 on a
+ * failure. Faults are expected here, so the emulator is quiet.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include "cu_check.h"
+#include "cu_kern.h"
+#include "emu.h"
+#include "gpu_util.h"
+#include "kern_cpu.h"
+#include "samp.h"
+#include "st.h"
+
+/* emu_faults.cu */
+typedef cudaError_t (*ef_launcher)(float *d, int n);
+#define EF(name) cudaError_t ef_##name(float *d, int n);
+EF(bar_exit_early) EF(bar_divergent) EF(warp_exited_lane) EF(warp_partial) EF(warp_not_in_mask)
+EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad_width) EF(ldg_misaligned)
+EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
+EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
+EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait)
+#undef EF
+cudaError_t ef_matvec_vec_direct(float *y, const float *x, const uint16_t *w, int B, int N, int K);
+cudaError_t es_shuffles_run(int *out);
+cudaError_t es_votes_run(int *out);
+cudaError_t es_atomics_run(float *d);
+cudaError_t es_dims_run(float *d);
+cudaError_t es_dyn_shared_run(float *d, int n, int optin);
+cudaError_t es_add_one_run(float *d, int n, cudaStream_t s);
+cudaError_t es_config_run(float *d, unsigned threads, unsigned gy);
+
+static int n_pass, n_fail;
+
+static void result(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void result(int ok, const char *name, const char *fmt, ...) {
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-52s %s\n", ok ? "ok" : "FAIL", name, detail);
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+/* ---- 1. detectors ------------------------------------------------------------------ */
+
+#define NBUF 96   /* floats in each case's buffer */
+
+typedef enum { BUF_INIT, BUF_UNINIT, BUF_HALF, BUF_FREED, BUF_HOST, BUF_NULL } buf_mode;
+
+typedef struct fault_case {
+    const char *name;
+    ef_launcher run;
+    buf_mode buf;
+    emu_fault_kind kind;
+    const char *kernel;   /* the kernel's name */
+    unsigned bx, tx;      /* blockIdx.x and threadIdx.x of the thread blamed (in this order) */
+    const char *why;      /* in the reason */
+    int hooks;            /* 0: the guard pages alone */
+    emu_order order;
+} fault_case;
+
+static const fault_case fault_cases[] = {
+    {"barrier: a thread exits before it", ef_bar_exit_early, BUF_INIT, EMU_FAULT_BARRIER, "bar_exit_early", 0, 5,
+     "exits while 5 thread(s) wait at __syncthreads", 1, EMU_ORDER_FORWARD},
+    {"barrier: two __syncthreads in divergent code", ef_bar_divergent, BUF_INIT, EMU_FAULT_BARRIER, "bar_divergent",
+     0, 32, "different barriers", 1, EMU_ORDER_FORWARD},
+    {"warp: a lane of the mask exited", ef_warp_exited_lane, BUF_INIT, EMU_FAULT_WARP, "warp_exited_lane", 0, 7,
+     "lane 7 exits while lane 0 waits", 1, EMU_ORDER_FORWARD},
+    {"warp: a lane of the mask does not exist", ef_warp_partial, BUF_INIT, EMU_FAULT_WARP, "warp_partial", 0, 32,
+     "lane 16 in the mask 0xffffffff does not exist", 1, EMU_ORDER_FORWARD},
+    {"warp: the caller is not in its mask", ef_warp_not_in_mask, BUF_INIT, EMU_FAULT_WARP, "warp_not_in_mask", 0, 16,
+     "not in its mask", 1, EMU_ORDER_FORWARD},
+    {"warp: lanes of one mask in different ops", ef_warp_mismatch, BUF_INIT, EMU_FAULT_WARP, "warp_mismatch", 0, 1,
+     "disagree", 1, EMU_ORDER_FORWARD},
+    {"warp: a shuffle reads a lane not in the mask", ef_warp_inactive_source, BUF_INIT, EMU_FAULT_WARP,
+     "warp_inactive_source", 0, 0, "reads lane 20, which is not in the mask", 1, EMU_ORDER_FORWARD},
+    {"warp: a lane of the mask waits at a barrier", ef_warp_barrier_deadlock, BUF_INIT, EMU_FAULT_WARP,
+     "warp_barrier_deadlock", 0, 3, "goes to __syncthreads", 1, EMU_ORDER_FORWARD},
+    {"warp: shuffle width not a power of two", ef_warp_bad_width, BUF_INIT, EMU_FAULT_WARP, "warp_bad_width", 0, 0,
+     "width 12", 1, EMU_ORDER_FORWARD},
+    {"misaligned: __ldg of a uint4", ef_ldg_misaligned, BUF_INIT, EMU_FAULT_MISALIGNED, "ldg_misaligned", 0, 0,
+     "__ldg load of 16 bytes", 1, EMU_ORDER_FORWARD},
+    {"misaligned: float4 load", ef_vector_misaligned, BUF_INIT, EMU_FAULT_MISALIGNED, "vector_misaligned", 0, 0,
+     "vector load of a float4", 1, EMU_ORDER_FORWARD},
+    {"misaligned: float load", ef_scalar_misaligned, BUF_INIT, EMU_FAULT_MISALIGNED, "scalar_misaligned", 0, 0,
+     "not 4-byte aligned", 1, EMU_ORDER_FORWARD},
+    {"out-of-bounds: one element past the end", ef_oob_read, BUF_INIT, EMU_FAULT_OOB, "oob_read", 2, 16,
+     "byte 384 of device buffer", 1, EMU_ORDER_FORWARD},
+    {"out-of-bounds: before the start", ef_oob_write_before, BUF_INIT, EMU_FAULT_OOB, "oob_write_before", 0, 0,
+     "4 bytes before the start", 1, EMU_ORDER_FORWARD},
+    {"out-of-bounds: the guard page alone (hooks off)", ef_oob_far_write, BUF_INIT, EMU_FAULT_OOB, "oob_far_write",
+     0, 9, "caught by a guard page", 0, EMU_ORDER_FORWARD},
+    {"out-of-bounds: a __shared__ array", ef_oob_shared, BUF_INIT, EMU_FAULT_OOB, "oob_shared", 0, 32,
+     "shared variable s (128 bytes)", 1, EMU_ORDER_FORWARD},
+    {"out-of-bounds: dynamic shared memory", ef_oob_dyn_shared, BUF_INIT, EMU_FAULT_OOB, "oob_dyn_shared", 0, 16,
+     "dynamic shared memory", 1, EMU_ORDER_FORWARD},
+    {"use-after-free: a freed buffer", ef_read_all, BUF_FREED, EMU_FAULT_FREED, "read_all", 0, 0, "was freed", 1,
+     EMU_ORDER_FORWARD},
+    {"host-memory: a malloc'd pointer", ef_read_all, BUF_HOST, EMU_FAULT_HOST, "read_all", 0, 0, "host pointer", 1,
+     EMU_ORDER_FORWARD},
+    {"host-memory: NULL", ef_read_all, BUF_NULL, EMU_FAULT_HOST, "read_all", 0, 0, "NULL", 1, EMU_ORDER_FORWARD},
+    /* (after a barrier the thread that arrived last goes on first) */
+    {"address-space: __ldg of shared memory", ef_ldg_shared, BUF_INIT, EMU_FAULT_SPACE, "ldg_shared", 0, 63,
+     "__ldg of s", 1, EMU_ORDER_FORWARD},
+    {"address-space: atomic on local memory", ef_atomic_local, BUF_INIT, EMU_FAULT_SPACE, "atomic_local", 0, 0,
+     "atomic on local memory", 1, EMU_ORDER_FORWARD},
+    {"address-space: another thread's local memory", ef_other_local, BUF_INIT, EMU_FAULT_SPACE, "other_local", 0, 7,
+     "local memory of thread 0", 1, EMU_ORDER_FORWARD},
+    {"uninit-shared: histogram not zeroed", ef_hist_not_zeroed, BUF_INIT, EMU_FAULT_UNINIT_SHARED, "hist_not_zeroed",
+     0, 0, "h[0]", 1, EMU_ORDER_FORWARD},
+    {"uninit-shared: missing __syncthreads (reverse order)", ef_missing_barrier, BUF_INIT, EMU_FAULT_UNINIT_SHARED,
+     "missing_barrier", 0, 31, "s[0]", 1, EMU_ORDER_REVERSE},
+    {"uninit-shared: not kept from block to block", ef_shared_across_blocks, BUF_INIT, EMU_FAULT_UNINIT_SHARED,
+     "shared_across_blocks", 1, 31, "s[0]", 1, EMU_ORDER_FORWARD},
+    {"uninit-global: never written", ef_read_all, BUF_UNINIT, EMU_FAULT_UNINIT_GLOBAL, "read_all", 0, 0,
+     "was never written", 1, EMU_ORDER_FORWARD},
+    {"uninit-global: only the first half written", ef_read_all, BUF_HALF, EMU_FAULT_UNINIT_GLOBAL, "read_all", 0, 16,
+     "device buffer #", 1, EMU_ORDER_FORWARD},
+    {"stack-overflow: deep recursion", ef_stack_overflow, BUF_INIT, EMU_FAULT_STACK, "stack_overflow", 0, 0,
+     "stack", 1, EMU_ORDER_FORWARD},
+    {"trap: __trap()", ef_trap_kernel, BUF_INIT, EMU_FAULT_TRAP, "trap_kernel", 0, 3, "__trap()", 1,
+     EMU_ORDER_FORWARD},
+    {"signal: integer division by zero", ef_divide_by_zero, BUF_INIT, EMU_FAULT_SIGNAL, "divide_by_zero", 0, 0,
+     "SIGFPE", 1, EMU_ORDER_FORWARD},
+    {"timeout: a spin-wait on another thread", ef_spin_wait, BUF_INIT, EMU_FAULT_TIMEOUT, "spin_wait", 0, 0,
+     "longer than 300 ms", 1, EMU_ORDER_FORWARD},
+};
+
+/* The buffer of a case (device memory unless host or NULL). */
+static float *case_buffer(buf_mode m, void **host) {
+    *host = NULL;
+    if (m == BUF_NULL) return NULL;
+    float init[NBUF];
+    for (int i = 0; i < NBUF; i++) init[i] = (float)i;
+    if (m == BUF_HOST) {
+        float *h = malloc(sizeof init);
+        memcpy(h, init, sizeof init);
+        *host = h;
+        return h;
+    }
+    float *d = gu_dalloc(sizeof init);
+    if (m == BUF_INIT) gu_h2d(d, init, sizeof init);
+    if (m == BUF_HALF) gu_h2d(d, init, sizeof init / NBUF * 16);
+    if (m == BUF_FREED) gu_dfree(d);
+    return d;
+}
+
+/* Run a faulty launch and check what the emulator reported; restores the
+ * defaults and resets the device afterwards. */
+static void expect_fault(const char *name, emu_fault_kind kind, const char *kernel, unsigned bx, unsigned tx,
+                         const char *why) {
+    emu_fault f;
+    emu_fault_kind got = emu_fault_last(&f);
+    cudaError_t sync = cudaDeviceSynchronize();
+    void *p = NULL;
+    cudaError_t later = cudaMalloc(&p, 64);   /* still failing: the error is sticky */
+    cudaDeviceReset();
+    cudaError_t after = cudaMalloc(&p, 64);   /* and reset clears it */
+    cudaDeviceReset();
+    emu_set_order(EMU_ORDER_RANDOM);
+    emu_set_hooks(1);
+    emu_set_timeout_ms(120000);
+    int ok = got == kind && sync == emu_fault_error(kind) && later == sync && after == cudaSuccess &&
+             strstr(f.kernel, kernel) && f.block.x == bx && f.thread.x == tx && strstr(f.msg, why);
+    if (ok)
+        result(1, name, "%s in %s block %u thread %u: %s", emu_fault_name(got), f.kernel, f.block.x, f.thread.x,
+               f.msg);
+    else
+        result(0, name,
+               "want %s in %s block %u thread %u (\"%s\"); got %s in %s block %u thread %u: \"%s\"; sync %s, later %s, "
+               "after reset %s",
+               emu_fault_name(kind), kernel, bx, tx, why, emu_fault_name(got), f.kernel, f.block.x, f.thread.x, f.msg,
+               cudaGetErrorName(sync), cudaGetErrorName(later), cudaGetErrorName(after));
+}
+
+static void test_detectors(void) {
+    for (size_t i = 0; i < sizeof fault_cases / sizeof fault_cases[0]; i++) {
+        const fault_case *c = &fault_cases[i];
+        cudaDeviceReset();
+        emu_set_order(c->order);
+        emu_set_hooks(c->hooks);
+        if (c->kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
+        void *host;
+        float *d = case_buffer(c->buf, &host);
+        c->run(d, NBUF);
+        expect_fault(c->name, c->kind, c->kernel, c->bx, c->tx, c->why);
+        free(host);
+    }
+    /* A missing barrier is an order-dependent race: the forward order (the
+     * writer first) hides it; the reverse and random orders show it. */
+    cudaDeviceReset();
+    emu_set_order(EMU_ORDER_FORWARD);
+    void *host;
+    float *d = case_buffer(BUF_INIT, &host);
+    ef_missing_barrier(d, NBUF);
+    cudaError_t e = cudaDeviceSynchronize();
+    emu_set_order(EMU_ORDER_RANDOM);
+    result(e == cudaSuccess, "uninit-shared: missing barrier hidden in forward order",
+           "%s (as documented: the emulator finds a race only when the order puts the reader first)",
+           cudaGetErrorName(e));
+    cudaDeviceReset();
+}
+
+/* ---- 1b. the project's kernels, misused ---------------------------------------------- */
+
+static void test_real_kernels(void) {
+    gu_rng r = {7};
+    /* matvec with W one row short: the last block reads past its end */
+    {
+        const int B = 2, N = 33, K = 64;
+        float x[2 * 64];
+        uint16_t w[33 * 64];
+        for (int i = 0; i < B * K; i++) x[i] = (float)gu_normal(&r);
+        for (int i = 0; i < N * K; i++) w[i] = st_f32_to_bf16((float)gu_normal(&r));
+        float *dx = gu_dalloc(sizeof x), *dy = gu_dalloc((size_t)B * N * 4);
+        uint16_t *dw = gu_dalloc((size_t)(N - 1) * K * 2);
+        gu_h2d(dx, x, sizeof x);
+        gu_h2d(dw, w, (size_t)(N - 1) * K * 2);
+        emu_set_order(EMU_ORDER_FORWARD);
+        cu_matvec_bf16(dy, dx, dw, B, N, K, 0);
+        expect_fault("matvec_bf16: W one row short", EMU_FAULT_OOB, "matvec_bf16_vec<2>", 16, 0, "past its end");
+
+        /* the vector kernel given a misaligned W (its launcher would have
+         * chosen the scalar path) */
+        dx = gu_dalloc(sizeof x);
+        dy = gu_dalloc((size_t)B * N * 4);
+        dw = gu_dalloc(sizeof w + 16);
+        gu_h2d(dx, x, sizeof x);
+        gu_h2d(dw + 1, w, sizeof w);
+        emu_set_order(EMU_ORDER_FORWARD);
+        ef_matvec_vec_direct(dy, dx, dw + 1, B, N, K);
+        expect_fault("matvec_bf16_vec: W misaligned on the vector path", EMU_FAULT_MISALIGNED, "matvec_bf16_vec<8>",
+                     0, 0, "__ldg load of 16 bytes");
+
+        /* x allocated but never uploaded */
+        dx = gu_dalloc(sizeof x);
+        dy = gu_dalloc((size_t)B * N * 4);
+        dw = gu_dalloc(sizeof w);
+        gu_h2d(dw, w, sizeof w);
+        emu_set_order(EMU_ORDER_FORWARD);
+        cu_matvec_bf16(dy, dx, dw, B, N, K, 0);
+        expect_fault("matvec_bf16: x never written", EMU_FAULT_UNINIT_GLOBAL, "matvec_bf16_vec<2>", 0, 0,
+                     "never written");
+    }
+    /* rmsnorm with alpha one element short */
+    {
+        const int B = 2, C = 300;
+        float *x = malloc((size_t)B * C * 4), *a = malloc((size_t)C * 4);
+        for (int i = 0; i < B * C; i++) x[i] = (float)gu_normal(&r);
+        for (int i = 0; i < C; i++) a[i] = 1.0f;
+        float *dx = gu_dalloc((size_t)B * C * 4), *dy = gu_dalloc((size_t)B * C * 4), *da = gu_dalloc((size_t)(C - 1) * 4);
+        gu_h2d(dx, x, (size_t)B * C * 4);
+        gu_h2d(da, a, (size_t)(C - 1) * 4);
+        emu_set_order(EMU_ORDER_FORWARD);
+        cu_rmsnorm(dy, dx, da, B, C, 1e-8f, 0);
+        expect_fault("rmsnorm: alpha one element short", EMU_FAULT_OOB, "rmsnorm_kernel", 0, 43, "past its end");
+        free(x);
+        free(a);
+    }
+    /* sampler with the logits one element short, and rows on the host */
+    {
+        const int B = 2, N = 300;
+        float *l = malloc((size_t)B * N * 4);
+        for (int i = 0; i < B * N; i++) l[i] = (float)gu_normal(&r);
+        samp_row rows[2] = {{1, 2, 0.0f, 0}, {3, 4, 0.0f, 0}};
+        float *dl = gu_dalloc((size_t)(B * N - 1) * 4);
+        samp_row *drows = gu_dalloc(sizeof rows);
+        int32_t *dout = gu_dalloc(8);
+        gu_h2d(dl, l, (size_t)(B * N - 1) * 4);
+        gu_h2d(drows, rows, sizeof rows);
+        emu_set_order(EMU_ORDER_FORWARD);
+        cu_samp_topk_rows(dout, dl, drows, B, N, 0, 0);
+        expect_fault("samp_topk_rows: logits one element short", EMU_FAULT_OOB, "sample_topk_kernel", 1, 43,
+                     "past its end");
+        dl = gu_dalloc((size_t)B * N * 4);
+        dout = gu_dalloc(8);
+        gu_h2d(dl, l, (size_t)B * N * 4);
+        emu_set_order(EMU_ORDER_FORWARD);
+        cu_samp_topk_rows(dout, dl, rows, B, N, 0, 0);   /* rows: a host array */
+        expect_fault("samp_topk_rows: rows on the host", EMU_FAULT_HOST, "sample_topk_kernel", 0, 0, "host pointer");
+        free(l);
+    }
+}
+
+/* ---- 2. semantics ---------------------------------------------------------------------- */
+
+static void test_shuffles(void) {
+    int got[64 * 8];
+    int *d = gu_dalloc(sizeof got);
+    CU_CHECK_FATAL(es_shuffles_run(d));
+    gu_d2h(got, d, sizeof got);
+    int bad = -1;
+    for (int t = 0; t < 64 && bad < 0; t++) {
+        const int l = t % 32, base = t - l;
+        const int want[8] = {base + 5,
+                             l >= 3 ? t - 3 : t,
+                             l + 4 < 32 ? t + 4 : t,
+                             base + (l ^ 6),
+                             base + (l & ~7) + 3,
+                             l % 8 >= 2 ? t - 2 : t,
+                             l % 8 + 2 < 8 ? t + 2 : t,
+                             base + (l ^ 1)};
+        for (int j = 0; j < 8; j++)
+            if (got[t * 8 + j] != want[j]) bad = t * 8 + j;
+    }
+    result(bad < 0, "semantics: shuffles (idx/up/down/xor, widths 32/8/4)",
+           bad < 0 ? "64 threads x 8 shuffles as documented" : "first mismatch at thread %d op %d: %d", bad / 8, bad % 8,
+           bad >= 0 ? got[bad] : 0);
+    gu_dfree(d);
+}
+
+static void test_votes(void) {
+    int got[64 * 16];
+    int *d = gu_dalloc(sizeof got);
+    CU_CHECK_FATAL(es_votes_run(d));
+    gu_d2h(got, d, sizeof got);
+    int bad = -1;
+    for (int t = 0; t < 64 && bad < 0; t++) {
+        const int l = t % 32;
+        unsigned b3 = 0;
+        for (int j = 0; j < 32; j += 3) b3 |= 1u << j;
+        const int want[16] = {(int)b3, 1, 1, 0, (int)(0xFu << (l / 4 * 4)), (int)0xFFFFFFFFu, 1, 0, 0, 496, -16, 31,
+                              0xFF, 32, 3, __builtin_popcount((unsigned)t) + 100 * __builtin_ffs(t) +
+                                               10000 * (t ? __builtin_clz((unsigned)t) : 32)};
+        for (int j = 0; j < 16; j++)
+            if (got[t * 16 + j] != want[j]) bad = t * 16 + j;
+    }
+    result(bad < 0, "semantics: votes, matches, reductions, barrier counts",
+           bad < 0 ? "64 threads x 16 results as documented" : "first mismatch at thread %d result %d: %d", bad / 16,
+           bad % 16, bad >= 0 ? got[bad] : 0);
+    gu_dfree(d);
+}
+
+static void test_atomics_dims(void) {
+    float z[13] = {0}, got[13];
+    float *d = gu_dalloc(sizeof z);
+    gu_h2d(d, z, sizeof z);
+    CU_CHECK_FATAL(es_atomics_run(d));
+    gu_d2h(got, d, sizeof got);
+    int ok = got[12] == 192.0f;
+    for (int b = 0; b < 3; b++)
+        ok &= got[b * 4] == 64.0f && got[b * 4 + 1] == 189.0f && got[b * 4 + 2] == 4.0f && got[b * 4 + 3] == 128.0f;
+    result(ok, "semantics: atomics (add, max, inc, CAS; shared and global)",
+           "sum %g max %g inc %g cas %g global %g", got[0], got[1], got[2], got[3], got[12]);
+    gu_dfree(d);
+
+    float dims[144];
+    d = gu_dalloc(sizeof dims);
+    CU_CHECK_FATAL(es_dims_run(d));
+    gu_d2h(dims, d, sizeof dims);
+    int bad = -1;
+    for (int by = 0; by < 3; by++)
+        for (int bx = 0; bx < 2; bx++)
+            for (int tz = 0; tz < 2; tz++)
+                for (int ty = 0; ty < 3; ty++)
+                    for (int tx = 0; tx < 4; tx++) {
+                        int i = (bx + 2 * by) * 24 + tx + 4 * (ty + 3 * tz);
+                        if (dims[i] != (float)(tx + 10 * ty + 100 * tz + 1000 * bx + 10000 * by) && bad < 0) bad = i;
+                    }
+    result(bad < 0, "semantics: 3-D blocks and grids", bad < 0 ? "grid (2,3,1) x block (4,3,2)" : "slot %d wrong", bad);
+    gu_dfree(d);
+}
+
+static void test_dyn_shared_config(void) {
+    const int n = 16384;   /* 64 KiB: needs the opt-in */
+    float *d = gu_dalloc(4), got = 0.0f;
+    cudaError_t no = es_dyn_shared_run(d, n, 0);
+    cudaError_t yes = es_dyn_shared_run(d, n, 1);
+    CU_CHECK_FATAL(cudaDeviceSynchronize());
+    gu_d2h(&got, d, 4);
+    result(no == cudaErrorInvalidValue && yes == cudaSuccess && got == (float)((double)n * (n - 1) / 2),
+           "semantics: 64 KiB of dynamic shared memory", "without cudaFuncSetAttribute: %s; with: %s, sum %.0f",
+           cudaGetErrorName(no), cudaGetErrorName(yes), got);
+    cudaError_t big = es_config_run(d, 1025, 1), tall = es_config_run(d, 32, 65536), fine = es_config_run(d, 1024, 2);
+    result(big == cudaErrorInvalidConfiguration && tall == cudaErrorInvalidConfiguration && fine == cudaSuccess &&
+               cudaGetLastError() == cudaSuccess,
+           "runtime: launch configurations", "1025 threads: %s; grid.y 65536: %s; 1024 x 2: %s", cudaGetErrorName(big),
+           cudaGetErrorName(tall), cudaGetErrorName(fine));
+    gu_dfree(d);
+}
+
+static void test_copies(void) {
+    float h[8] = {0}, *d = NULL;
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof h));
+    cudaError_t to_host = cudaMemcpy(h, h, sizeof h, cudaMemcpyHostToDevice);
+    cudaError_t last = cudaGetLastError();
+    cudaError_t past = cudaMemcpy(d, h, sizeof h + 4, cudaMemcpyHostToDevice);
+    cudaError_t wrong = cudaMemcpy(d, d, sizeof h, cudaMemcpyHostToDevice);
+    cudaError_t set = cudaMemset(d + 4, 0, sizeof h);
+    cudaError_t f1 = cudaFree(d), f2 = cudaFree(d), mid = cudaFree(d + 1);
+    cudaGetLastError();
+    result(to_host == cudaErrorInvalidValue && last == cudaErrorInvalidValue && past == cudaErrorInvalidValue &&
+               wrong == cudaErrorInvalidValue && set == cudaErrorInvalidValue && f1 == cudaSuccess &&
+               f2 == cudaErrorInvalidValue && mid == cudaErrorInvalidValue,
+           "runtime: copies and frees are checked",
+           "H2D into host memory, past the end, device as host source, memset past the end, double free, free "
+           "mid-buffer: all %s", cudaGetErrorName(cudaErrorInvalidValue));
+}
+
+/* Graph capture: nothing runs while capturing; each replay runs again. */
+static void test_graphs(void) {
+    const int n = 100;
+    float h[100], *d = gu_dalloc(sizeof h), *d2 = gu_dalloc(sizeof h);
+    for (int i = 0; i < n; i++) h[i] = 5.0f;
+    gu_h2d(d, h, sizeof h);
+    gu_h2d(d2, h, sizeof h);
+    cudaStream_t s;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g, g2, g3;
+    cudaGraphExec_t x;
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU_CHECK_FATAL(es_add_one_run(d, n, s));
+    CU_CHECK_FATAL(es_add_one_run(d, n, s));
+    enum cudaStreamCaptureStatus st;
+    CU_CHECK_FATAL(cudaStreamIsCapturing(s, &st));
+    CU_CHECK_FATAL(cudaStreamEndCapture(s, &g));
+    float during[100];
+    gu_d2h(during, d, sizeof during);
+    size_t nodes = 0;
+    CU_CHECK_FATAL(cudaGraphGetNodes(g, NULL, &nodes));
+    CU_CHECK_FATAL(cudaGraphInstantiate(&x, g, 0));
+    CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    CU_CHECK_FATAL(cudaStreamSynchronize(s));
+    float once[100], twice[100];
+    gu_d2h(once, d, sizeof once);
+    CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    CU_CHECK_FATAL(cudaStreamSynchronize(s));
+    gu_d2h(twice, d, sizeof twice);
+    result(st == cudaStreamCaptureStatusActive && nodes == 2 && during[0] == 5.0f && once[0] == 7.0f &&
+               once[n - 1] == 7.0f && twice[0] == 9.0f,
+           "graphs: capture records, each replay runs",
+           "2 launches captured (%zu nodes); during capture %g, after one replay %g, after two %g", nodes, during[0],
+           once[0], twice[0]);
+
+    /* update the executable graph with a capture on another buffer */
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU_CHECK_FATAL(es_add_one_run(d2, n, s));
+    CU_CHECK_FATAL(es_add_one_run(d2, n, s));
+    CU_CHECK_FATAL(cudaStreamEndCapture(s, &g2));
+    cudaGraphExecUpdateResultInfo info;
+    cudaError_t up = cudaGraphExecUpdate(x, g2, &info);
+    CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    float a[100], b[100];
+    gu_d2h(a, d, sizeof a);
+    gu_d2h(b, d2, sizeof b);
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU_CHECK_FATAL(es_add_one_run(d2, n, s));
+    CU_CHECK_FATAL(cudaStreamEndCapture(s, &g3));
+    cudaError_t up3 = cudaGraphExecUpdate(x, g3, &info);
+    cudaGetLastError();
+    result(up == cudaSuccess && a[0] == 9.0f && b[0] == 7.0f && up3 == cudaErrorGraphExecUpdateFailure &&
+               info.result == cudaGraphExecUpdateErrorTopologyChanged,
+           "graphs: cudaGraphExecUpdate", "same topology: %s (d %g, d2 %g); one node fewer: %s",
+           cudaGetErrorName(up), a[0], b[0], cudaGetErrorName(up3));
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+    cudaGraphDestroy(g2);
+    cudaGraphDestroy(g3);
+
+    /* a synchronising call or legacy-stream work during a capture invalidates it */
+    cudaGraph_t gi = (cudaGraph_t)1, gl = (cudaGraph_t)1;
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU_CHECK_FATAL(es_add_one_run(d, n, s));
+    cudaError_t sync = cudaDeviceSynchronize();
+    cudaError_t end = cudaStreamEndCapture(s, &gi);
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaError_t legacy = es_add_one_run(d, n, 0);
+    cudaError_t end2 = cudaStreamEndCapture(s, &gl);
+    cudaGetLastError();
+    float c[100];
+    gu_d2h(c, d, sizeof c);
+    result(sync == cudaErrorStreamCaptureUnsupported && end == cudaErrorStreamCaptureInvalidated && !gi &&
+               legacy == cudaErrorStreamCaptureImplicit && end2 == cudaErrorStreamCaptureInvalidated && !gl &&
+               c[0] == 9.0f,
+           "graphs: capture invalidated by synchronising calls",
+           "cudaDeviceSynchronize: %s, then end: %s; legacy-stream launch: %s, then end: %s; nothing ran (%g)",
+           cudaGetErrorName(sync), cudaGetErrorName(end), cudaGetErrorName(legacy), cudaGetErrorName(end2), c[0]);
+
+    /* fork and join through events: both streams' work is captured */
+    cudaStream_t s2;
+    cudaEvent_t fork, join;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU_CHECK_FATAL(cudaEventRecord(fork, s));
+    CU_CHECK_FATAL(cudaStreamWaitEvent(s2, fork, 0));
+    CU_CHECK_FATAL(es_add_one_run(d, n, s));
+    CU_CHECK_FATAL(es_add_one_run(d2, n, s2));
+    CU_CHECK_FATAL(cudaEventRecord(join, s2));
+    CU_CHECK_FATAL(cudaStreamWaitEvent(s, join, 0));
+    CU_CHECK_FATAL(cudaStreamEndCapture(s, &g));
+    CU_CHECK_FATAL(cudaGraphGetNodes(g, NULL, &nodes));
+    CU_CHECK_FATAL(cudaGraphInstantiate(&x, g, 0));
+    CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    CU_CHECK_FATAL(cudaStreamSynchronize(s));
+    gu_d2h(a, d, sizeof a);
+    gu_d2h(b, d2, sizeof b);
+    result(nodes == 2 && a[0] == 10.0f && b[0] == 8.0f, "graphs: fork and join over two streams",
+           "%zu nodes; d %g, d2 %g", nodes, a[0], b[0]);
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    cudaStreamDestroy(s2);
+    cudaEventDestroy(fork);
+    cudaEventDestroy(join);
+    gu_dfree(d);
+    gu_dfree(d2);
+}
+
+/* The cuBLAS stand-in, called as engine-bench calls cuBLAS (y = x . W^T as
+ * a column-major GEMM: C (N, B) = W^T-view (N, K) . x^T-view (K, B)),
+ * against the CPU backend's matvec on the same bf16 inputs. */
+static void test_cublas(void) {
+    const int B = 3, N = 40, K = 96;
+    gu_rng r = {11};
+    uint16_t w[40 * 96], xb[3 * 96];
+    float x[3 * 96], ref[3 * 40], got[3 * 40];
+    for (int i = 0; i < N * K; i++) w[i] = st_f32_to_bf16((float)gu_normal(&r));
+    for (int i = 0; i < B * K; i++) {
+        xb[i] = st_f32_to_bf16((float)gu_normal(&r));
+        x[i] = st_bf16_to_f32(xb[i]);
+    }
+    kern_matvec_bf16(ref, x, w, B, N, K, NULL);
+    uint16_t *dw = gu_dalloc(sizeof w), *dxb = gu_dalloc(sizeof xb);
+    float *dc = gu_dalloc(sizeof got), *dxf = gu_dalloc(sizeof x);
+    gu_h2d(dw, w, sizeof w);
+    gu_h2d(dxb, xb, sizeof xb);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, dw, CUDA_R_16BF, K, dxb, CUDA_R_16BF,
+                                    K, &zero, dc, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(got, dc, sizeof got);
+    double worst = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0.0;
+            for (int k = 0; k < K; k++) sum += fabs((double)x[b * K + k] * st_bf16_to_f32(w[n * K + k]));
+            double e = fabs((double)got[b * N + n] - ref[b * N + n]) / (sum * ldexp(1.0, -24) + 1e-300);
+            worst = e > worst ? e : worst;
+        }
+    /* f32 x rounded to bf16 by the compute type: the same as bf16 inputs */
+    float xf[3 * 96], got16[3 * 40];
+    for (int i = 0; i < B * K; i++) xf[i] = x[i] + ldexp(x[i], -12);   /* bits bf16 drops */
+    gu_h2d(dxf, xf, sizeof xf);
+    cublasStatus_t s16 = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, dw, CUDA_R_16BF, K, dxf, CUDA_R_32F,
+                                      K, &zero, dc, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(got16, dc, sizeof got16);
+    int same = !memcmp(got16, got, sizeof got);
+    result(s == CUBLAS_STATUS_SUCCESS && s16 == CUBLAS_STATUS_SUCCESS && worst <= 2.0 * sqrt((double)K) + 8.0 && same,
+           "cuBLAS stand-in: cublasGemmEx as engine-bench calls it",
+           "vs kern_matvec_bf16: max normalised error %.3g; f32 inputs under _FAST_16BF equal bf16 inputs: %s", worst,
+           same ? "yes" : "no");
+    /* a GemmEx reading past its buffer is a fault, like a kernel's */
+    cublasStatus_t bad = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N + 1, B, K, &one, dw, CUDA_R_16BF, K, dxb,
+                                      CUDA_R_16BF, K, &zero, dc, CUDA_R_32F, N + 1, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT);
+    emu_fault f;
+    emu_fault_kind k = emu_fault_last(&f);
+    cudaError_t sync = cudaDeviceSynchronize();
+    cudaDeviceReset();
+    result(bad == CUBLAS_STATUS_EXECUTION_FAILED && k == EMU_FAULT_OOB && sync == cudaErrorIllegalAddress,
+           "cuBLAS stand-in: A one row short is out of bounds", "%s: %s", emu_fault_name(k), f.msg);
+    cublasDestroy(h);
+}
+
+/* ---- 3. resume order ------------------------------------------------------------------------------ */
+
+static void test_orders(void) {
+    const int B = 3, N = 45, K = 200, NS = 2048, BS = 4;
+    gu_rng r = {5};
+    float *x = malloc((size_t)B * K * 4), *l = malloc((size_t)BS * NS * 4);
+    uint16_t *w = malloc((size_t)N * K * 2);
+    for (int i = 0; i < B * K; i++) x[i] = (float)gu_normal(&r);
+    for (int i = 0; i < N * K; i++) w[i] = st_f32_to_bf16((float)gu_normal(&r));
+    for (int i = 0; i < BS * NS; i++) l[i] = (float)(3.0 * gu_normal(&r));
+    samp_row rows[4] = {{1, 9, 0.7f, 25}, {2, 8, 1.0f, 250}, {3, 7, 0.0f, 0}, {4, 6, 0.8f, 0}};
+    float *dx = gu_dalloc((size_t)B * K * 4), *dy = gu_dalloc((size_t)B * N * 4), *dl = gu_dalloc((size_t)BS * NS * 4);
+    uint16_t *dw = gu_dalloc((size_t)N * K * 2);
+    samp_row *drows = gu_dalloc(sizeof rows);
+    int32_t *dout = gu_dalloc(sizeof(int32_t) * BS);
+    gu_h2d(dx, x, (size_t)B * K * 4);
+    gu_h2d(dw, w, (size_t)N * K * 2);
+    gu_h2d(dl, l, (size_t)BS * NS * 4);
+    gu_h2d(drows, rows, sizeof rows);
+    float y0[3 * 45], y1[3 * 45];
+    int32_t t0[4], t1[4];
+    int same = 1;
+    static const emu_order orders[] = {EMU_ORDER_FORWARD, EMU_ORDER_REVERSE, EMU_ORDER_RANDOM, EMU_ORDER_RANDOM};
+    for (int o = 0; o < 4; o++) {
+        emu_set_order(orders[o]);
+        CU_CHECK_FATAL(cu_matvec_bf16(dy, dx, dw, B, N, K, 0));
+        CU_CHECK_FATAL(cu_samp_topk_rows(dout, dl, drows, BS, NS, 1, 0));
+        gu_d2h(o ? y1 : y0, dy, sizeof y0);
+        gu_d2h(o ? t1 : t0, dout, sizeof t0);
+        if (o) same &= !memcmp(y0, y1, sizeof y0) && !memcmp(t0, t1, sizeof t0);
+    }
+    emu_set_order(EMU_ORDER_RANDOM);
+    result(same, "resume order: matvec and sampler results do not depend on it",
+           "forward, reverse and two random orders: bit-identical");
+    free(x);
+    free(l);
+    free(w);
+}
+
+int main(void) {
+    emu_set_quiet(1);
+    printf("emu-test: the CUDA emulator's detectors and semantics\n");
+    fflush(stdout);
+    test_detectors();
+    test_real_kernels();
+    test_shuffles();
+    test_votes();
+    test_atomics_dims();
+    test_dyn_shared_config();
+    test_copies();
+    test_graphs();
+    test_cublas();
+    test_orders();
+    printf("%d passed, %d failed, 0 skipped\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
