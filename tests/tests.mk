@@ -49,3 +49,9 @@ OPTIONAL_LINES += $(if $(shell pkg-config --exists openblas 2>/dev/null && echo 
 
 bench: $(PROGRAMS) $(BENCH_DEPS)
 	$(Q)set -e; $(if $(BENCHES),$(foreach b,$(BENCHES),echo "== $(b)"; $(b);),echo "no benchmarks yet")
+
+# Personas: WebSocket open -> handshake without a persona, restored from a
+# snapshot and primed on demand, on the demo model (make bench-personas).
+bench-personas: $(BUILD)/moshid $(BUILD)/demo/.ok build/venv/.ok
+	$(Q)build/venv/bin/python tests/bench/bench_handshake.py --moshid $(BUILD)/moshid --demo $(BUILD)/demo -n $(or $(BENCH_N),20)
+.PHONY: bench-personas
