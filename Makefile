@@ -29,7 +29,7 @@ Q := @
 endif
 
 # Targets that need the Debian packages; each first runs the dependency check.
-DEP_GOALS := all run test test-unit test-integration asan bench bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser
+DEP_GOALS := all run test test-unit test-integration asan bench bench-personas bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser
 
 ifeq ($(MOSHID_DEPS_OK),)
 # ---- outer make: install what is missing, then re-enter ------------------
