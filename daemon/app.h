@@ -41,6 +41,12 @@ typedef struct app {
     int in_frames, out_frames; /* ring sizes per slot, frames */
     server_reload_fn reload;
     void *reload_ud;
+    /* the service manager (notify.h) */
+    char url[128];             /* "http://host:port/" once serving (STATUS= lines) */
+    uint64_t wd_usec;          /* watchdog ping period asked for, us (0: none) */
+    uv_timer_t wd_tick;        /* the watchdog check, every wd_usec / 2 (when wd_usec > 0) */
+    uint64_t wd_progress;      /* sched_progress at the last ping */
+    int status_ticks;          /* ticks since the last STATUS= refresh */
 } app;
 
 /* app_now_ms: the monotonic clock, ms (any thread). */

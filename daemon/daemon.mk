@@ -12,9 +12,12 @@ SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c da
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules, the prime job.
 DAEMON_SRCS += daemon/prompt.c daemon/pcache.c daemon/pjob.c daemon/persona.c daemon/persona_prime.c daemon/persona_conf.c
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
+# The service manager: sd_notify readiness, status, watchdog (systemd/systemd.mk
+# holds its flags and its Check suite).
+DAEMON_SRCS += daemon/notify.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
-DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus)
+DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd)
 $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/daemon/persona.o $(BUILD)/obj/daemon/persona_prime.o $(BUILD)/obj/daemon/persona_conf.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)

@@ -16,6 +16,7 @@
 #include "plugin.h"
 #include "audio_opus.h"
 #include "model.h"
+#include "notify.h"
 #include "server.h"
 
 enum {
@@ -292,6 +293,7 @@ int main(int argc, char **argv) {
             rc = MAIN_EXIT_USAGE;
         } else if (cfg_check_files(&c, &err) != MS_OK || check_personas(&c, &err) != MS_OK) {
             fprintf(stderr, "moshid: %s: %s\n", path, err.msg);
+            notify_status("start-up failed: %s", err.msg);   /* shown by systemctl status */
             rc = MAIN_EXIT_CONFIG;
         } else {
             rc = serve(&c, path);

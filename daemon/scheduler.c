@@ -64,6 +64,7 @@ struct sched {
     _Atomic int nfree;
     _Atomic int overloaded;
     _Atomic uint64_t progress;   /* engine-thread progress counter (loops that did work) */
+    _Atomic int idle;    /* 1 while the engine thread waits for work (sched_idle) */
     double ewma_ms;      /* engine thread */
     double last_done_ms; /* engine thread: when the last batch was finished */
     int next_job;        /* engine thread: round-robin start of the job scan */
@@ -338,7 +339,12 @@ static void *engine_main(void *arg) {
          * that caused it and /healthz would refuse new ones for ever). */
         atomic_store(&s->overloaded, 0);
         pthread_mutex_lock(&s->mu);
+        /* idle only while it waits: set before the wait, cleared before
+         * any work is looked at again (a step that never returns then
+         * reads as neither idle nor progressing) */
+        atomic_store(&s->idle, 1);
         while (!s->work && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        atomic_store(&s->idle, 0);
         pthread_mutex_unlock(&s->mu);
     }
     while (npend > 0) finish_oldest(s, pend, pend_t0, &npend);   /* stopping: the model keeps no batch of ours */
@@ -550,6 +556,7 @@ int sched_free_slots(const sched *s) { return atomic_load(&((sched *)s)->nfree);
 int sched_capacity(const sched *s) { return s->cfg.slots; }
 int sched_overloaded(const sched *s) { return atomic_load(&((sched *)s)->overloaded); }
 uint64_t sched_progress(const sched *s) { return atomic_load(&((sched *)s)->progress); }
+int sched_idle(const sched *s) { return atomic_load(&((sched *)s)->idle); }
 
 int sched_failed(const sched *s, ms_error *err) {
     if (!atomic_load(&((sched *)s)->failed)) return 0;

@@ -5,6 +5,7 @@
 #include "server.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "app.h"
 #include "log.h"
 #include "metrics.h"
+#include "notify.h"
 #include "sess.h"
 
 /* Frames per second of audio (80 ms frames). */
@@ -25,11 +27,106 @@
 #define METRICS_MAX 65536
 /* Longest wait for sessions to close at shutdown, ms. */
 #define SHUTDOWN_GRACE_MS 2000
+/* Start-up time asked of the service manager at a time (EXTEND_TIMEOUT_USEC)
+ * while the model loads or the personas prime, us, and how often it is
+ * asked again, s (well inside it). */
+#define NOTIFY_EXTEND_USEC (60ull * 1000000ull)
+#define NOTIFY_EXTEND_EVERY_S 10
+/* Longest the model load is kept alive that way, s: past it the manager's
+ * own TimeoutStartSec= decides (a load that hangs is not kept for ever). */
+#define NOTIFY_LOAD_CAP_S (30 * 60)
+/* STATUS= refresh while serving, ticks (s). */
+#define NOTIFY_STATUS_EVERY_S 10
 
 double app_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The model load keeps start-up alive: a thread that asks the service
+ * manager for NOTIFY_EXTEND_USEC more every NOTIFY_EXTEND_EVERY_S while
+ * model_open blocks the loop thread, for NOTIFY_LOAD_CAP_S at most.
+ * notify_* keep no state, so calling them from this thread is safe. */
+typedef struct load_keepalive {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;                  /* under mu */
+    int running;               /* the thread was started (loop thread) */
+} load_keepalive;
+
+static void *load_keepalive_main(void *arg) {
+    load_keepalive *k = arg;
+    struct timespec end, t;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += NOTIFY_LOAD_CAP_S;
+    pthread_mutex_lock(&k->mu);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += NOTIFY_EXTEND_EVERY_S;
+        while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &t) == 0) {
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (k->done || t.tv_sec >= end.tv_sec) break;
+        notify_extend_timeout(NOTIFY_EXTEND_USEC);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+/* Start the keep-alive (after a first EXTEND_TIMEOUT_USEC sent by the
+ * caller); nothing when not under a notify-aware manager. Loop thread. */
+static void load_keepalive_start(load_keepalive *k) {
+    memset(k, 0, sizeof *k);
+    if (!getenv("NOTIFY_SOCKET")) return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    k->running = pthread_create(&k->thread, NULL, load_keepalive_main, k) == 0;
+    if (!k->running) {
+        pthread_mutex_destroy(&k->mu);
+        pthread_cond_destroy(&k->cv);
+    }
+}
+
+/* Stop and join the keep-alive (the model is open, or failed). */
+static void load_keepalive_stop(load_keepalive *k) {
+    if (!k->running) return;
+    pthread_mutex_lock(&k->mu);
+    k->done = 1;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->thread, NULL);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    k->running = 0;
+}
+
+/* The STATUS= text while serving: where, sessions, capacity, backend,
+ * overload. Loop thread. */
+static void serving_status(const app *a, char *buf, size_t n) {
+    snprintf(buf, n, "serving on %s: sessions %d of %d, backend %s%s", a->url, a->nsessions,
+             a->sch ? sched_capacity(a->sch) : 0, model_backend_name(a->m),
+             a->sch && sched_overloaded(a->sch) ? ", overloaded" : "");
+}
+
+/* The watchdog check, every half ping period: ping only while the engine
+ * is healthy, i.e. its progress counter moved since the last ping or it
+ * waits for work. A step that never returns stops the pings, and the
+ * service manager restarts the daemon. Loop thread (a stuck loop stops
+ * them too). */
+static void on_wd_tick(uv_timer_t *t) {
+    app *a = t->data;
+    if (!a->sch) return;
+    uint64_t p = sched_progress(a->sch);
+    if (p != a->wd_progress || sched_idle(a->sch)) {
+        a->wd_progress = p;
+        notify_watchdog();
+    }
 }
 
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
@@ -86,6 +183,7 @@ static void on_output(void *ud) {
         /* A fatal engine error (e.g. a sticky GPU error): end the process so
          * the service manager restarts it. */
         LOGE("fatal", "msg=\"engine failed: %s\"", e.msg);
+        notify_status("engine failed: %s", e.msg);
         a->exit_status = 4;
         for (sess *s = a->sessions; s; s = s->next)
             sess_fail(s, MET_ERR_internal, 1011, "internal error: the engine failed; the server restarts");
@@ -109,6 +207,7 @@ static void teardown(app *a) {
     sched_free(a->sch); /* closes its async handle */
     a->sch = NULL;
     uv_close((uv_handle_t *)&a->tick, handles_closed);
+    if (a->wd_usec) uv_close((uv_handle_t *)&a->wd_tick, handles_closed);
     uv_close((uv_handle_t *)&a->sig_term, handles_closed);
     uv_close((uv_handle_t *)&a->sig_int, handles_closed);
     uv_close((uv_handle_t *)&a->sig_hup, handles_closed);
@@ -128,6 +227,16 @@ static void on_tick(uv_timer_t *t) {
         sess_tick(s, now);
     }
     if (!a->stopping && a->listening) sess_shed_tick(a, now);
+    if (!a->stopping && ++a->status_ticks >= (a->server ? NOTIFY_STATUS_EVERY_S : NOTIFY_EXTEND_EVERY_S)) {
+        a->status_ticks = 0;
+        if (a->server) { /* serving: refresh STATUS= */
+            char st[NOTIFY_STATUS_MAX];
+            serving_status(a, st, sizeof st);
+            notify_status("%s", st);
+        } else if (!a->listening) { /* the configured personas are being primed */
+            notify_extend_timeout(NOTIFY_EXTEND_USEC);
+        }
+    }
     if (a->stopping && a->server && (a->nsessions == 0 || now - a->stop_started_ms > SHUTDOWN_GRACE_MS)) {
         LOGI("shutdown", "sessions_left=%d", a->nsessions);
         srv_shutdown(a->server, srv_gone);
@@ -143,6 +252,7 @@ static void on_stop(uv_signal_t *h, int sig) {
     if (a->stopping) return;
     a->stopping = 1;
     a->stop_started_ms = app_now_ms();
+    notify_stopping();
     LOGI("stopping", "signal=%d sessions=%d", sig, a->nsessions);
     for (sess *s = a->sessions; s; s = s->next) sess_fail(s, -1, 1001, "server is shutting down");
     uv_timer_set_repeat(&a->tick, 50);
@@ -152,11 +262,29 @@ static void on_stop(uv_signal_t *h, int sig) {
 static void on_hup(uv_signal_t *h, int sig) {
     (void)sig;
     app *a = h->data;
-    if (!a->reload) { LOGW("reload", "msg=\"no configuration file to reload\""); return; }
+    /* RELOADING=1 ... READY=1 around the reload once serving (before, a
+     * READY=1 would announce a start-up that is not over; while stopping,
+     * it would undo STOPPING=1). */
+    int tell = a->server && !a->stopping;
+    char st[NOTIFY_STATUS_MAX];
+    if (tell) notify_reloading();
+    if (!a->reload) {
+        LOGW("reload", "msg=\"no configuration file to reload\"");
+        if (tell) {
+            serving_status(a, st, sizeof st);
+            notify_ready(st);
+        }
+        return;
+    }
     server_opts n = a->o;
     ms_error e = {0};
     if (a->reload(a->reload_ud, &n, &e) != MS_OK) {
         LOGW("reload_refused", "msg=\"%s\"", e.msg);
+        if (tell) {
+            char why[NOTIFY_STATUS_MAX];
+            snprintf(why, sizeof why, "reload refused: %s", e.msg);
+            notify_ready(why);
+        }
         return;
     }
     /* What can change without a restart: sampling defaults, session limits
@@ -175,6 +303,10 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.personas = n.personas;   /* borrowed from the configuration reload just updated */
     pers_reload(a->pers, &n.personas);
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
+    if (tell) {
+        serving_status(a, st, sizeof st);
+        notify_ready(st);
+    }
 }
 
 /* The configured personas are primed (or one failed): listen, and say so
@@ -186,12 +318,14 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     if (!ok) {
         ms_err_set(&a->start_err, MS_ERR_ARG, "%s", msg);
         LOGE("start_failed", "msg=\"%s\"", msg);
+        notify_status("start-up failed: %s", msg);
         a->exit_status = 1;
         teardown(a);
         return;
     }
     static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed};
     if (!(a->server = srv_create(&a->loop, &a->o.srv, &h, a, &a->start_err))) {
+        notify_status("start-up failed: %s", a->start_err.msg);
         a->exit_status = 1;
         teardown(a);
         return;
@@ -200,10 +334,15 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     /* One line that tools (and `make run`) can read. */
     const server_opts *o = &a->o;
     const char *host = o->srv.listen && o->srv.listen[0] && strcmp(o->srv.listen, "0.0.0.0") ? o->srv.listen : "127.0.0.1";
-    fprintf(stdout, "moshid: serving on %s://%s:%d/ (variant %s, backend %s, %d sessions)\n",
-            o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host, srv_port(a->server),
+    snprintf(a->url, sizeof a->url, "%s://%s:%d/", o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host,
+             srv_port(a->server));
+    fprintf(stdout, "moshid: serving on %s (variant %s, backend %s, %d sessions)\n", a->url,
             model_variant_name(a->m), model_backend_name(a->m), o->model.slots);
     fflush(stdout);
+    char st[NOTIFY_STATUS_MAX];
+    serving_status(a, st, sizeof st);
+    notify_ready(st);
+    a->status_ticks = 0;
 }
 
 int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err) {
@@ -222,7 +361,14 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     a->out_frames = a->in_frames + OUT_RING_STALL_FRAMES;
     if (uv_loop_init(&a->loop) != 0) { free(a); ms_err_set(err, MS_ERR_IO, "cannot create the event loop"); return 1; }
     met_reset();
-    if (!(a->m = model_open(&o->model, err))) goto fail_loop;
+    a->wd_usec = notify_watchdog_usec();
+    notify_status("loading model %s", o->model.lm_dir ? o->model.lm_dir : "");
+    notify_extend_timeout(NOTIFY_EXTEND_USEC);
+    load_keepalive ka;
+    load_keepalive_start(&ka);
+    a->m = model_open(&o->model, err);
+    load_keepalive_stop(&ka);
+    if (!a->m) goto fail_loop;
     sched_model sm = model_sched(a->m);
     sched_config sc = {o->model.slots, a->in_frames, a->out_frames};
     if (!(a->sch = sched_create(&a->loop, &sc, &sm, on_output, a, err))) goto fail_model;
@@ -232,9 +378,18 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
         uv_run(&a->loop, UV_RUN_DEFAULT);
         goto fail_model;
     }
+    notify_status("priming personas");
     uv_timer_init(&a->loop, &a->tick);
     a->tick.data = a;
     uv_timer_start(&a->tick, on_tick, 1000, 1000);
+    if (a->wd_usec) {
+        /* every half ping period, so that a ping goes out at least once
+         * per period while the engine is healthy */
+        uint64_t every_ms = a->wd_usec / 2000;
+        uv_timer_init(&a->loop, &a->wd_tick);
+        a->wd_tick.data = a;
+        uv_timer_start(&a->wd_tick, on_wd_tick, 0, every_ms ? every_ms : 1);
+    }
     uv_signal_init(&a->loop, &a->sig_term);
     uv_signal_init(&a->loop, &a->sig_int);
     uv_signal_init(&a->loop, &a->sig_hup);
@@ -261,6 +416,7 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
 fail_model:
     model_close(a->m);
 fail_loop:
+    notify_status("start-up failed: %s", err ? err->msg : "");
     uv_loop_close(&a->loop);
     free(a);
     return 1;

@@ -254,7 +254,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     s->c = c;
     s->id = ++a->next_id;
     s->slot = -1;
-    s->last_rx_ms = s->last_ping_ms = app_now_ms();
+    s->last_rx_ms = s->last_ping_ms = s->open_ms = app_now_ms();
     s->pt.samp = (pers_samp){-1, -1, -1, -1};   /* no persona overrides */
     s->next = a->sessions;
     if (a->sessions) a->sessions->prev = s;
@@ -504,7 +504,14 @@ void sess_closed(void *ud, void *sp) {
     sess *s = sp;
     release_slot(s);
     pers_ticket_release(a->pers, &s->pt);
-    LOGI("session_closed", "id=%llu steps=%llu", (unsigned long long)s->id, (unsigned long long)s->steps);
+    /* close_status 0: the client closed or the connection dropped (the
+     * server decided no close); else the status and reason it sent */
+    LOGI("session_closed",
+         "id=%llu peer=%s duration_s=%.1f frames_in=%llu frames_out=%llu frames_late=%llu early_dropped=%llu "
+         "close_status=%d reason=\"%s\"",
+         (unsigned long long)s->id, srv_conn_peer(s->c), (app_now_ms() - s->open_ms) / 1000.0,
+         (unsigned long long)s->frames_in, (unsigned long long)s->steps, (unsigned long long)s->frames_late,
+         (unsigned long long)s->early_dropped, s->close_status, s->close_status ? s->close_reason : "");
     if (s->prev) s->prev->next = s->next;
     else a->sessions = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -534,8 +541,8 @@ static void on_ready(sess *s) {
     }
     m->len = out;
     enqueue(s, m);
-    LOGI("session_ready", "id=%llu slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id, s->slot,
-         s->early_n, (unsigned long long)s->pt.key_hash);
+    LOGI("session_ready", "id=%llu peer=%s slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id,
+         srv_conn_peer(s->c), s->slot, s->early_n, (unsigned long long)s->pt.key_hash);
     for (int i = 0; i < s->early_n && !s->close_status; i++)
         if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * AUDIO_FRAME_SAMPLES) != MS_OK)
             sess_fail(s, MET_ERR_input_overrun, WS_POLICY, "too much audio before the session was ready");
@@ -545,6 +552,7 @@ static void on_ready(sess *s) {
 static void on_frame(sess *s, const sched_out *o) {
     app *a = s->a;
     s->steps++;
+    if (o->latency_ms > SESS_FRAME_MS) s->frames_late++;   /* the scheduler's rule for moshid_late_frames_total */
     if (o->has_pcm) {
         uint8_t buf[AUDIO_ENC_OUT_MAX];
         size_t n = 0;

@@ -61,6 +61,8 @@ typedef struct sess {
     double last_rx_ms;
     double first_audio_ms;     /* when the first input frame completed (0: none yet) */
     uint64_t frames_in;        /* input frames completed */
+    double open_ms;            /* app_now_ms when the connection opened */
+    uint64_t frames_late;      /* output frames later than one frame period (as moshid_late_frames_total) */
 } sess;
 
 /* Handlers for srv (sess.c). */

@@ -1,6 +1,6 @@
 # systemd/systemd.mk - moshid as a system service: `make install`, the
-# units, the man page, and the sd_notify module (daemon/notify.c, its Check
-# suite; the daemon calls it from issue 14 part 2 on).
+# units, the man page, and the sd_notify module's flags and Check suite
+# (daemon/notify.c, built into libdaemon.a: daemon/daemon.mk).
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=] [UNITDIR=PREFIX/lib/systemd/system]
 #
@@ -68,9 +68,10 @@ install: $(BUILD)/moshid $(INST_TOOLS) $(INST_CU_PLUGIN) $(INST_UNITS) systemd/m
 
 TEST_SCRIPTS += tests/cli/install.sh
 
-# The sd_notify module: a Check suite against a test NOTIFY_SOCKET. Not yet
-# in libdaemon.a (part 2 moves daemon/notify.c into DAEMON_SRCS and adds
-# $(NOTIFY_LIBS) to DAEMON_LIBS).
+# The sd_notify module: a Check suite against a test NOTIFY_SOCKET.
+# daemon/notify.c is in DAEMON_SRCS (libdaemon.a; libsystemd is in
+# DAEMON_LIBS); the suite links that same object alone (nothing else of the
+# daemon), so no symbol is linked twice.
 NOTIFY_LIBS = $(call pc_libs,libsystemd)
 $(BUILD)/obj/daemon/notify.o: CPPFLAGS_ALL += $(call pc_cflags,libsystemd)
 CHECK_SUITES += notify

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -115,6 +116,49 @@ START_TEST(test_level_names) {
 }
 END_TEST
 
+/* Set $JOURNAL_STREAM to the capture file's "dev:ino" (+ ino_delta: a
+ * stream that is not fd 2). The logger decides once per process, and each
+ * test runs in a process of its own (CK_FORK). */
+static void journal_stream_is_capture(long ino_delta) {
+    struct stat st;
+    ck_assert_int_eq(fstat(fileno(cap), &st), 0);
+    char v[64];
+    snprintf(v, sizeof v, "%llu:%llu", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino + ino_delta);
+    ck_assert_int_eq(setenv("JOURNAL_STREAM", v, 1), 0);
+}
+
+START_TEST(test_journal_priority_prefix) {
+    ms_log_level = MS_LOG_DEBUG;
+    capture_begin();
+    journal_stream_is_capture(0);
+    LOGD("d", "%s", "");
+    LOGI("i", "k=1");
+    LOGW("w", "k=2");
+    LOGE("e", "k=3");
+    char *out = capture_end();
+    regex_t re;
+    ck_assert_int_eq(regcomp(&re,
+                             "^<7>ts=[^ ]+ level=debug event=d ?\n<6>ts=[^ ]+ level=info event=i k=1\n"
+                             "<4>ts=[^ ]+ level=warn event=w k=2\n<3>ts=[^ ]+ level=error event=e k=3\n$",
+                             REG_EXTENDED),
+                     0);
+    ck_assert_msg(regexec(&re, out, 0, NULL, 0) == 0, "got: %s", out);
+    regfree(&re);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_journal_other_stream_no_prefix) {
+    ms_log_level = MS_LOG_INFO;
+    capture_begin();
+    journal_stream_is_capture(1);   /* stderr was redirected away from the journal */
+    LOGW("w", "k=2");
+    char *out = capture_end();
+    ck_assert_msg(strncmp(out, "ts=", 3) == 0, "got: %s", out);
+    free(out);
+}
+END_TEST
+
 #define THREADS 4
 #define LINES 500
 
@@ -151,6 +195,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_long_line);
     tcase_add_test(tc, test_level_names);
     tcase_add_test(tc, test_threads_no_interleave);
+    tcase_add_test(tc, test_journal_priority_prefix);
+    tcase_add_test(tc, test_journal_other_stream_no_prefix);
     suite_add_tcase(s, tc);
     return s;
 }

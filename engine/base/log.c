@@ -2,8 +2,11 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,15 +29,40 @@ const char *ms_log_level_name(int level) {
 /* Longest line written, bytes; longer lines are cut and end in "...". */
 #define LOG_LINE_MAX 2048
 
+/* sd-daemon(3) priority prefixes by level: journald reads "<N>" at the
+ * start of a line as its priority (err, warning, info, debug). */
+static const char level_prio[] = {'7', '6', '4', '3'};
+
+/* 1 when stderr is a journald stream: $JOURNAL_STREAM ("dev:ino", set by
+ * systemd for StandardError=journal) names fd 2 (systemd.exec(5): a
+ * process whose stderr was redirected since must not prefix). Decided at
+ * the first line and kept (-1: not yet; a race only decides it twice). */
+static int journal_stderr(void) {
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v >= 0) return v;
+    v = 0;
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    if (js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0)
+        v = (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
 void ms_log_emit(int level, const char *event, const char *fmt, ...) {
     char line[LOG_LINE_MAX];
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
+    char prio[4] = "";
+    if (journal_stderr() && level >= MS_LOG_DEBUG && level <= MS_LOG_ERROR)
+        prio[0] = '<', prio[1] = level_prio[level], prio[2] = '>', prio[3] = '\0';
     int n = snprintf(line, sizeof line,
-                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=%s event=%s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     "%sts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ level=%s event=%s",
+                     prio, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                      tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
                      ms_log_level_name(level), event);
     if (n < 0) return;

@@ -20,7 +20,9 @@ import moshi_client as mc
 FRAME = mc.FRAME
 
 
-def start_daemon(build_dir, tmp_path, **over):
+def start_daemon(build_dir, tmp_path, env=None, **over):
+    """moshid on the demo model; over: section__key=value config overrides;
+    env: the process environment (None: this one's)."""
     demo = build_dir / "demo"
     cfg = {
         "server": {"listen": "127.0.0.1", "port": 0},
@@ -39,7 +41,7 @@ def start_daemon(build_dir, tmp_path, **over):
     path.write_text(json.dumps(cfg))
     log = open(tmp_path / (path.stem + ".log"), "w")
     p = subprocess.Popen([str(build_dir / "moshid"), "--config", str(path)], stdout=subprocess.PIPE,
-                         stderr=log, text=True)
+                         stderr=log, text=True, env=env)
     line = p.stdout.readline()
     if "serving on" not in line:
         p.kill()
