@@ -28,8 +28,8 @@ typedef struct {
     int fail_at;          /* fail the submit with this global index (-1 never) */
     int nstep;
     _Atomic int nwait;
-    int gate;             /* when set, each submit waits on sem */
-    sem_t sem;
+    int gate;             /* when set, each submit posts gate_in, then waits on sem */
+    sem_t sem, gate_in;
     int begin_gate;       /* when set, begin posts begin_in, then waits on begin_sem */
     sem_t begin_in, begin_sem;
     int begin_fail;       /* begin returns an error */
@@ -73,7 +73,10 @@ static int f_job(void *ctx, int slot, int *done, ms_error *err) {
 static void f_end(void *ctx, int slot) { ((fake *)ctx)->ended[slot]++; }
 static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
-    if (f->gate) sem_wait(&f->sem);
+    if (f->gate) {
+        sem_post(&f->gate_in);
+        sem_wait(&f->sem);
+    }
     if (f->nstep++ == f->fail_at) return ms_err_set(err, MS_ERR_DEVICE, "stand-in failure");
     if (f->slow_ms > 0) { /* the model's cost: a lower bound on the step time, not a wait for an event */
         struct timespec d = {0, (long)f->slow_ms * 1000000L};
@@ -111,6 +114,7 @@ static sched *make_ex(fake *f, int in_frames, int out_frames, int job) {
     f->use_job = job;
     sem_init(&f->wait_sem, 0, 0);
     sem_init(&f->sem, 0, 0);
+    sem_init(&f->gate_in, 0, 0);
     sem_init(&f->begin_in, 0, 0);
     sem_init(&f->begin_sem, 0, 0);
     uv_loop_init(&loop);
@@ -252,8 +256,11 @@ START_TEST(test_batching_and_overrun) {
     }
     f.gate = 1;
     frame(pcm_buf, 0);
-    /* first step blocks inside the model with slot 0's frame */
+    /* first step blocks inside the model with slot 0's frame: wait until
+     * the engine is in it (it may still be gathering when the other frames
+     * come, and would then take them into that first batch) */
     ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm_buf), MS_OK);
+    sem_wait(&f.gate_in);
     for (int i = 0; i < SLOTS; i++) ck_assert_int_eq(sched_push(s, slot[i], gen[i], pcm_buf), MS_OK);
     /* slot 0 now holds 2 frames (ring of 2, the in-step frame counts until done) */
     ck_assert_int_eq(sched_push(s, slot[0], gen[0], pcm_buf), MS_ERR_LIMIT);
