@@ -59,7 +59,7 @@ def stop_daemon(p, logname):
         except subprocess.TimeoutExpired:
             p.kill()
             raise AssertionError("moshid did not stop on SIGTERM")
-        assert rc == 0, open(logname).read()[-3000:]
+        assert rc == 0, f"moshid exited {rc} on SIGTERM:\n" + open(logname).read()[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,10 @@ for i in $(seq 1 "$n"); do
     out=$(build/venv/bin/python -m pytest -q -p no:cacheprovider tests/integration 2>&1)
     rc=$?
     summary=$(tail -n 1 <<<"$out")
-    if [ $rc -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); grep -E "^(FAILED|ERROR)" <<<"$out" | head -5; fi
+    if [ $rc -eq 0 ]; then pass=$((pass + 1)); else
+        fail=$((fail + 1)); grep -E "^(FAILED|ERROR)" <<<"$out" | head -5
+        keep=$(mktemp /tmp/moshid-stab-fail.XXXXXX) && printf '%s\n' "$out" >"$keep" && echo "  (whole output: $keep)"
+    fi
     echo "run $i: rc=$rc $(( $(date +%s) - t0 )) s: $summary"
 done
 echo "stability: $pass passed, $fail failed"
