@@ -45,6 +45,20 @@ typedef struct srv_http_reply {
     size_t body_len;
 } srv_http_reply;
 
+/* What ws_admit sees of an upgrade request (borrowed for the call; absent
+ * headers are ""). */
+typedef struct srv_admit_req {
+    const char *peer;              /* client IP */
+    const char *path;              /* "/api/chat" */
+    const char *host;              /* Host header */
+    const char *origin;            /* Origin header */
+    const char *authorization;     /* Authorization header */
+    const char *api_key;           /* kyutai-api-key header */
+    const char *const *args;       /* decoded query arguments, "name=value" (as ws_open) */
+    int nargs;                     /* -1: over the query limits */
+    int tls;                       /* 1 on an https/wss listener */
+} srv_admit_req;
+
 typedef struct srv_handlers {
     /* http_get: claim a dynamic GET path. Fill reply and return 1, or 0 to
      * let the static files / 404 handle it. */
@@ -64,6 +78,12 @@ typedef struct srv_handlers {
     void (*ws_writable)(void *ud, void *sess);
     /* ws_closed: the connection is gone; the session must forget c. */
     void (*ws_closed)(void *ud, void *sess);
+    /* ws_admit: decide an upgrade before the 101 is sent. Return 0 to
+     * accept (*principal, NULL unless set, is kept with the connection:
+     * srv_conn_principal), or the HTTP status to refuse with (401, 403,
+     * 429, 503), why[0..whylen) holding a one-line reason sent as the
+     * text/plain body. NULL: every upgrade on /api/chat is accepted. */
+    int (*ws_admit)(void *ud, const srv_admit_req *r, void **principal, char *why, size_t whylen);
 } srv_handlers;
 
 /* srv_create: listen and serve on loop. NULL with err set on failure (port
@@ -108,5 +128,12 @@ void srv_conn_close(srv_conn *c, int status, const char *reason);
 void srv_conn_drop_after(srv_conn *c, int secs);
 /* srv_conn_peer: "ip" of the peer (for logs). */
 const char *srv_conn_peer(const srv_conn *c);
+/* srv_conn_principal: what ws_admit set for this connection (NULL if none). */
+void *srv_conn_principal(const srv_conn *c);
+/* srv_reload_tls: load a new certificate chain and key (PEM paths) for the
+ * listener; connections open now keep theirs, new ones get the new pair.
+ * On failure the old pair stays in use and err says why. MS_ERR_STATE when
+ * the listener was started without TLS. */
+int srv_reload_tls(srv *s, const char *cert, const char *key, ms_error *err);
 
 #endif

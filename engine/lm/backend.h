@@ -61,6 +61,11 @@ typedef struct lm_backend_opts {
     int pipeline;         /* 1: a frame step may still run after frame_submit
                              returns (overlap with the next); 0: submit does
                              all the work (the synchronous engine) */
+    uint64_t random_weights;  /* 0: load model_dir/model.safetensors. Nonzero
+                             (benchmarks only): model_dir holds config.json
+                             alone and the weights are generated from this
+                             seed (a backend without the feature answers
+                             MS_ERR_UNSUPPORTED) */
 } lm_backend_opts;
 
 /* Where a backend keeps slot state and snapshots. */

@@ -1,0 +1,51 @@
+/* cu_plan.h - the CUDA backend's memory plan: what the device must hold
+ * for N slots at context C (weights, K/V, snapshots, workspaces, graph
+ * buckets), and how many slots fit on a card of M bytes. Plain C (no CUDA
+ * headers): the plugin calls it at open, the daemon and the benchmarks call
+ * it to explain a refusal, and check_plan tests it on the CPU.
+ */
+#ifndef MOSHID_CU_PLAN_H
+#define MOSHID_CU_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lm_config.h"
+
+/* What is asked for. */
+typedef struct cu_plan_req {
+    int slots;                /* backend slots (sessions + prime slots) */
+    int context;              /* K/V positions per slot (<= 0: cfg->context) */
+    int snapshots;            /* K/V snapshots held on the device */
+    int snap_positions;       /* positions of each snapshot */
+    int max_bucket;           /* largest batch-size bucket captured (<= 0: slots) */
+    int weight_bytes_per_el;  /* 2: bf16 (the backend's storage) */
+    int codec;                /* 1: the Mimi codec's weights and per-slot state too */
+} cu_plan_req;
+
+/* The plan, in bytes. */
+typedef struct cu_plan {
+    size_t weights;           /* LM matrices, embeddings, norms */
+    size_t kv;                /* every slot's K/V ring (bf16), scratch slot included */
+    size_t kv_per_slot;
+    size_t snapshots;
+    size_t workspace;         /* activations and logits of the largest bucket */
+    size_t graphs;            /* captured graphs' estimated overhead */
+    size_t codec;             /* Mimi weights and per-slot state (0 unless req->codec) */
+    size_t reserve;           /* CUDA context, cuBLAS workspace, fragmentation margin */
+    size_t total;
+} cu_plan;
+
+/* cu_plan_compute: fill *out for req on cfg. Returns 0, or -1 when req is
+ * invalid (slots < 1, ...) or a size overflows. */
+int cu_plan_compute(const lm_config *cfg, const cu_plan_req *req, cu_plan *out);
+
+/* cu_plan_max_slots: the most slots (with req's other fields) whose plan
+ * fits in device_bytes; 0 when not even one does. */
+int cu_plan_max_slots(const lm_config *cfg, const cu_plan_req *req, size_t device_bytes);
+
+/* cu_plan_describe: one line, "weights 14.2 GiB + K/V 32 x 0.40 GiB + ...
+ * = 29.5 GiB", for logs and errors. Returns buf. */
+char *cu_plan_describe(const cu_plan *p, int slots, char *buf, size_t len);
+
+#endif
