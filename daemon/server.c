@@ -323,7 +323,7 @@ static void personas_ready(void *ud, int ok, const char *msg) {
         teardown(a);
         return;
     }
-    static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed};
+    static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed, NULL};
     if (!(a->server = srv_create(&a->loop, &a->o.srv, &h, a, &a->start_err))) {
         notify_status("start-up failed: %s", a->start_err.msg);
         a->exit_status = 1;

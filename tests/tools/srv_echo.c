@@ -102,7 +102,7 @@ static void on_signal(uv_signal_t *h, int sig) {
 }
 
 int main(int argc, char **argv) {
-    static const srv_handlers h = {http_get, ws_open, ws_message, ws_oversize, ws_writable, ws_closed};
+    static const srv_handlers h = {http_get, ws_open, ws_message, ws_oversize, ws_writable, ws_closed, NULL};
     srv_config cfg = {.listen = "127.0.0.1", .port = 0, .max_message_bytes = argc > 1 ? (size_t)atol(argv[1]) : 65536,
                       .max_header_bytes = 16384, .max_connections = 32, .send_buffer_bytes = 0};
     uv_loop_init(&loop);
