@@ -29,7 +29,7 @@ Q := @
 endif
 
 # Targets that need the Debian packages; each first runs the dependency check.
-DEP_GOALS := all run test test-unit test-integration asan bench bench-personas bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser
+DEP_GOALS := all run test test-unit test-integration asan bench bench-personas bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser soak fuzz-long hostile
 
 ifeq ($(MOSHID_DEPS_OK),)
 # ---- outer make: install what is missing, then re-enter ------------------
@@ -109,7 +109,10 @@ include engine/cli/cli.mk
 -include daemon/daemon.mk
 -include tests/browser/browser.mk
 -include cuda/cuda.mk
+-include cuda/plan.mk
+-include tests/gpu/bench.mk
 -include tests/fuzz/fuzz.mk
+-include tests/long.mk
 include systemd/systemd.mk
 include tests/tests.mk
 
