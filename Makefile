@@ -40,13 +40,13 @@ $(DEP_GOALS):
 engine-only:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 MOSHID_ENGINE_ONLY=1 BUILD=$(BUILD)/engine-only engine-only-build
 
-test-emu:
+test-emu fetch-wheels:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 $@
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: $(DEP_GOALS) engine-only test-emu clean
+.PHONY: $(DEP_GOALS) engine-only test-emu fetch-wheels clean
 else
 # ---- inner make: the real rules -----------------------------------------
 CC ?= cc

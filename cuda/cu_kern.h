@@ -5,6 +5,18 @@
  *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
  *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
+ * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
+ * CPU backend's kernels applied row by row:
+ *     cu_embed_sum       kern_embed_add over the n_q audio tables, then text
+ *     cu_embed_add_rows  kern_embed_add, one token per row
+ *     cu_qkv_rope        kern_rope on q and k, then st_f32_to_bf16 of k and v
+ *     cu_attend_ring     kern_attend_ring (keys and values bf16 here)
+ *     cu_dep_attend      kern_attend over the depformer's sub-steps
+ *     cu_silu_gate       kern_silu_gate
+ *     cu_add             kern_add
+ *     cu_f32_to_bf16     st_f32_to_bf16
+ * (cu_kv_store, cu_dep_feed and cu_rand_bf16 only move or generate data;
+ * tests/gpu/backend_test.c covers them through the whole step).
  * (kern_X <-> cu_X: kern_ only says "CPU kernel"; samp_X <-> cu_samp_X).
  * tests/gpu/engine_test.c compares each launcher against its twin.
  *
@@ -50,6 +62,93 @@ cudaError_t cu_samp_topk_rows(int32_t *out,          /* (B) token index in [0, N
                               const float *logits,   /* (B, N) */
                               const samp_row *rows,  /* (B) */
                               int B, int N, uint32_t stream_id, cudaStream_t stream);
+
+/* ---- the LM step (cuda/cu_lm.cu) ----------------------------------------- */
+
+/* Keys one attention block takes (a split of the ring); the ring of a
+ * query is cut into cu_attend_splits(window) splits whose partial softmaxes
+ * a second kernel combines (flash-decoding), so a long context spreads
+ * over many blocks even at batch 1. */
+#define CU_ATT_SPLIT 256
+/* Largest head_dim the attention kernels take (the 7B has 128). */
+#define CU_ATT_MAX_HEAD_DIM 256
+/* Floats of attention workspace per (row, head, split). */
+#define CU_ATT_PART_FLOATS (CU_ATT_MAX_HEAD_DIM + 2)
+
+/* cu_embed_sum: x[b] = sum_q audio_emb[q][tok[b][1 + q]] + text_emb[tok[b][0]]
+ * (audio first, then text, as the CPU backend sums); -1 adds nothing. */
+cudaError_t cu_embed_sum(float *x,                  /* (B, D) */
+                         const int32_t *tok,        /* (B, tok_stride): text, then n_q audio */
+                         int tok_stride,
+                         const uint16_t *audio_emb, /* (n_q, card + 1, D) bf16 */
+                         const uint16_t *text_emb,  /* (text_card + 1, D) bf16 */
+                         int B, int D, int n_q, int card, int text_card, cudaStream_t stream);
+
+/* cu_embed_add_rows: y[b] += table[tok[b]]; tok < 0 adds nothing. */
+cudaError_t cu_embed_add_rows(float *y,              /* (B, D) */
+                              const int32_t *tok,    /* (B) */
+                              const uint16_t *table, /* (rows, D) bf16 */
+                              int B, int D, int rows, cudaStream_t stream);
+
+/* cu_qkv_rope: rotate q and k of each row at pos[b] (kern_rope's
+ * arithmetic; rope_k = (float)(-log(max_period) * 2 / head_dim), computed
+ * by the caller as kern_rope does), in place, and pack the row's new key
+ * and value as bf16 into kvl. */
+cudaError_t cu_qkv_rope(float *qkv,           /* (B, 3D): q | k | v, D = heads * head_dim */
+                        uint16_t *kvl,        /* (B, 2D) out: k | v bf16 */
+                        const int64_t *pos,   /* (B) */
+                        int B, int heads, int head_dim, float rope_k, cudaStream_t stream);
+
+/* cu_attend_splits: the splits cu_attend_ring uses for a window. */
+int cu_attend_splits(int window);
+
+/* cu_attend_ring: softmax(q k^T / sqrt(head_dim)) v per head, row b
+ * attending to positions max(0, p - window + 1) .. p (p = pos[b]) of slot
+ * slot[b]. Positions before the chunk start c0 (prefill ? pos[0] : p) are
+ * read from the ring (row x % ctx of the slot's layer view), the chunk's
+ * own from kvl (row b - (p - x)): in a prefill chunk the rows are
+ * consecutive positions of one slot. The ring is written after (cu_kv_store),
+ * so a chunk never reads a row it overwrites. */
+cudaError_t cu_attend_ring(float *out,               /* (B, heads * head_dim) */
+                           float *part,              /* (B, heads, splits, CU_ATT_PART_FLOATS) workspace */
+                           const float *q,           /* (B, q_stride) */
+                           int q_stride,
+                           const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16 */
+                           const uint16_t *kv_layer, /* slot 0's view of this layer: K (ctx, D) then V (ctx, D) */
+                           size_t slot_stride,       /* elements from one slot's view to the next */
+                           const int32_t *slot,      /* (B) */
+                           const int64_t *pos,       /* (B) */
+                           int B, int heads, int head_dim, int ctx, int window, int prefill, cudaStream_t stream);
+
+/* cu_kv_store: ring row pos[b] % ctx of slot slot[b] = kvl[b]. */
+cudaError_t cu_kv_store(uint16_t *kv_layer, size_t slot_stride, const uint16_t *kvl, const int32_t *slot,
+                        const int64_t *pos, int B, int D, int ctx, cudaStream_t stream);
+
+/* cu_dep_attend: depformer sub-step k: store the rows' keys and values
+ * (from qkv) at sub-step k of their caches, then attend over sub-steps
+ * max(0, k - window + 1) .. k. */
+cudaError_t cu_dep_attend(float *out,         /* (B, D) */
+                          const float *qkv,   /* (B, 3D) */
+                          float *k_cache,     /* (B, cache_stride): (LM_MAX_DEP_Q, D) used */
+                          float *v_cache,
+                          size_t cache_stride, int k, int window, int B, int heads, int head_dim,
+                          cudaStream_t stream);
+
+/* cu_silu_gate: h = silu(u[:, :H]) * u[:, H:]. */
+cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cudaStream_t stream);   /* h (B, H), u (B, 2H) */
+/* cu_add: y += x (n). */
+cudaError_t cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
+/* cu_f32_to_bf16: y = bf16(x) (n), nearest even: the GEMMs' activations. */
+cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream);
+
+/* cu_dep_feed: prev[b] = target[b * t_stride] where >= 0 (forced), else
+ * sampled[b]; with dep_steps (non-NULL), sampled[b] = -1 afterwards where
+ * k >= dep_steps[b] (a sub-step the row did not ask for). */
+cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
+                        const int32_t *dep_steps, int k, int B, cudaStream_t stream);
+
+/* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
+cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

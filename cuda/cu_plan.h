@@ -48,4 +48,23 @@ int cu_plan_max_slots(const lm_config *cfg, const cu_plan_req *req, size_t devic
  * = 29.5 GiB", for logs and errors. Returns buf. */
 char *cu_plan_describe(const cu_plan *p, int slots, char *buf, size_t len);
 
+/* ---- added with cu_plan.c: the plan's assumptions, named ---------------- */
+
+/* Positions of one attention split (the ring is attended in splits of this
+ * many positions, each giving a partial max, sum and accumulator per head
+ * that a second pass combines). */
+#define CU_PLAN_ATTN_SPLIT 256
+/* Rows of one prefill chunk (a prime's matrix-matrix products): the
+ * workspace holds at least this many rows, and the chunk's attention
+ * scores (rows x heads x context). */
+#define CU_PLAN_PREFILL_ROWS 64
+/* Most batch-size buckets (1, 2, 4, ... up to LM_MAX_SLOTS). */
+#define CU_PLAN_MAX_BUCKETS 16
+
+/* cu_plan_buckets: the batch sizes a graph is captured for when the
+ * largest is max_bucket: the powers of two below it, then max_bucket
+ * itself (1, 2, 4, 8, 12 for 12). Writes at most cap sizes, ascending, and
+ * returns how many there are (-1 when max_bucket < 1 or cap is too small). */
+int cu_plan_buckets(int max_bucket, int *sizes, int cap);
+
 #endif

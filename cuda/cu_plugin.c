@@ -1,10 +1,9 @@
 /* cu_plugin.c - the entry point of libmoshid-cuda.so (engine/plugin.h).
  *
- * For now the plugin describes the devices it could use (probe) and carries
- * no backend table: `backend` stays NULL until the CUDA backend exists, so
- * moshid refuses `backend: cuda` with a clear message instead of running a
- * half-made one. Plain C against the CUDA runtime API (no device code, so
- * no nvcc pass for four targets).
+ * The plugin describes the devices it could use (probe) and carries the
+ * CUDA backend table (cu_backend.c: the LM on the device, Mimi on the
+ * host). Plain C against the CUDA runtime API (no device code, so no nvcc
+ * pass for four targets).
  */
 #include <stdio.h>
 #include <stdarg.h>
@@ -12,7 +11,11 @@
 
 #include "cu_check.h"
 
+#include "backend.h"
 #include "plugin.h"
+
+/* The backend table (cu_backend.c). */
+extern const lm_backend_ops lm_cuda_backend;
 
 #ifndef CU_BUILD_STR
 #define CU_BUILD_STR "CUDA (unknown build)"
@@ -81,7 +84,7 @@ static const moshid_plugin cu_plugin = {
     .name = "cuda",
     .build = CU_BUILD_STR,
     .probe = cu_probe,
-    .backend = NULL,   /* none yet: the CUDA backend table is a later issue */
+    .backend = &lm_cuda_backend,   /* cu_backend.c */
 };
 
 const moshid_plugin *moshid_plugin_entry(void);

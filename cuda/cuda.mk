@@ -9,6 +9,10 @@
 #                                CPU backend's own kernel or sampler (kern_*,
 #                                samp_* in $(LIBENGINE))
 #   $(BUILD)/engine-bench        matvec bandwidth vs cudaMemcpy D2D, sampler time
+#   $(BUILD)/backend-test        the CUDA backend table against the CPU backend
+#                                on tiny models (tests/gpu/backend_test.c)
+#   make cu-ptxas                ptxas -v resource report of the kernels
+#                                (registers, spills) -> docs/cuda-ptxas.txt
 #   tests/gpu/emu/emu.mk         the same kernels and engine-test's cases on
 #                                the host emulator, in `make test` (needs no
 #                                toolkit: built whether or not nvcc exists)
@@ -67,11 +71,12 @@ cu-config:
 
 # The kernel files: the plugin's, and the emulator's (tests/gpu/emu/emu.mk),
 # which runs each of them on the host without a device.
-CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu
+CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu cuda/cu_lm.cu
 
 CU_PLUGIN := $(BUILD)/libmoshid-cuda.so
 CU_TEST := $(BUILD)/engine-test
 CU_BENCH := $(BUILD)/engine-bench
+CU_BACKEND_TEST := $(BUILD)/backend-test
 
 ifneq ($(CU_NVCC),)
 NVCC_VERSION := $(shell $(CU_NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
@@ -86,14 +91,19 @@ NVCCFLAGS := -std=c++17 -O2 -lineinfo $(CU_GENCODE) -Werror all-warnings \
 	-Xcompiler -fPIC,-Wall,-Wextra,-Werror -D_GNU_SOURCE $(ENGINE_INC) -Icuda
 CU_LIBDIR := $(firstword $(wildcard $(CU_HOME)/lib64 $(CU_HOME)/lib))
 
-# Kernels (nvcc) and the plugin entry (plain C against the runtime API).
+# Kernels (nvcc), the plugin entry and the backend table (plain C against
+# the runtime API and cuBLAS).
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
-CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(CU_OBJS)
+CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(BUILD)/obj/cuda/cu_backend.o $(CU_OBJS)
 # (-isystem: the toolkit's headers are not held to -Werror)
 EXTRA_CFLAGS_cuda_ := -isystem $(CU_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
 EXTRA_CFLAGS_tests_gpu_ := -isystem $(CU_HOME)/include -Itests/gpu
-# The engine parts the plugin carries its own copy of (errors, logging).
-CU_ENGINE_OBJS := $(BUILD)/obj/engine/base/err.o $(BUILD)/obj/engine/base/log.o
+# The plugin carries its own copy of the engine parts it uses, linked from
+# the engine core archive (built -fPIC): errors, logging, JSON, safetensors,
+# the LM configuration and loader, the memory plan (cuda/cu_plan.c) and the
+# CPU Mimi the codec entries run; the version script keeps them local.
+# cuBLAS is a shared library of the toolkit, found through an rpath.
+CU_BLAS_LIBS := -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR)
 
 $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	@mkdir -p $(@D)
@@ -101,10 +111,10 @@ $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	$(Q)$(CU_NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 # Only moshid_plugin_entry is exported (cuda/plugin.map).
-$(CU_PLUGIN): $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS) cuda/plugin.map
+$(CU_PLUGIN): $(CU_PLUGIN_OBJS) $(LIBENGINE) cuda/plugin.map
 	@echo "  NVLD    $@"
 	$(Q)$(CU_NVCC) -shared --cudart static -Xlinker --version-script=cuda/plugin.map \
-		-Xlinker --exclude-libs,ALL -o $@ $(CU_PLUGIN_OBJS) $(CU_ENGINE_OBJS)
+		-Xlinker --exclude-libs,ALL -o $@ $(CU_PLUGIN_OBJS) $(LIBENGINE) $(CU_BLAS_LIBS) -lpthread -lm
 
 # The runners link the kernels directly (no dlopen) and the engine core,
 # which holds the C twins.
@@ -119,7 +129,32 @@ $(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
 	$(Q)$(CU_NVCC) --cudart static -o $@ $^ -L$(CU_LIBDIR) -lcublas -Xlinker -rpath=$(CU_LIBDIR) -lm
 
-CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH)
+# backend-test links the backend table directly (no dlopen), beside the
+# CPU backend it is compared with.
+CU_BACKEND_TEST_OBJS := $(BUILD)/obj/tests/gpu/backend_test.o $(BUILD)/obj/tests/gpu/gpu_util.o \
+	$(BUILD)/obj/cuda/cu_backend.o
+$(CU_BACKEND_TEST): $(CU_BACKEND_TEST_OBJS) $(CU_OBJS) $(LIBENGINE)
+	@echo "  NVLD    $@"
+	$(Q)$(CU_NVCC) --cudart static -o $@ $^ $(CU_BLAS_LIBS) -lpthread -lm
+
+# The ptxas resource report of every kernel for each SASS target (registers,
+# spills, shared memory), kept in docs/ (docs/cuda.md says how to read it).
+CU_PTXAS_DOC := docs/cuda-ptxas.txt
+cu-ptxas:
+	$(Q){ echo "# ptxas -v of the CUDA kernels (make cu-ptxas; nvcc $(NVCC_VERSION); -O2, sm_80 sm_89 sm_90)"; \
+	  echo "# Per kernel and target: its stack frame and spill stores/loads, then registers, barriers,"; \
+	  echo "# shared memory (smem) and constant bank (cmem) use. Regenerate after changing a kernel."; \
+	  for f in $(CU_SRCS); do for a in $(CU_ARCHS); do echo; echo "## $$f $$a"; \
+	    $(CU_NVCC) -std=c++17 -O2 -gencode arch=compute_$${a#sm_},code=$$a -Xptxas -v -D_GNU_SOURCE \
+	      $(ENGINE_INC) -Icuda -c $$f -o /dev/null 2>&1 | \
+	      sed -e 's/^ptxas info *: //' -e 's/^ *//' | \
+	      grep -E '^(Function properties for|Used [0-9]+ registers|[0-9]+ bytes stack frame)' | \
+	      sed -e 's/^Function properties for /kernel /' | c++filt || exit 1; \
+	    done; done; } > $(CU_PTXAS_DOC).tmp && mv $(CU_PTXAS_DOC).tmp $(CU_PTXAS_DOC)
+	@echo "  wrote $(CU_PTXAS_DOC)"
+.PHONY: cu-ptxas
+
+CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH) $(CU_BACKEND_TEST)
 CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION) in $(CU_HOME), $(CU_ARCHS) + PTX)"
 BENCHES += '$(CU_BENCH)'
 BENCH_DEPS += $(CU_BENCH)
@@ -155,7 +190,7 @@ $(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/base/plugin.h
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@
 $(BUILD)/tests/check_plugin: $(if $(CU_TARGETS),$(CU_PLUGIN)) $(FAKE_PLUGINS)
-TEST_SCRIPTS += tests/gpu/engine_test.sh tests/gpu/cuda_home.sh
+TEST_SCRIPTS += tests/gpu/engine_test.sh tests/gpu/backend_test.sh tests/gpu/cuda_home.sh
 # The same kernels and engine-test's cases on the host emulator (no device).
 include tests/gpu/emu/emu.mk
 endif

@@ -26,6 +26,7 @@ typedef struct app {
     model *m;
     sched *sch;
     pers *pers;                /* personas: configured, on demand, the snapshot cache */
+    struct access_ctl *acc;        /* origins and tokens (access.h) */
     srv *server;               /* NULL until the personas are primed, and once the front end is torn down */
     int listening;             /* srv_create was called (start-up is over) */
     int torn_down;             /* the engine and the handles are closed (or closing) */

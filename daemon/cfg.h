@@ -80,7 +80,18 @@ typedef struct cfg {
         char *static_dir;           /* served at /; "" = none */
         cfg_strlist allowed_origins;
         bool metrics;               /* serve /metrics */
+        /* connection-level defences (srv.h) */
+        int64_t handshake_timeout_ms;   /* request headers within this of accept / the last answer */
+        int64_t max_connections;        /* active (requests answered, WebSockets); 0 = 2 x sessions.max + 16 */
+        int64_t max_connections_per_ip;
+        int64_t max_pending_handshakes; /* connections without a complete request */
+        int64_t max_pending_per_ip;
+        double conn_rate_per_ip;        /* new connections per second of one IP; 0 = no limit */
+        int64_t conn_burst_per_ip;
     } server;
+    struct {
+        char *tokens_file;          /* NAME:TOKEN[:MAX_SESSIONS] lines (access.h); "" = no authentication */
+    } auth;
     struct {
         char *lm_dir;               /* config.json + model.safetensors */
         char *mimi;                 /* Mimi safetensors */

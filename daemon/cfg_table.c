@@ -18,7 +18,7 @@ const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
 const char *const cfg_pre_skip_names[] = {"ignore", "rfc", NULL};
 const char *const cfg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
-static const char *const default_origins[] = {"*", NULL};
+static const char *const default_origins[] = {"same-origin", "localhost", NULL};
 
 /* Longest host name (RFC 1035) and path, bytes. */
 #define HOST_MAX 253
@@ -51,15 +51,18 @@ static int check_listen(const char *s, char *why, size_t len) {
     return 1;
 }
 
-/* server.allowed_origins item: "*" or scheme://host[:port] as browsers
- * send it in the Origin header (no path, no trailing slash). */
+/* server.allowed_origins item: "*", the keywords "same-origin" and
+ * "localhost" (daemon/access.h says what they admit), or
+ * scheme://host[:port] as browsers send it in the Origin header (no path,
+ * no trailing slash). */
 static int check_origin(const char *s, char *why, size_t len) {
-    if (strcmp(s, "*") == 0) return 0;
+    if (strcmp(s, "*") == 0 || strcmp(s, "same-origin") == 0 || strcmp(s, "localhost") == 0) return 0;
     const char *h = NULL;
     if (strncmp(s, "http://", 7) == 0) h = s + 7;
     else if (strncmp(s, "https://", 8) == 0) h = s + 8;
     if (!h) {
-        snprintf(why, len, "\"%s\" is not \"*\" or an origin like https://example.com[:port]", s);
+        snprintf(why, len, "\"%s\" is not \"*\" or an origin like https://example.com[:port] (or the keyword "
+                 "\"same-origin\" or \"localhost\")", s);
         return 1;
     }
     const char *end;
@@ -115,17 +118,52 @@ const cfg_option cfg_options[] = {
             "Address to listen on: an IPv4/IPv6 literal or a host name (\"0.0.0.0\" or \"::\" for every interface)."),
     OPT_INT("server.port", server.port, 0, 8998, 0, 65535,
             "TCP port for HTTP and WebSocket; 0 picks a free port (logged at start)."),
-    OPT_STR("server.tls_cert", server.tls_cert, FILE_PATH, "", PATH_MAX_BYTES, NULL,
-            "PEM certificate chain; with server.tls_key the daemon serves https/wss only."),
-    OPT_STR("server.tls_key", server.tls_key, FILE_PATH, "", PATH_MAX_BYTES, NULL,
+    OPT_STR("server.tls_cert", server.tls_cert, FILE_PATH | R, "", PATH_MAX_BYTES, NULL,
+            "PEM certificate chain; with server.tls_key the daemon serves https/wss only. On SIGHUP the pair is "
+            "read again (new paths or new contents) for new connections; open ones keep theirs; a pair that "
+            "does not load keeps the old one. Turning TLS on or off needs a restart."),
+    OPT_STR("server.tls_key", server.tls_key, FILE_PATH | R, "", PATH_MAX_BYTES, NULL,
             "PEM private key of server.tls_cert (both or neither)."),
     OPT_STR("server.static_dir", server.static_dir, DIR_PATH, "", PATH_MAX_BYTES, NULL,
             "Directory served at / (the browser client); empty = the installed page (PREFIX/share/moshid/web) "
             "or, from a build tree, daemon/web; when neither is there no files are served."),
-    OPT_LIST("server.allowed_origins", server.allowed_origins, 0, default_origins, ORIGIN_MAX, check_origin,
-             "WebSocket upgrades accepted from these Origin values (\"*\" = any); requests without Origin are accepted."),
+    OPT_LIST("server.allowed_origins", server.allowed_origins, R, default_origins, ORIGIN_MAX, check_origin,
+             "Browser pages (the Origin header) that may open sessions: \"same-origin\" (a page served by this "
+             "listener: scheme, host and port of the Host header; by host name only with auth.tokens_file set, "
+             "against DNS rebinding), \"localhost\" (http(s)://localhost, 127.0.0.1, [::1], any port), origins "
+             "such as \"https://voice.example:8443\", or \"*\" (any page); others get 403. Upgrades without "
+             "Origin (programs) are not judged by it (docs/security.md)."),
     OPT_BOOL("server.metrics", server.metrics, R, 1,
              "Serve Prometheus metrics at /metrics (false: 404)."),
+    OPT_INT("server.handshake_timeout_ms", server.handshake_timeout_ms, 0, 5000, 100, 600000,
+            "A connection that has not sent complete request headers (TLS handshake included) this long after "
+            "accept, or after the last answer on a keep-alive connection, is closed."),
+    OPT_INT("server.max_connections", server.max_connections, 0, 0, 0, 4096,
+            "Active connections (WebSocket sessions, static files being sent); more get 503. 0 = 2 x "
+            "sessions.max + 16. /healthz, /metrics and /api/personas are answered whatever the count, and "
+            "pending connections do not count: connections that send nothing starve neither them nor new "
+            "sessions."),
+    OPT_INT("server.max_connections_per_ip", server.max_connections_per_ip, 0, 32, 1, 4096,
+            "Active connections of one client address (as server.max_connections); more get 429. Behind a "
+            "reverse proxy every client has the proxy's address: raise this, set server.conn_rate_per_ip to 0 "
+            "(or the proxy's whole rate) and let the proxy limit each client."),
+    OPT_INT("server.max_pending_handshakes", server.max_pending_handshakes, 0, 64, 1, 4096,
+            "Connections without a complete request yet; a new one over this closes the oldest pending "
+            "connection of the client address with the most (a bare close: it sent no request)."),
+    OPT_INT("server.max_pending_per_ip", server.max_pending_per_ip, 0, 16, 1, 4096,
+            "Pending connections of one client address; a new one over this closes that address's oldest."),
+    OPT_DBL("server.conn_rate_per_ip", server.conn_rate_per_ip, 0, 50.0, 0.0, 100000.0,
+            "New connections per second one client address may open (token bucket of "
+            "server.conn_burst_per_ip); more are closed at accept. 0 = no limit. Addresses are tracked in a "
+            "table of 4096 entries; an entry with no open connection is reused for a new address."),
+    OPT_INT("server.conn_burst_per_ip", server.conn_burst_per_ip, 0, 100, 1, 100000,
+            "Connections one client address may open at once before server.conn_rate_per_ip applies."),
+
+    OPT_STR("auth.tokens_file", auth.tokens_file, FILE_PATH | R, "", PATH_MAX_BYTES, NULL,
+            "Bearer tokens, one NAME:TOKEN[:MAX_SESSIONS] line each (docs/security.md); every session must then "
+            "present one (Authorization: Bearer, kyutai-api-key, or the auth / auth_id query parameter). Empty = "
+            "no authentication: for a port only this machine reaches; set it whenever others can reach the port. "
+            "Re-read on SIGHUP (a bad file keeps the tokens in force)."),
 
     OPT_STR("model.lm_dir", model.lm_dir, DIR_PATH | CFG_F_REQUIRED, "", PATH_MAX_BYTES, NULL,
             "LM checkpoint directory: model.safetensors and optional config.json (official names)."),
@@ -139,7 +177,7 @@ const cfg_option cfg_options[] = {
              "Checkpoint family; auto decides from the LM's config and tensors."),
 
     OPT_ENUM("engine.backend", engine.backend, 0, CFG_BACKEND_AUTO, cfg_backend_names,
-             "auto: CUDA when its plugin loads and a GPU is present, else CPU."),
+             "auto: CUDA when its plugin loads, carries a backend table and sees a usable device, else the CPU (logged)."),
     OPT_INT("engine.gpu", engine.gpu, 0, 0, 0, 63,
             "CUDA device index (CUDA backend only)."),
     OPT_INT("engine.threads", engine.threads, 0, 0, 0, 256,
@@ -167,7 +205,8 @@ const cfg_option cfg_options[] = {
     OPT_DBL("limits.output_queue_s", limits.output_queue_s, R, 2.0, 0.2, 60.0,
             "Unsent output audio that closes a slow client, seconds."),
     OPT_INT("limits.idle_timeout_s", limits.idle_timeout_s, R, 60, 0, 86400,
-            "Close a session after this many seconds without a message from the client; 0 = never."),
+            "Close a session after this many seconds without an audio message from the client (other kinds, "
+            "empty and unknown messages and WebSocket pings do not count); 0 = never."),
     OPT_INT("limits.close_timeout_s", limits.close_timeout_s, R, 5, 1, 60,
             "Hard deadline of a close the server decides (error, idle, shutdown), seconds: the error message, the queued output and the close handshake must be through by then, else the connection is dropped (the session's slot is freed at once either way)."),
     OPT_INT("limits.max_steps", limits.max_steps, R, 0, 0, 1 << 24,

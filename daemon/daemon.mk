@@ -9,6 +9,8 @@ MOSHID_VERSION := 0.1.0-dev
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
+# Access control: origins, bearer tokens (SHA-256 from libcrypto).
+SERVER_SRCS += daemon/access.c
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules, the prime job.
 DAEMON_SRCS += daemon/prompt.c daemon/pcache.c daemon/pjob.c daemon/persona.c daemon/persona_prime.c daemon/persona_conf.c
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
@@ -17,7 +19,7 @@ DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
 DAEMON_SRCS += daemon/notify.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
-DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd)
+DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd libssl libcrypto)
 $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/daemon/persona.o $(BUILD)/obj/daemon/persona_prime.o $(BUILD)/obj/daemon/persona_conf.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
@@ -40,10 +42,15 @@ $(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen $(call pc_cflags,libw
 .PHONY: FORCE
 FORCE:
 
+# `moshid --self-signed DIR` (daemon/selfsign.c): OpenSSL's libcrypto, in
+# moshid alone (the suites that link libdaemon.a do not need it).
+SELFSIGN_LIBS = $(call pc_libs,libcrypto)
+$(BUILD)/obj/daemon/selfsign.o: CPPFLAGS_ALL += $(call pc_cflags,libcrypto)
+
 PROGRAMS += $(BUILD)/moshid
-$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
+$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(BUILD)/obj/daemon/selfsign.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS) $(LDLIBS_ALL)
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(SELFSIGN_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS) $(LDLIBS_ALL)
 
 # Unit tests and command-line tests.
 CHECK_SUITES += cfg
@@ -69,8 +76,10 @@ $(BUILD)/obj/tests/tools/srv_echo.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsock
 $(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(BUILD)/obj/daemon/srv.o $(LIBPROTO) $(LIBENGINE)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv) $(LDLIBS_ALL)
-CHECK_SUITES += metrics scheduler
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv libssl libcrypto) $(LDLIBS_ALL)
+CHECK_SUITES += metrics scheduler access
+CHECK_access_DEPS = $(BUILD)/obj/daemon/access.o $(LIBENGINE)
+CHECK_access_LIBS = $(call pc_libs,libcrypto)
 CHECK_metrics_DEPS = $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
 CHECK_scheduler_DEPS = $(BUILD)/obj/daemon/scheduler.o $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
 CHECK_scheduler_LIBS = $(call pc_libs,libuv)

@@ -13,17 +13,24 @@
 #include "cfg.h"
 #include "err.h"
 #include "log.h"
+#include "metrics.h"
 #include "plugin.h"
 #include "audio_opus.h"
+#include "backend.h"
 #include "model.h"
 #include "notify.h"
 #include "server.h"
+#include "selfsign.h"
 
 enum {
     MAIN_EXIT_OK = 0,
     MAIN_EXIT_CONFIG = 1,          /* configuration refused */
     MAIN_EXIT_USAGE = 2,           /* bad command line */
-    /* server_run: 3 = the loop did not close cleanly, 4 = fatal engine error */
+    /* server_run: 3 = the loop did not close cleanly, 4 = fatal engine error
+     * (a failed frame step, or a device error, MS_ERR_DEVICE, in a step or
+     * a session's start: sticky on CUDA, so the process ends and the
+     * service manager starts a fresh one; one status for both, as systemd
+     * treats them alike) */
 };
 
 /* Most --set options on one command line. */
@@ -60,7 +67,22 @@ static const char *default_web_dir(void) {
     return NULL;
 }
 
-static void to_server_opts(const cfg *c, server_opts *o, const char *const *origins) {
+/* srv's refusals (srv.h) in /metrics, one counter each. */
+static void count_refusal(int why) {
+    static const int counter[SRV_REF__COUNT] = {
+        [SRV_REF_rate] = MET_connections_refused_rate_total,
+        [SRV_REF_ip_table] = MET_connections_refused_ip_table_total,
+        [SRV_REF_handshake_timeout] = MET_handshake_timeouts_total,
+        [SRV_REF_pending_evicted] = MET_handshakes_evicted_total,
+        [SRV_REF_busy] = MET_connections_refused_busy_total,
+        [SRV_REF_per_ip] = MET_connections_refused_per_ip_total,
+        [SRV_REF_bad_request] = MET_http_bad_requests_total,
+    };
+    _Static_assert(SRV_REF__COUNT == 7, "a counter for each srv refusal");
+    if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
+}
+
+static void to_server_opts(const cfg *c, server_opts *o) {
     static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
     o->srv.listen = c->server.listen;
@@ -68,10 +90,22 @@ static void to_server_opts(const cfg *c, server_opts *o, const char *const *orig
     o->srv.tls_cert = c->server.tls_cert;
     o->srv.tls_key = c->server.tls_key;
     o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : default_web_dir();
-    o->srv.allowed_origins = origins;
+    /* srv admits every origin (NULL); the policy is access.h's, judged in
+     * server.c's ws_admit, and reloadable */
+    o->srv.allowed_origins = NULL;
+    o->origins = (const char *const *)c->server.allowed_origins.v;
+    o->norigins = c->server.allowed_origins.n;
+    o->tokens_file = c->auth.tokens_file;
     o->srv.max_message_bytes = (size_t)c->limits.max_message_bytes;
     o->srv.max_header_bytes = (unsigned)c->limits.max_header_bytes;
-    o->srv.max_connections = (unsigned)(2 * c->sessions.max + 16);
+    o->srv.max_connections = (unsigned)(c->server.max_connections ? c->server.max_connections : 2 * c->sessions.max + 16);
+    o->srv.max_connections_per_ip = (unsigned)c->server.max_connections_per_ip;
+    o->srv.max_pending = (unsigned)c->server.max_pending_handshakes;
+    o->srv.max_pending_per_ip = (unsigned)c->server.max_pending_per_ip;
+    o->srv.handshake_timeout_ms = (unsigned)c->server.handshake_timeout_ms;
+    o->srv.conn_rate_per_ip = c->server.conn_rate_per_ip;
+    o->srv.conn_burst_per_ip = (unsigned)c->server.conn_burst_per_ip;
+    o->srv.on_refuse = count_refusal;
     o->srv.send_buffer_bytes = (int)c->limits.send_buffer_bytes;
     o->metrics = c->server.metrics;
     o->model.lm_dir = c->model.lm_dir;
@@ -116,26 +150,39 @@ typedef struct reload_ctx {
     const char *path;
 } reload_ctx;
 
+/* Longest report line logged, bytes (cfg_reload.c cuts values at 256). */
+#define CFG_REPORT_LINE_MAX 1024
+
+/* One line of a reload report as a log field value: up to the newline,
+ * '"' as '\'', other control bytes as '?'. */
+static const char *report_line(const char *l, char *buf, size_t len) {
+    size_t i = 0;
+    for (; l[i] && l[i] != '\n' && i + 1 < len; i++)
+        buf[i] = l[i] == '"' ? '\'' : (unsigned char)l[i] < 0x20 ? '?' : l[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 /* SIGHUP (loop thread): re-read the file; reloadable options apply. */
 static int reload(void *ud, server_opts *o, ms_error *err) {
     reload_ctx *r = ud;
     cfg_reload_report rep;
     if (cfg_reload_file(r->c, r->path, &rep, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
-    if (rep.n_refused) LOGW("reload_refused", "changes=\"%s\" msg=\"these options need a restart\"", rep.refused);
-    if (rep.n_changed) LOGI("reload_changed", "changes=\"%s\"", rep.changed);
+    /* One log record per option (the report holds a line each); the
+     * values' quotes become ' inside the quoted field. */
+    char line[CFG_REPORT_LINE_MAX];
+    for (const char *l = rep.refused; rep.n_refused && *l; l += strcspn(l, "\n"), l += *l == '\n')
+        LOGW("reload_refused", "change=\"%s\" msg=\"this option needs a restart\"", report_line(l, line, sizeof line));
+    for (const char *l = rep.changed; rep.n_changed && *l; l += strcspn(l, "\n"), l += *l == '\n')
+        LOGI("reload_changed", "change=\"%s\"", report_line(l, line, sizeof line));
     ms_log_level = r->c->log.level;
-    const char *const *origins = o->srv.allowed_origins; /* not reloadable: keep the list the server holds */
-    to_server_opts(r->c, o, origins);
+    to_server_opts(r->c, o);
     return MS_OK;
 }
 
 static int serve(cfg *c, const char *path) {
-    static const char *origins[CFG_MAX_LIST + 1];
-    int no = 0;
-    for (int i = 0; i < c->server.allowed_origins.n && no < CFG_MAX_LIST; i++) origins[no++] = c->server.allowed_origins.v[i];
-    origins[no] = NULL;
     server_opts o;
-    to_server_opts(c, &o, origins);
+    to_server_opts(c, &o);
     reload_ctx r = {c, path};
     ms_error err = {0};
     int rc = server_run(&o, reload, &r, &err);
@@ -167,6 +214,7 @@ static int check_personas(const cfg *c, ms_error *err) {
 static void usage(FILE *f) {
     fputs("usage: moshid [--config FILE] [--set section.name=VALUE]... [--check-config | --dump-config]\n"
           "       moshid --help | --version | --help-config\n"
+          "       moshid --self-signed DIR\n"
           "\n"
           "  -c, --config FILE   configuration (JSON; see docs/configuration.md)\n"
           "  -s, --set P=VALUE   override one option after the file, e.g. --set server.port=9000\n"
@@ -175,6 +223,9 @@ static void usage(FILE *f) {
           "                      files it names exist, then exit\n"
           "      --dump-config   print the effective configuration (defaults included)\n"
           "      --help-config   print the option reference (Markdown)\n"
+          "      --self-signed DIR  write DIR/moshid.crt and DIR/moshid.key, a self-signed\n"
+          "                      certificate for this host's names and addresses (LAN https),\n"
+          "                      print the configuration lines for them, then exit\n"
           "  -V, --version       version, build and the backends this binary can load\n"
           "  -h, --help          this text\n"
           "\n"
@@ -198,22 +249,44 @@ static void version(void) {
         printf("  cuda  unavailable: %s\n", why ? why + strlen("unavailable: ") : err.msg);
         return;
     }
-    char what[256] = "";
+    char what[512] = "";
     int n = p->probe ? p->probe(what, sizeof what) : -1;
+    what[sizeof what - 1] = '\0';   /* whatever the plugin wrote */
     if (n > 0) printf("  cuda  available (%s): %s\n", p->build ? p->build : "?", what);
     else if (n == 0) printf("  cuda  plugin loaded (%s), no usable device: %s\n", p->build ? p->build : "?", what);
     else printf("  cuda  plugin loaded (%s), probe failed: %s\n", p->build ? p->build : "?",
                 p->probe ? what : "no probe function");
+    /* engine.backend = auto takes the plugin only with a table and a device
+     * (daemon/model.c) */
+    const char *table_name = p->backend ? ((const lm_backend_ops *)p->backend)->name : NULL;
+    if (p->backend)
+        printf("        backend table: yes (%s)%s\n", table_name ? table_name : "unnamed",
+               n > 0 ? "" : "; no usable device, so engine.backend = auto uses the CPU");
+    else
+        printf("        backend table: no (engine.backend = cuda is refused; auto uses the CPU)\n");
+}
+
+/* --self-signed DIR: write the pair (selfsign.h), say how to use it. */
+static int self_signed(const char *dir) {
+    static selfsign_result res; /* static: 8 KiB of names */
+    ms_error err = {0};
+    if (selfsign_write(dir, &res, &err) != MS_OK) {
+        fprintf(stderr, "moshid: --self-signed: %s\n", err.msg);
+        return MAIN_EXIT_CONFIG;
+    }
+    selfsign_print(stdout, &res);
+    return MAIN_EXIT_OK;
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_CHECK = 256, OPT_DUMP, OPT_HELP_CONFIG };
+    enum { OPT_CHECK = 256, OPT_DUMP, OPT_HELP_CONFIG, OPT_SELF_SIGNED };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"set", required_argument, NULL, 's'},
         {"check-config", no_argument, NULL, OPT_CHECK},
         {"dump-config", no_argument, NULL, OPT_DUMP},
         {"help-config", no_argument, NULL, OPT_HELP_CONFIG},
+        {"self-signed", required_argument, NULL, OPT_SELF_SIGNED},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -234,6 +307,7 @@ int main(int argc, char **argv) {
         case OPT_CHECK: check = 1; break;
         case OPT_DUMP: dump = 1; break;
         case OPT_HELP_CONFIG: cfg_write_doc(stdout); return MAIN_EXIT_OK;
+        case OPT_SELF_SIGNED: return self_signed(optarg);
         case 'V': version(); return MAIN_EXIT_OK;
         case 'h': usage(stdout); return MAIN_EXIT_OK;
         default: usage(stderr); return MAIN_EXIT_USAGE;

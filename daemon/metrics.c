@@ -9,6 +9,7 @@ static _Atomic uint64_t counters[MET__NCOUNTERS];
 static _Atomic int64_t gauges[MET__NGAUGES];
 static _Atomic uint64_t errors[MET__NERR];
 static _Atomic uint64_t ignored[MET__NIGN];
+static _Atomic uint64_t auth_refused[MET__NAUTH];
 typedef struct {
     _Atomic uint64_t buckets[MET_NBUCKETS + 1]; /* last = +Inf */
     _Atomic uint64_t count;
@@ -37,6 +38,7 @@ static const char *const error_names[] = {
 #define K(k) #k,
     MET_ERROR_KINDS(K)};
 static const char *const ignored_names[] = {MET_IGNORED_KINDS(K)};
+static const char *const auth_names[] = {MET_AUTH_REFUSED_KINDS(K)};
 #undef K
 
 void met_add(int c, uint64_t v) { atomic_fetch_add_explicit(&counters[c], v, memory_order_relaxed); }
@@ -46,6 +48,7 @@ void met_gauge_add(int g, int64_t d) { atomic_fetch_add_explicit(&gauges[g], d, 
 int64_t met_gauge(int g) { return atomic_load_explicit(&gauges[g], memory_order_relaxed); }
 void met_error(int k) { atomic_fetch_add_explicit(&errors[k], 1, memory_order_relaxed); }
 void met_ignored(int k) { atomic_fetch_add_explicit(&ignored[k], 1, memory_order_relaxed); }
+void met_auth_refused(int k) { atomic_fetch_add_explicit(&auth_refused[k], 1, memory_order_relaxed); }
 
 static void observe(met_hist *h, double ms) {
     int b = 0;
@@ -69,6 +72,7 @@ void met_reset(void) {
     for (int i = 0; i < MET__NGAUGES; i++) atomic_store(&gauges[i], 0);
     for (int i = 0; i < MET__NERR; i++) atomic_store(&errors[i], 0);
     for (int i = 0; i < MET__NIGN; i++) atomic_store(&ignored[i], 0);
+    for (int i = 0; i < MET__NAUTH; i++) atomic_store(&auth_refused[i], 0);
     hist_reset(&step_hist);
     hist_reset(&frame_hist);
 }
@@ -116,6 +120,11 @@ size_t met_render(char *buf, size_t cap) {
     for (int i = 0; i < MET__NIGN; i++)
         put(&o, "moshid_ignored_messages_total{kind=\"%s\"} %llu\n", ignored_names[i],
             (unsigned long long)atomic_load_explicit(&ignored[i], memory_order_relaxed));
+    put(&o, "# HELP moshid_auth_refused_total WebSocket upgrades refused by access control, by reason\n"
+            "# TYPE moshid_auth_refused_total counter\n");
+    for (int i = 0; i < MET__NAUTH; i++)
+        put(&o, "moshid_auth_refused_total{reason=\"%s\"} %llu\n", auth_names[i],
+            (unsigned long long)atomic_load_explicit(&auth_refused[i], memory_order_relaxed));
     render_hist(&o, &step_hist, "step_latency_seconds", "Engine step latency (one batched step)");
     render_hist(&o, &frame_hist, "frame_latency_seconds",
                 "Frame latency: input frame complete -> its output ready (server side)");

@@ -23,7 +23,14 @@
     X(persona_prime_failures_total, "Persona primes that failed (unreadable voice, engine error)") \
     X(persona_cache_hits_total, "Persona requests served from a cached snapshot")   \
     X(persona_cache_misses_total, "On-demand persona requests not in the cache (primed, or joined a prime)") \
-    X(persona_cache_evictions_total, "Persona snapshots evicted under personas.cache_bytes")
+    X(persona_cache_evictions_total, "Persona snapshots evicted under personas.cache_bytes") \
+    X(connections_refused_rate_total, "Connections closed at accept: over server.conn_rate_per_ip") \
+    X(connections_refused_ip_table_total, "Connections closed at accept: the table of client addresses was full") \
+    X(handshake_timeouts_total, "Connections closed without a complete request within server.handshake_timeout_ms") \
+    X(handshakes_evicted_total, "Pending connections closed over server.max_pending_handshakes or max_pending_per_ip") \
+    X(connections_refused_busy_total, "Requests answered 503: over server.max_connections") \
+    X(connections_refused_per_ip_total, "Requests answered 429: over server.max_connections_per_ip") \
+    X(http_bad_requests_total, "Malformed or refused HTTP requests and WebSocket upgrades answered 4xx")
 
 /* X(name, help): values that go up and down. */
 #define MET_GAUGES(X)                                                              \
@@ -44,6 +51,10 @@
 /* X(kind): labels of moshid_ignored_messages_total{kind=...}. */
 #define MET_IGNORED_KINDS(X) X(empty) X(control) X(ping) X(text) X(unknown)
 
+/* X(reason): labels of moshid_auth_refused_total{reason=...}: upgrades
+ * refused by access control (access.h, ACCESS_REFUSALS: same order). */
+#define MET_AUTH_REFUSED_KINDS(X) X(origin) X(missing_token) X(unknown_token) X(token_limit)
+
 enum {
 #define MET_E(n, h) MET_##n,
     MET_COUNTERS(MET_E) MET__NCOUNTERS
@@ -62,6 +73,11 @@ enum {
     MET_IGNORED_KINDS(MET_K) MET__NIGN
 #undef MET_K
 };
+enum {
+#define MET_K(k) MET_AUTH_##k,
+    MET_AUTH_REFUSED_KINDS(MET_K) MET__NAUTH
+#undef MET_K
+};
 
 /* Upper bounds of the step-latency histogram buckets, milliseconds. */
 #define MET_LATENCY_BUCKETS_MS {1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320, 640, 1280}
@@ -74,6 +90,7 @@ int64_t met_gauge(int gauge);
 uint64_t met_counter(int counter);
 void met_error(int kind);
 void met_ignored(int kind);
+void met_auth_refused(int kind);
 /* met_observe_step_ms: add one engine step latency (milliseconds). */
 void met_observe_step_ms(double ms);
 /* met_observe_frame_ms: add one frame latency: input frame complete on the

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "cu_plan.h"
 #include "lm.h"
 #include "job.h"
 #include "lmgen.h"
@@ -16,6 +17,13 @@
 #include "plugin.h"
 #include "spm.h"
 #include "voice.h"
+
+#define GIB_F (1024.0 * 1024.0 * 1024.0)
+/* The memory plan of a plugin backend with n slots at the model's context,
+ * asked as the CUDA backend asks it at open (cuda/cu_backend.c: every slot
+ * in the largest bucket, bf16 weights, Mimi on the host): the figures the
+ * daemon logs and quotes agree with the backend's own check. */
+#define PLAN_REQ(n) ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = 0})
 
 /* Text tokens never sent to clients (official servers: EPAD 0 and PAD 3). */
 #define MODEL_TEXT_EPAD 0
@@ -83,19 +91,98 @@ static int model_personas_open(model *m, ms_error *err) {
     return MS_OK;
 }
 
-static const lm_backend_ops *pick_backend(const model_opts *o, ms_error *err) {
+/* Probe text of the CUDA plugin, bounded and terminated whatever the
+ * plugin wrote. Returns its device count (<= 0: none usable). */
+static int probe_plugin(const moshid_plugin *p, char *what, size_t len) {
+    what[0] = '\0';
+    if (!p->probe) {
+        snprintf(what, len, "the plugin has no probe function");
+        return -1;
+    }
+    int n = p->probe(what, len);
+    what[len - 1] = '\0';
+    if (!what[0]) snprintf(what, len, "%s", n > 0 ? "(no description)" : "no usable device");
+    return n;
+}
+
+/* The backend engine.backend asks for (loop thread, at start-up):
+ *   cpu   the CPU backend;
+ *   cuda  the CUDA plugin's table, or an error naming why not (the plugin
+ *         cannot load, carries no table, has a table missing entries, or
+ *         its probe reports no usable device: the probe's text);
+ *   auto  the plugin's table when it loads, carries a complete table and
+ *         its probe reports a usable device, else the CPU; the choice and
+ *         why are logged (backend_auto).
+ * *plugin is set when the table is the plugin's (its open's failure is then
+ * explained by model_open). */
+static const lm_backend_ops *pick_backend(const model_opts *o, int *plugin, ms_error *err) {
+    *plugin = 0;
     if (strcmp(o->backend, "cpu") == 0) return &lm_cpu_backend;
+    int demand = strcmp(o->backend, "cuda") == 0;
+    char why[MS_ERR_MSG_MAX];
     ms_error perr = {0};
     const moshid_plugin *p = plugin_load("cuda", &perr);
-    const lm_backend_ops *ops = p ? p->backend : NULL;
-    if (ops) return ops;
-    if (strcmp(o->backend, "cuda") == 0) {
-        if (p) ms_err_set(err, MS_ERR_UNSUPPORTED, "backend cuda: the plugin carries no backend yet");
-        else ms_err_set(err, perr.code, "%s", perr.msg);
+    if (!p) {
+        snprintf(why, sizeof why, "%s", perr.msg);
+    } else if (!p->backend) {
+        snprintf(why, sizeof why, "the CUDA plugin (%s) carries no backend table yet", p->build ? p->build : "?");
+    } else {
+        /* plugin_load checked the ABI number, which covers the table's shape
+         * (MOSHID_PLUGIN_ABI moves with LM_BACKEND_VERSION) */
+        const lm_backend_ops *ops = p->backend;
+        char what[512];
+        int n = probe_plugin(p, what, sizeof what);
+        if (!ops->name || !ops->open || !ops->close || !ops->config || !ops->step)
+            snprintf(why, sizeof why, "the CUDA plugin's backend table lacks an entry (name, open, close, config, step)");
+        else if (n <= 0)
+            snprintf(why, sizeof why, "no usable CUDA device: %s", what);
+        else {
+            LOGI(demand ? "backend" : "backend_auto", "chosen=%s devices=%d gpu=%d probe=\"%s\"", ops->name, n, o->gpu,
+                 what);
+            *plugin = 1;
+            return ops;
+        }
+    }
+    if (demand) {
+        ms_err_set(err, p ? MS_ERR_UNSUPPORTED : (perr.code ? perr.code : MS_ERR_NOTFOUND),
+                   "engine.backend = cuda: %s", why);
         return NULL;
     }
-    LOGI("backend_auto", "chosen=cpu reason=\"%s\"", p ? "the CUDA plugin carries no backend yet" : perr.msg);
+    LOGI("backend_auto", "chosen=cpu reason=\"%s\"", why);
     return &lm_cpu_backend;
+}
+
+/* After a plugin backend's open failed: the memory plan of what was asked
+ * (cuda/cu_plan.h) appended to err, so that "out of memory" says how much
+ * the configured slots at the configured context need. The configuration
+ * is read again here (the backend's own copy is gone); nothing is added
+ * when it cannot be read. */
+static void explain_open_failure(const model_opts *o, int slots, ms_error *err) {
+    if (!err || (err->code != MS_ERR_NOMEM && err->code != MS_ERR_DEVICE)) return;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", o->lm_dir) >= (int)sizeof path) return;
+    lm_config c;
+    ms_error e = {0};
+    lm_variant v = o->variant;
+    if (lm_config_load(&c, path, &e) != MS_OK || (v == LM_VARIANT_AUTO && model_probe_variant(o->lm_dir, v, &v, &e)))
+        return;
+    if (v == LM_VARIANT_PERSONAPLEX) c.dep_q = LM_PERSONAPLEX_DEP_Q;
+    c.variant = v;
+    cu_plan_req r = PLAN_REQ(slots);
+    cu_plan p;
+    if (lm_config_finish(&c, &e) != MS_OK || cu_plan_compute(&c, &r, &p) != 0) return;
+    char line[400];
+    LOGW("cuda_plan", "slots=%d context=%d plan=\"%s\"", slots, c.context, cu_plan_describe(&p, slots, line, sizeof line));
+    size_t used = strlen(err->msg);
+    const char *pp = v == LM_VARIANT_PERSONAPLEX ? " --personaplex" : "";
+    if (strstr(err->msg, "K/V ("))   /* the backend's message already holds its plan (cu_plan_describe) */
+        snprintf(err->msg + used, sizeof err->msg - used, " (moshid-plan --config %s%s --gpu-gb N says what fits)",
+                 path, pp);
+    else
+        snprintf(err->msg + used, sizeof err->msg - used,
+                 " (the plan for %d slots at context %d needs %.1f GiB, %.2f GiB of K/V a slot; "
+                 "moshid-plan --config %s%s --slots %d --gpu-gb N says what fits)",
+                 slots, c.context, (double)p.total / GIB_F, (double)p.kv_per_slot / GIB_F, path, pp, slots);
 }
 
 model *model_open(const model_opts *o, ms_error *err) {
@@ -104,7 +191,8 @@ model *model_open(const model_opts *o, ms_error *err) {
     m->o = *o;
     m->slots = o->slots;
     pthread_mutex_init(&m->mu, NULL);
-    const lm_backend_ops *ops = pick_backend(o, err);
+    int plugin = 0;
+    const lm_backend_ops *ops = pick_backend(o, &plugin, err);
     if (!ops) goto fail;
     /* prime slots only for PersonaPlex: the variant first (mapping the
      * weights once more costs a header parse) */
@@ -118,8 +206,27 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_opts bo = {.max_slots = o->slots + m->prime_slots, .threads = o->threads, .variant = o->variant,
                           .device = o->gpu, .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline};
-    if (!(m->lm = lm_backend_open(ops, o->lm_dir, &bo, err))) goto fail;
+    if (!(m->lm = lm_backend_open(ops, o->lm_dir, &bo, err))) {
+        /* a device was found and chosen: no silent fall back to the CPU,
+         * which would serve the configured sessions far below real time */
+        if (plugin) {
+            ms_err_prefix(err, "backend %s on GPU %d", ops->name, o->gpu);
+            explain_open_failure(o, bo.max_slots, err);
+        }
+        goto fail;
+    }
     m->cfg = &m->lm->cfg;
+    if (plugin) {
+        /* the planner's view of what was opened, beside what the backend
+         * reports (model_open below): a gap between them is the planner's
+         * estimates to correct (cuda/cu_plan.c) */
+        cu_plan_req r = PLAN_REQ(bo.max_slots);
+        cu_plan p;
+        char line[400];
+        if (cu_plan_compute(m->cfg, &r, &p) == 0)
+            LOGI("cuda_plan", "slots=%d context=%d plan=\"%s\"", bo.max_slots, m->cfg->context,
+                 cu_plan_describe(&p, bo.max_slots, line, sizeof line));
+    }
     snprintf(m->id, sizeof m->id, "%s variant=%s", o->lm_dir, lm_variant_name(m->cfg->variant));
     if (m->cfg->variant != LM_VARIANT_PERSONAPLEX) m->prime_slots = 0;
     if (m->cfg->variant == LM_VARIANT_PERSONAPLEX && model_personas_open(m, err) != MS_OK) goto fail;

@@ -117,6 +117,9 @@ static void slot_free(sched *s, int i) {
 static void start_failed(sched *s, int i, int from, const ms_error *e) {
     slot *sl = &s->slots[i];
     LOGW("slot_start_failed", "slot=%d msg=\"%s\"", i, e->msg);
+    /* a device error is sticky (every later call on the device fails too):
+     * as fatal as a failed step, though only a start saw it */
+    if (e->code == MS_ERR_DEVICE) engine_fail(s, e);
     s->m.end(s->m.ctx, i);
     sched_out o = {.kind = SCHED_OUT_ERROR, .gen = atomic_load(&sl->gen)};
     out_push(s, sl, &o, NULL);

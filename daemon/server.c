@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "access.h"
 #include "app.h"
 #include "log.h"
 #include "metrics.h"
@@ -129,6 +130,55 @@ static void on_wd_tick(uv_timer_t *t) {
     }
 }
 
+/* Header text for a log field: at most 64 bytes, '?' for '"', '\\' and
+ * bytes outside printable ASCII (the client chose them). */
+static const char *log_safe(const char *s, char *buf, size_t len) {
+    size_t i = 0;
+    for (; s && s[i] && i < len - 1 && i < 64; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\' ? s[i] : '?';
+    buf[i] = '\0';
+    return buf;
+}
+
+_Static_assert(MET__NAUTH == ACCESS_R__COUNT - 1, "moshid_auth_refused_total labels follow ACCESS_REFUSALS");
+
+/* ws_admit (srv.h): the origin and token policy (access.h) before the 101,
+ * each refusal counted and logged with the token's name (never the token,
+ * never the query). *principal carries the token's id to sess_open. Loop
+ * thread. */
+static int ws_admit(void *ud, const srv_admit_req *r, void **principal, char *why, size_t whylen) {
+    app *a = ud;
+    access_request q = {.host = r->host, .origin = r->origin, .authorization = r->authorization,
+                        .api_key = r->api_key, .args = r->args, .nargs = r->nargs, .tls = r->tls};
+    access_verdict v;
+    access_admit(a->acc, &q, &v);
+    if (v.status) {
+        char ob[72];
+        met_auth_refused(v.reason - 1);
+        LOGI("ws_refused", "peer=%s status=%d reason=%s token=%s origin=\"%s\"", r->peer, v.status,
+             access_reason_name(v.reason), v.name[0] ? v.name : "-", log_safe(r->origin, ob, sizeof ob));
+        snprintf(why, whylen, "%s", v.why);
+        return v.status;
+    }
+    *principal = (void *)(uintptr_t)v.token;
+    return 0;
+}
+
+/* Load auth.tokens_file into a->acc (start-up and SIGHUP) and say what is
+ * in force. On error nothing changes. */
+static int load_tokens(app *a, const char *path, ms_error *err) {
+    int loose = 0;
+    if (access_load_tokens(a->acc, path, &loose, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
+    if (loose) LOGW("auth", "file=%s msg=\"the tokens file is readable by group or others: chmod 600 it\"", path);
+    const char *l = a->o.srv.listen;
+    int local = !l || !l[0] ? 0 : strncmp(l, "127.", 4) == 0 || strcmp(l, "::1") == 0 || strcmp(l, "localhost") == 0;
+    if (access_required(a->acc)) LOGI("auth", "tokens=%d", access_ntokens(a->acc));
+    else if (!local)
+        LOGW("auth", "listen=%s msg=\"no auth.tokens_file: whoever reaches this port can open sessions\"",
+             l && l[0] ? l : "*");
+    return MS_OK;
+}
+
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
     app *a = ud;
     if (strcmp(path, "/api/personas") == 0) {
@@ -156,12 +206,13 @@ static int http_get(void *ud, const char *path, srv_http_reply *r) {
         const lm_backend_stats *st = model_open_stats(a->m);
         char buf[1024];
         int n = snprintf(buf, sizeof buf,
-                         "{\"ready\":%s,\"accepting\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
+                         "{\"ready\":%s,\"accepting\":%s,\"auth_required\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
                          "\"capacity\":%d,\"free\":%d,\"overloaded\":%s,\"pipeline\":%s,"
                          "\"memory\":{\"where\":\"%s\",\"used_bytes\":%zu,\"free_bytes_at_start\":%zu},"
                          "\"personas\":{\"ready\":%lld,\"primes_running\":%lld,\"snapshots\":%lld,"
                          "\"snapshot_bytes\":%lld}}\n",
-                         ready ? "true" : "false", ok ? "true" : "false", model_variant_name(a->m),
+                         ready ? "true" : "false", ok ? "true" : "false", access_required(a->acc) ? "true" : "false",
+                         model_variant_name(a->m),
                          model_backend_name(a->m), a->nsessions, sched_capacity(a->sch), free_slots,
                          overloaded ? "true" : "false", st->pipeline ? "true" : "false",
                          st->where == LM_MEM_DEVICE ? "device" : "host", st->mem_used, st->mem_free,
@@ -182,7 +233,7 @@ static void on_output(void *ud) {
     if (sched_failed(a->sch, &e) && !a->exit_status) {
         /* A fatal engine error (e.g. a sticky GPU error): end the process so
          * the service manager restarts it. */
-        LOGE("fatal", "msg=\"engine failed: %s\"", e.msg);
+        LOGE("fatal", "code=%s exit_status=4 msg=\"engine failed: %s\"", ms_err_name(e.code), e.msg);
         notify_status("engine failed: %s", e.msg);
         a->exit_status = 4;
         for (sess *s = a->sessions; s; s = s->next)
@@ -300,8 +351,29 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.max_steps = n.max_steps;
     a->o.input_pre_skip = n.input_pre_skip;
     a->o.metrics = n.metrics;
+    /* TLS: the pair is read again for new connections (srv_reload_tls:
+     * open ones keep theirs; a pair that does not load keeps the old one).
+     * The paths are borrowed from the configuration reload just updated. */
+    if (a->server && (srv_tls(a->server) || (n.srv.tls_cert && n.srv.tls_cert[0]))) {
+        ms_error te = {0};
+        if (srv_reload_tls(a->server, n.srv.tls_cert, n.srv.tls_key, &te) != MS_OK)
+            LOGE("reload_tls_refused", "msg=\"%s\"", te.msg);
+    }
+    a->o.srv.tls_cert = n.srv.tls_cert;
+    a->o.srv.tls_key = n.srv.tls_key;
     a->o.personas = n.personas;   /* borrowed from the configuration reload just updated */
     pers_reload(a->pers, &n.personas);
+    /* Access: origins and tokens for new upgrades; open sessions keep
+     * running, also those of a withdrawn token (access.h). A bad tokens
+     * file keeps the tokens in force. */
+    a->o.origins = n.origins;     /* borrowed, as personas */
+    a->o.norigins = n.norigins;
+    a->o.tokens_file = n.tokens_file;
+    ms_error ae = {0};
+    if (access_set_origins(a->acc, n.origins, n.norigins, &ae) != MS_OK)
+        LOGE("reload_origins_refused", "msg=\"%s\"", ae.msg);
+    if (load_tokens(a, n.tokens_file, &ae) != MS_OK)
+        LOGE("reload_tokens_refused", "msg=\"%s\" tokens_kept=%d", ae.msg, access_ntokens(a->acc));
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
     if (tell) {
         serving_status(a, st, sizeof st);
@@ -323,7 +395,15 @@ static void personas_ready(void *ud, int ok, const char *msg) {
         teardown(a);
         return;
     }
-    static const srv_handlers h = {http_get, sess_open, sess_message, sess_oversize, sess_writable, sess_closed, NULL};
+    static const srv_handlers h = {
+        .http_get = http_get,
+        .ws_open = sess_open,
+        .ws_message = sess_message,
+        .ws_oversize = sess_oversize,
+        .ws_writable = sess_writable,
+        .ws_closed = sess_closed,
+        .ws_admit = ws_admit,
+    };
     if (!(a->server = srv_create(&a->loop, &a->o.srv, &h, a, &a->start_err))) {
         notify_status("start-up failed: %s", a->start_err.msg);
         a->exit_status = 1;
@@ -351,6 +431,15 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     a->o = *o;
     a->reload = reload;
     a->reload_ud = reload_ud;
+    /* Access first: a bad tokens file is a configuration error, told
+     * before the model loads. */
+    if (!(a->acc = access_create())) { free(a); ms_err_set(err, MS_ERR_NOMEM, "out of memory"); return 1; }
+    if (access_set_origins(a->acc, o->origins, o->norigins, err) != MS_OK ||
+        load_tokens(a, o->tokens_file, err) != MS_OK) {
+        access_free(a->acc);
+        free(a);
+        return 1;
+    }
     a->in_frames = (int)ceil(o->input_buffer_s * FRAMES_PER_S);
     if (a->in_frames < 1) a->in_frames = 1;
     /* Output ring: the engine makes one output per input frame, so a client
@@ -359,7 +448,12 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
      * limits.output_queue_s: that judges what the socket has not taken, and
      * reload may change it.) */
     a->out_frames = a->in_frames + OUT_RING_STALL_FRAMES;
-    if (uv_loop_init(&a->loop) != 0) { free(a); ms_err_set(err, MS_ERR_IO, "cannot create the event loop"); return 1; }
+    if (uv_loop_init(&a->loop) != 0) {
+        access_free(a->acc);
+        free(a);
+        ms_err_set(err, MS_ERR_IO, "cannot create the event loop");
+        return 1;
+    }
     met_reset();
     a->wd_usec = notify_watchdog_usec();
     notify_status("loading model %s", o->model.lm_dir ? o->model.lm_dir : "");
@@ -410,6 +504,7 @@ int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, m
     model_close(a->m);
     int status = a->exit_status ? a->exit_status : (lc == 0 ? 0 : 3);
     if (status == 1 && err) *err = a->start_err;
+    access_free(a->acc);
     free(a);
     LOGI("exit", "status=%d", status);
     return status;
@@ -418,6 +513,7 @@ fail_model:
 fail_loop:
     notify_status("start-up failed: %s", err ? err->msg : "");
     uv_loop_close(&a->loop);
+    access_free(a->acc);
     free(a);
     return 1;
 }

@@ -24,6 +24,9 @@ typedef struct server_opts {
     int64_t max_steps;         /* frames per session; 0 = no limit */
     int input_pre_skip;        /* audio_pre_skip for client audio */
     int metrics;               /* serve /metrics */
+    const char *tokens_file;   /* auth.tokens_file, "" = no authentication (access.h) */
+    const char *const *origins;    /* server.allowed_origins (borrowed from the configuration) */
+    int norigins;
     pers_opts personas;        /* personas (pointers borrowed from the configuration:
                                   read by server_run and by reload only) */
     const char *build;         /* version string for metadata */

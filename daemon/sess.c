@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "access.h"
 #include "app.h"
 #include "log.h"
 #include "metrics.h"
@@ -82,6 +83,15 @@ static void release_slot(sess *s) {
     met_gauge_add(MET_sessions, -1);
 }
 
+/* Give the session's access token back (once; sess_fail and sess_closed
+ * both call it): its per-token count drops when the close is decided, as
+ * the slot does. */
+static void release_token(sess *s) {
+    if (!s->token_held) return;
+    access_release(s->a->acc, s->token);
+    s->token_held = 0;
+}
+
 /* Build and queue a message of kind with payload (copied). */
 static int send_kind(sess *s, int kind, const void *payload, size_t len) {
     sess_msg *m = msg_new(1 + len);
@@ -126,6 +136,7 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
      * finally closes TCP, and the whole close (flushing this message and
      * the close handshake included) gets a hard deadline. */
     release_slot(s);
+    release_token(s);
     pers_ticket_release(s->a->pers, &s->pt);   /* after the detach: see release_slot */
     s->waiting = 0;
     srv_conn_drop_after(s->c, (int)s->a->o.close_timeout_s);
@@ -260,7 +271,26 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     if (a->sessions) a->sessions->prev = s;
     a->sessions = s;
     a->nsessions++;
-    LOGI("session_open", "id=%llu peer=%s", (unsigned long long)s->id, srv_conn_peer(c));
+    /* Its token (access.h): ws_admit judged the upgrade; the session now
+     * counts against the token's limit. With tokens required, a
+     * connection without one was not judged: refused (fail closed). */
+    uint64_t tok = (uint64_t)(uintptr_t)srv_conn_principal(c);
+    LOGI("session_open", "id=%llu peer=%s token=%s", (unsigned long long)s->id, srv_conn_peer(c),
+         tok ? access_name(a->acc, tok) : "-");
+    if (tok || access_required(a->acc)) {
+        ms_error ae = {0};
+        int rc = tok ? access_acquire(a->acc, tok, &ae)
+                     : ms_err_set(&ae, MS_ERR_NOTFOUND, "authentication required: the upgrade was not checked");
+        if (rc != MS_OK) {
+            met_auth_refused(rc == MS_ERR_LIMIT ? MET_AUTH_token_limit
+                             : tok              ? MET_AUTH_unknown_token
+                                                : MET_AUTH_missing_token);
+            sess_fail(s, -1, rc == MS_ERR_LIMIT ? WS_TRY_LATER : WS_POLICY, "%s", ae.msg);
+            return s;
+        }
+        s->token = tok;
+        s->token_held = 1;
+    }
 
     if (a->stopping) {
         sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server is shutting down");
@@ -441,7 +471,6 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     (void)ud;
     sess *s = sp;
     if (s->close_status) return;
-    s->last_rx_ms = app_now_ms();
     met_add(MET_bytes_in_total, len);
     proto_msg msg;
     switch (proto_msg_parse(data, len, s->a->o.srv.max_message_bytes, &msg)) {
@@ -451,7 +480,12 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     default: break;
     }
     switch (msg.kind) {
-    case PROTO_MSG_AUDIO: break;
+    case PROTO_MSG_AUDIO:
+        /* only audio counts as activity for limits.idle_timeout_s: a
+         * client that sends one small unknown (or any ignored) message
+         * every few seconds must not hold a slot for ever */
+        s->last_rx_ms = app_now_ms();
+        break;
     case PROTO_MSG_CONTROL: met_ignored(MET_IGN_control); return;
     case PROTO_MSG_PING: met_ignored(MET_IGN_ping); return;
     case PROTO_MSG_TEXT: met_ignored(MET_IGN_text); return;
@@ -503,6 +537,7 @@ void sess_closed(void *ud, void *sp) {
     app *a = ud;
     sess *s = sp;
     release_slot(s);
+    release_token(s);
     pers_ticket_release(a->pers, &s->pt);
     /* close_status 0: the client closed or the connection dropped (the
      * server decided no close); else the status and reason it sent */

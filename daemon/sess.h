@@ -42,6 +42,8 @@ typedef struct sess {
     int attached, ready;       /* attached: holds an engine slot (until a close is decided) */
     int waiting;               /* waits for its persona's prime (no slot yet) */
     pers_ticket pt;            /* its persona (persona.h) */
+    uint64_t token;            /* the access token it holds (access.h; 0: none), until token_held drops */
+    int token_held;
     double last_ping_ms;       /* before the handshake: the last ping sent (app_now_ms) */
     int close_status;          /* != 0: close once the queue is flushed */
     char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* the error text, cut (proto_msg_close_reason) */

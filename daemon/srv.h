@@ -3,9 +3,21 @@
  * WebSocket messages (bounded), and hands events to the handlers.
  *
  * Routes: GET /api/chat upgrades to a WebSocket (upgrades on any other path
- * are refused); /healthz, /metrics and /api/personas go to the http handler
- * (dynamic) when it claims them; everything else is a static file under
- * static_dir, or 404.
+ * are answered 404); /healthz, /metrics and /api/personas go to the http
+ * handler (dynamic) when it claims them; everything else is a static file
+ * under static_dir, or 404. Methods other than GET: 405; paths too long:
+ * 414.
+ *
+ * Upgrades are checked before the 101 (srv.c's head comment has the list):
+ * Sec-WebSocket-Version 13 only (else 426), a Sec-WebSocket-Key that is
+ * the base64 of 16 bytes (else 400), no subprotocol asked for (400: none
+ * is offered; a browser would fail the connection anyway without one
+ * echoed), then ws_admit. Refusals are HTTP answers with a one-line
+ * text/plain body and Connection: close.
+ *
+ * Connection-level defences (srv_config): the handshake timeout, pending
+ * and active limits in total and per client IP, the per-IP rate; each
+ * refusal is reported through srv_config.on_refuse.
  *
  * Threading: every srv_* call and every handler runs on the loop thread.
  */
@@ -34,9 +46,41 @@ typedef struct srv_config {
     const char *const *allowed_origins; /* NULL-terminated; NULL or empty = any */
     size_t max_message_bytes;      /* larger incoming messages -> ws_oversize */
     unsigned max_header_bytes;     /* request headers, bytes */
-    unsigned max_connections;      /* header slots and simultaneous HTTP parses */
     int send_buffer_bytes;         /* SO_SNDBUF of accepted sockets, 0 = system */
+    /* Connection-level defences (srv.c, "connections"). A connection is
+     * pending from accept until its request headers are complete (on a
+     * keep-alive connection, again after each answer), then active while
+     * a request is answered or as a WebSocket. 0 = the default in
+     * brackets. */
+    unsigned max_connections;      /* active connections, total [64]; over: 503 (requests
+                                    * for the dynamic paths are answered whatever the count) */
+    unsigned max_connections_per_ip; /* active connections of one client IP [32]; over: 429 */
+    unsigned max_pending;          /* pending connections, total [64]; over: the oldest of the
+                                    * client IP with the most is closed */
+    unsigned max_pending_per_ip;   /* pending of one IP [16]; over: its oldest is closed */
+    unsigned handshake_timeout_ms; /* pending for longer is closed [5000] */
+    double conn_rate_per_ip;       /* new connections per second of one IP (token bucket); 0 = no limit */
+    unsigned conn_burst_per_ip;    /* the bucket's size [2 x rate, at least 1] */
+    /* on_refuse: count a refusal (an srv_refusal); NULL = not counted.
+     * Called on the loop thread. */
+    void (*on_refuse)(int why);
 } srv_config;
+
+/* Why srv turned a connection away (srv_config.on_refuse). X(name, what). */
+#define SRV_REFUSALS(X)                                                                  \
+    X(rate, "closed at accept: over server.conn_rate_per_ip")                            \
+    X(ip_table, "closed at accept: the table of client addresses is full")               \
+    X(handshake_timeout, "closed: no complete request within server.handshake_timeout_ms") \
+    X(pending_evicted, "closed before its request: over server.max_pending_handshakes or max_pending_per_ip") \
+    X(busy, "answered 503: over server.max_connections")                                 \
+    X(per_ip, "answered 429: over server.max_connections_per_ip")                        \
+    X(bad_request, "answered 4xx: a malformed or refused HTTP request or WebSocket upgrade")
+typedef enum srv_refusal {
+#define SRV_REF_E(n, w) SRV_REF_##n,
+    SRV_REFUSALS(SRV_REF_E)
+#undef SRV_REF_E
+    SRV_REF__COUNT
+} srv_refusal;
 
 typedef struct srv_http_reply {
     int status;                    /* 200, 503, ... */
@@ -71,8 +115,10 @@ typedef struct srv_handlers {
     void *(*ws_open)(void *ud, srv_conn *c, const char *const *args, int nargs);
     /* ws_message: one complete message (borrowed for the call). */
     void (*ws_message)(void *ud, void *sess, const uint8_t *data, size_t len);
-    /* ws_oversize: a message exceeded max_message_bytes; it was dropped. */
-    void (*ws_oversize)(void *ud, void *sess, size_t len_so_far);
+    /* ws_oversize: a message exceeds max_message_bytes (told as soon as
+     * the bytes received plus what the current frame announces do; n is
+     * that sum); the rest of the connection's input is dropped. */
+    void (*ws_oversize)(void *ud, void *sess, size_t n);
     /* ws_writable: the socket takes data now: srv_conn_send while
      * srv_conn_choked says 0, then srv_conn_writable if anything is left. */
     void (*ws_writable)(void *ud, void *sess);
@@ -86,6 +132,39 @@ typedef struct srv_handlers {
     int (*ws_admit)(void *ud, const srv_admit_req *r, void **principal, char *why, size_t whylen);
 } srv_handlers;
 
+/* ---- WebSocket message reassembly (pure: no socket; the fuzz target
+ * tests/fuzz/fuzz_srv.c drives the same code) ----
+ *
+ * srv_rx_feed takes each piece of payload libwebsockets hands over (a frame
+ * may come in several pieces): flags say whether this piece belongs to the
+ * message's final frame (SRV_RX_FINAL, lws_is_final_fragment) and starts a
+ * message (SRV_RX_FIRST, lws_is_first_fragment); frame_left is what the
+ * current frame still announces after this piece (lws_remaining_packet_payload).
+ * The message is complete at a piece of the final frame with frame_left 0.
+ * The size verdict comes at once: as soon as the bytes received plus what
+ * the current frame announces exceed max, SRV_RX_OVERSIZE with *size that
+ * sum (a lower bound of the message's size), not at the message's end. */
+typedef struct srv_rx {
+    uint8_t *buf;
+    size_t len, cap;               /* bytes of the message so far, allocated */
+    int dead;                      /* an OVERSIZE or NOMEM verdict was given: every later piece is ignored */
+} srv_rx;
+
+#define SRV_RX_FIRST 1u
+#define SRV_RX_FINAL 2u
+
+typedef enum srv_rx_verdict {
+    SRV_RX_MORE,                   /* keep feeding */
+    SRV_RX_MESSAGE,                /* *msg, *size: the complete message (valid until the next feed) */
+    SRV_RX_OVERSIZE,               /* over max; *size: the least the message is, bytes */
+    SRV_RX_NOMEM,                  /* no memory for the message */
+    SRV_RX_IGNORED,                /* after OVERSIZE or NOMEM */
+} srv_rx_verdict;
+
+srv_rx_verdict srv_rx_feed(srv_rx *r, unsigned flags, uint64_t frame_left, const uint8_t *data, size_t len,
+                           size_t max, const uint8_t **msg, size_t *size);
+void srv_rx_free(srv_rx *r);
+
 /* srv_create: listen and serve on loop. NULL with err set on failure (port
  * in use, bad certificate, ...); then nothing is leaked, but libwebsockets
  * may still be closing handles of its half-made context on loop: run the
@@ -94,9 +173,12 @@ typedef struct srv_handlers {
 srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, void *ud, ms_error *err);
 /* srv_port: the bound port (useful with port 0). */
 int srv_port(const srv *s);
+/* srv_tls: 1 when the listener serves TLS. */
+int srv_tls(const srv *s);
 /* srv_shutdown: stop accepting, close every connection, tear down lws over
  * the next loop iterations, then call done(ud) and free s. The loop keeps
- * running; after done the server owns no handle. */
+ * running; after done the server owns no handle. Calls after the first
+ * (before done) do nothing. */
 void srv_shutdown(srv *s, void (*done)(void *ud));
 
 /* srv_conn_writable: ask for a ws_writable callback. */

@@ -35,7 +35,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 # systemd's ConfigurationDirectory=moshid is /etc/moshid whatever PREFIX is.
 SYSCONFDIR := /etc
 
-INST_TOOLS := $(BUILD)/moshi-run $(BUILD)/mimi-codec $(BUILD)/moshid-mkmodel
+INST_TOOLS := $(BUILD)/moshi-run $(BUILD)/mimi-codec $(BUILD)/moshid-mkmodel $(BUILD)/moshid-plan
 INST_CU_PLUGIN := $(if $(CU_TARGETS),$(CU_PLUGIN))
 INST_UNITS := systemd/moshid.service systemd/moshid@.service
 INST_DOCS := README.md $(wildcard docs/*.md)

@@ -75,8 +75,10 @@ START_TEST(test_defaults) {
     ck_assert(cfg_equal(&c, &d));
     ck_assert_str_eq(c.server.listen, "127.0.0.1");
     ck_assert_int_eq(c.server.port, 8998);
-    ck_assert_int_eq(c.server.allowed_origins.n, 1);
-    ck_assert_str_eq(c.server.allowed_origins.v[0], "*");
+    ck_assert_int_eq(c.server.allowed_origins.n, 2);
+    ck_assert_str_eq(c.server.allowed_origins.v[0], "same-origin");
+    ck_assert_str_eq(c.server.allowed_origins.v[1], "localhost");
+    ck_assert_str_eq(c.auth.tokens_file, "");
     ck_assert(c.server.metrics);
     ck_assert_str_eq(c.model.lm_dir, "");
     ck_assert_int_eq(c.engine.backend, CFG_BACKEND_AUTO);
@@ -253,7 +255,10 @@ END_TEST
  * default (strings with quotes and non-ASCII to exercise the dump). */
 static const char *all_set =
     "{\"server\":{\"listen\":\"host-1.example\",\"port\":9000,\"tls_cert\":\"/c \\\"q\\\".pem\",\"tls_key\":\"/k\","
-    "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false},"
+    "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false,"
+    "\"handshake_timeout_ms\":1000,\"max_connections\":40,\"max_connections_per_ip\":3,\"max_pending_handshakes\":9,"
+    "\"max_pending_per_ip\":2,\"conn_rate_per_ip\":0.5,\"conn_burst_per_ip\":7},"
+    "\"auth\":{\"tokens_file\":\"/tokens\"},"
     "\"model\":{\"lm_dir\":\"/lm\",\"mimi\":\"/m\",\"mimi_config\":\"/mc\",\"tokenizer\":\"/t\",\"variant\":\"kyutai\"},"
     "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
@@ -322,13 +327,14 @@ START_TEST(test_reload) {
                                   "\"allowed_origins\":[\"https://x.example\"]},"
                                   "\"sampling\":{\"text_topk\":5},\"sessions\":{\"max\":2}}", &e), MS_OK);
     cfg_reload_report rep;
-    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 3);
-    ck_assert_int_eq(rep.n_changed, 2);
-    ck_assert_int_eq(rep.n_refused, 3);
+    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 2);
+    ck_assert_int_eq(rep.n_changed, 3);
+    ck_assert_int_eq(rep.n_refused, 2);
     ck_assert_int_eq(cur.log.level, MS_LOG_DEBUG);
     ck_assert_int_eq(cur.sampling.text_topk, 5);
-    /* the server holds the origin list: a change needs a restart */
-    ck_assert_str_eq(cur.server.allowed_origins.v[0], "*");
+    /* the origin list is reloadable (access.h judges upgrades with it) */
+    ck_assert_int_eq(cur.server.allowed_origins.n, 1);
+    ck_assert_str_eq(cur.server.allowed_origins.v[0], "https://x.example");
     ck_assert_int_eq(cur.server.port, 8998);  /* needs a restart: kept */
     ck_assert_int_eq(cur.sessions.max, 8);
     ck_assert_msg(strstr(rep.changed, "log.level: \"info\" -> \"debug\"\n"), "%s", rep.changed);
@@ -337,7 +343,7 @@ START_TEST(test_reload) {
                   rep.refused);
     ck_assert(strstr(rep.refused, "sessions.max"));
     /* applying the same again changes nothing */
-    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 3);
+    ck_assert_int_eq(cfg_apply_reload(&cur, &next, &rep), 2);
     ck_assert_int_eq(rep.n_changed, 0);
     ck_assert_str_eq(rep.changed, "");
     cfg_close(&next);
@@ -359,9 +365,10 @@ START_TEST(test_reload) {
     close(fd);
     ck_assert_int_eq(cfg_reload_file(&cur, path, &rep, &e), MS_OK);
     ck_assert_int_eq(cur.log.level, MS_LOG_WARN);
-    /* the file omits text_topk: back to its default (allowed_origins needs a restart) */
+    /* the file omits text_topk and allowed_origins: back to their defaults */
     ck_assert_int_eq(cur.sampling.text_topk, 25);
-    ck_assert_int_eq(rep.n_changed, 2);
+    ck_assert_int_eq(cur.server.allowed_origins.n, 2);
+    ck_assert_int_eq(rep.n_changed, 3);
     ck_assert_int_eq(rep.n_refused, 0);
     unlink(path);
     cfg_close(&cur);

@@ -13,6 +13,7 @@ START_TEST(test_render) {
     met_error(MET_ERR_bad_audio);
     met_ignored(MET_IGN_ping);
     met_ignored(MET_IGN_ping);
+    met_auth_refused(MET_AUTH_unknown_token);
     met_observe_step_ms(3.0);   /* bucket 5 ms */
     met_observe_step_ms(70.0);  /* bucket 80 ms */
     met_observe_step_ms(1000.0); /* +Inf only */
@@ -24,6 +25,8 @@ START_TEST(test_render) {
     ck_assert_ptr_nonnull(strstr(buf, "\nmoshid_sessions 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_errors_total{kind=\"bad_audio\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_ignored_messages_total{kind=\"ping\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_auth_refused_total{reason=\"unknown_token\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_auth_refused_total{reason=\"origin\"} 0\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.005\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.08\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.64\"} 2\n"));

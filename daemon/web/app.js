@@ -6,11 +6,14 @@
 
 import { Mic } from "./mic.js";
 import { Player, JITTER } from "./player.js";
-import { ChatSocket, SAMPLING_PARAMS, chatUrl, describeClose, samplingValue } from "./protocol.js";
+import { ChatSocket, SAMPLING_PARAMS, TOKEN_RE, chatUrl, describeClose, samplingValue } from "./protocol.js";
 import { RoundTrip, lagFrames } from "./latency.js";
 
 const $ = (id) => document.getElementById(id);
 const STORE_KEY = "moshid.settings";
+// The access token, apart from the settings (docs/security.md: kept in
+// this browser's local storage, sent as the auth query parameter).
+const TOKEN_KEY = "moshid.token";
 const UI_PERIOD_MS = 200;
 // A live session sends audio every 80 ms: this long without a message means the
 // connection is dead even if the socket has not noticed (the Kyutai web client
@@ -20,7 +23,7 @@ const TARGET_RATE = 24000; // the model's rate; the AudioContext runs at it wher
 
 const stats = {
   state: "idle", blocked: null, alert: null, alertKind: null, handshake: false, meta: null, variant: null,
-  personas: null, personasStatus: null, url: null,
+  personas: null, personasStatus: null, url: null, authRequired: null,
   contextRate: null, micSettings: null, micRms: 0, captured: 0,
   sentPages: 0, sentBytes: 0, sentSamples: 0,
   recvAudioMessages: 0, recvPackets: 0, recvSamples: 0, decodedSamples: 0, badPages: 0,
@@ -49,7 +52,7 @@ function setState(s, label) {
   btn.textContent = active ? "Disconnect" : "Connect";
   btn.classList.toggle("stop", active);
   btn.disabled = !!stats.blocked || s === "closing";
-  for (const id of ["persona", "voice", "role", ...SAMPLING_PARAMS.map((p) => p.name)])
+  for (const id of ["token", "persona", "voice", "role", ...SAMPLING_PARAMS.map((p) => p.name)])
     $(id).disabled = active || (id === "persona" && !(stats.personas && stats.personas.length)) ||
       ((id === "voice" || id === "role") && !!$("persona").value);
 }
@@ -139,9 +142,24 @@ function saveSettings() {
   try { localStorage.setItem(STORE_KEY, JSON.stringify(s)); } catch { /* private mode */ }
 }
 
+function loadToken() {
+  try { $("token").value = localStorage.getItem(TOKEN_KEY) || ""; } catch { /* private mode */ }
+}
+
+function saveToken(t) {
+  try { if (t) localStorage.setItem(TOKEN_KEY, t); } catch { /* private mode */ }
+}
+
 /** The query parameters of a new session; throws on a bad value. */
 function sessionParams() {
   const q = {};
+  if (stats.authRequired) {
+    const t = $("token").value.trim();
+    if (!t) throw new Error("This server requires an access token: enter the one its operator gave you.");
+    if (!TOKEN_RE.test(t))
+      throw new Error("The access token is 16 to 256 letters, digits, '.', '_', '~' or '-': check what you typed.");
+    q.auth = t; // browsers cannot set headers on a WebSocket upgrade
+  }
   for (const p of SAMPLING_PARAMS) {
     const v = samplingValue(p, $(p.name).value);
     if (v !== null) q[p.name] = String(v);
@@ -201,6 +219,8 @@ async function loadHealth() {
     const r = await fetch("/healthz", { cache: "no-store" }); // 503 when full: the body still says the variant
     const j = await r.json();
     if (!stats.meta) setVariant(j.variant);
+    stats.authRequired = j.auth_required === true;
+    $("token-row").hidden = !stats.authRequired;
   } catch { /* not moshid, or down: the metadata will tell */ }
 }
 
@@ -326,6 +346,7 @@ async function connect() {
   let params;
   try { params = sessionParams(); } catch (e) { showAlert("error", e.message); return; }
   saveSettings();
+  if (params.auth) saveToken(params.auth);
   setState("connecting", "starting the microphone");
   lastServerError = null;
   try {
@@ -346,7 +367,7 @@ async function connect() {
   transcriptBreak();
   Object.assign(stats, { handshake: false, meta: null, close: null, sentPages: 0, sentBytes: 0, sentSamples: 0 });
   const url = chatUrl(location, params);
-  stats.url = url;
+  stats.url = url.replace(/([?&]auth=)[^&]*/, "$1..."); // the test hook never holds the token
   setState("connecting");
   const s = new ChatSocket(url, {
     onOpen: () => setState("preparing"),
@@ -365,7 +386,7 @@ async function connect() {
       sock = null;
       teardown();
       if (s.onFail) return; // fail() said why
-      const d = describeClose(c, lastServerError, url);
+      const d = describeClose(c, lastServerError, url, !!stats.authRequired);
       setState(d.kind === "error" ? "error" : "idle");
       showAlert(d.kind, d.text);
     },
@@ -383,6 +404,7 @@ function disconnect() {
 
 async function main() {
   const saved = loadSettings();
+  loadToken();
   setState("idle");
   $("connect").onclick = () => (sock ? disconnect() : connect());
   window.addEventListener("pagehide", () => { if (sock) sock.close(); });

@@ -19,6 +19,10 @@ export const SAMPLING_PARAMS = [
   { name: "audio_topk", min: 1, max: 1 << 20, integer: true },
 ];
 
+// An access token as auth.tokens_file holds them (daemon/access.h): 16 to
+// 256 of the characters that travel unchanged in a URL.
+export const TOKEN_RE = /^[A-Za-z0-9._~-]{16,256}$/;
+
 /** ws: or wss: URL of /api/chat on the page's own origin, with the query. */
 export function chatUrl(loc, params) {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
@@ -115,7 +119,7 @@ export class ChatSocket {
  * "info" (an end the user asked for or a normal end) or "error".
  * serverError: the last kind-5 text (longer than the close reason).
  */
-export function describeClose(c, serverError, url) {
+export function describeClose(c, serverError, url, authRequired = false) {
   const why = serverError || c.reason;
   if (c.byUs) return { kind: "info", text: "Disconnected." };
   switch (c.code) {
@@ -128,6 +132,12 @@ export function describeClose(c, serverError, url) {
   case CLOSE.POLICY: case CLOSE.TOO_BIG: case CLOSE.INTERNAL:
     return { kind: "error", text: `The server closed the session: ${why || "status " + c.code}` };
   default:
+    // Browsers do not show the HTTP answer of a refused upgrade (401 for a
+    // token, 429 for a token's session limit, 403 for an origin).
+    if (!c.opened && authRequired)
+      return { kind: "error", text: `Cannot connect to ${url.split("?")[0]}: the server refused the WebSocket. ` +
+        "Check the access token (a wrong or withdrawn token, or one whose session limit is reached, is refused); " +
+        "else the server is not reachable, the page's origin is not allowed, or the certificate is not trusted." };
     if (!c.opened)
       return { kind: "error", text: `Cannot connect to ${url.split("?")[0]}: the server is not reachable, ` +
         "or it refused the WebSocket (server.allowed_origins, or a certificate the browser does not trust)." };

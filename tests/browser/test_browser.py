@@ -493,6 +493,47 @@ def test_busy_server(launch, build_dir, tmp_path):
         stop_daemon(p, log)
 
 
+def test_access_token(launch, build_dir, tmp_path):
+    """auth.tokens_file set (docs/security.md): /healthz tells the page, which
+    shows its token field; without a token it opens no socket and says why;
+    a wrong token is refused by the server (the page points at the token);
+    the right one streams and is kept in local storage for the next visit.
+    The token never reaches the daemon's log."""
+    token = "page-" + "e5" * 16
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"page:{token}\n")
+    tokens.chmod(0o600)
+    p, port, log, rec = web_daemon(build_dir, tmp_path, auth__tokens_file=str(tokens))
+    try:
+        page = Page(launch(), f"http://127.0.0.1:{port}")
+        page.open()
+        page.wait("window.__moshidStats.authRequired === true", "/healthz to say a token is needed", T_LOAD_S)
+        assert page.page.is_visible("#token")
+        page.page.click("#connect")
+        page.wait("window.__moshidStats.alert !== null", "the missing-token message", T_LOAD_S)
+        assert "requires an access token" in page.stats()["alert"]
+        assert not any("/api/chat" in u for u in page.sockets)
+        page.page.fill("#token", "wrong-" + "0" * 20)
+        page.page.click("#connect")
+        page.wait("window.__moshidStats.state === 'error' && window.__moshidStats.close !== null",
+                  "the server's refusal", T_HANDSHAKE_S)
+        st = page.stats()
+        assert not st["handshake"] and "access token" in st["alert"], st["alert"]
+        page.screenshot("page-token-refused.png")
+        assert "reason=unknown_token" in open(log).read()
+        page.page.fill("#token", token)
+        live, after = stream_session(page, seconds=3.0)
+        assert live["meta"]["server"] == "moshid" and live["playRms"] > MIN_RMS and live["textPieces"] > 0
+        assert "auth=" in live["url"] and token not in live["url"]   # the test hook never holds it
+        page.page.reload()
+        page.wait("window.__moshidStats && window.__moshidStats.authRequired === true", "the page again", T_LOAD_S)
+        assert page.page.input_value("#token") == token
+        page.close()
+    finally:
+        stop_daemon(p, log)
+    assert token not in open(log).read()
+
+
 def test_lost_connection(launch, build_dir, tmp_path):
     """The daemon dies under a live session (SIGKILL: no close frame)."""
     p, port, log, rec = web_daemon(build_dir, tmp_path)

@@ -21,7 +21,7 @@ expect_rc 0 "make install"
 [ "$rc" -eq 0 ] || { echo "$out"; finish; }
 
 # The tree.
-for f in bin/moshid bin/moshi-run bin/mimi-codec bin/moshid-mkmodel bin/moshid-voice-convert; do
+for f in bin/moshid bin/moshi-run bin/mimi-codec bin/moshid-mkmodel bin/moshid-plan bin/moshid-voice-convert; do
     [ -x "$P/$f" ] || fail "not installed (executable): /usr/$f"
 done
 for f in lib/systemd/system/moshid.service lib/systemd/system/moshid@.service \

@@ -34,7 +34,18 @@
  *    2^24 / K (>= 1489 for K <= 11264): the bound separates the two;
  *  - rmsnorm: |gpu - ref| / (2^-24 |ref|) <= 64 (a handful of roundings
  *    plus the f32 tree sum against the twin's double sum);
- *  - sampler: the same index, exactly (engine/lm/samp.h, docs/cuda.md).
+ *  - sampler: the same index, exactly (engine/lm/samp.h, docs/cuda.md);
+ *  - the LM step's kernels (cuda/cu_lm.cu): embeddings, residual adds and
+ *    the bf16 rounding exactly (the same float additions in the same
+ *    order, the same rounding rule); RoPE and SiLU |gpu - ref| <= 64 units
+ *    of 2^-24 of the operands' magnitude (the device's expf, cosf and sinf
+ *    are within 2 ulp of glibc's, and the result is a product or a sum of
+ *    two products of them), the bf16 keys within one bf16 ulp (a last-bit
+ *    difference of the float may cross a rounding boundary); attention
+ *    |gpu - ref| <= 1e-5 of the values' largest magnitude (softmax
+ *    weights and sums of at most a few hundred f32 terms, each rounding at
+ *    6e-8 relative: a random walk stays near 1e-6, one wrong key moves the
+ *    output by its weight, ~1/nk >= 1e-3 here).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -46,6 +57,7 @@
 #include "cu_check.h"
 #include "cu_kern.h"
 #include "gpu_util.h"
+#include "lm_config.h"
 #include "kern_cpu.h"
 #include "samp.h"
 #include "samp_core.h"
@@ -443,6 +455,305 @@ static void test_sample(void) {
     for (int c = 0; c < n_sample_cases; c++) sample_case(&sample_cases[c]);
 }
 
+/* ---- the LM step's kernels (cuda/cu_lm.cu) ----------------------------- */
+
+/* Worst |got - want| / scale_i over n values (NaN counts as infinite);
+ * *at gets the first index past tol. */
+static double worst_err(const float *got, const float *want, const float *scale, double unit, size_t n, double tol,
+                        long *at) {
+    double worst = 0;
+    *at = -1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        double e = got[i] == want[i] || (got[i] != got[i] && want[i] != want[i])   /* equal, or both NaN */
+                       ? 0
+                       : d / ((scale ? fabs(scale[i]) : 1.0) * unit + 1e-300);
+        if (e != e) e = INFINITY;   /* one NaN, or inf - inf */
+        if (e > worst) worst = e;
+        if (e > tol && *at < 0) *at = (long)i;
+    }
+    return worst;
+}
+
+static uint16_t *bf16_table(gu_rng *r, size_t n) {
+    uint16_t *t = malloc(n * sizeof *t);
+    for (size_t i = 0; i < n; i++) t[i] = st_f32_to_bf16((float)gu_normal(r));
+    return t;
+}
+
+static void embed_case(int B, int D, int n_q, int card, int text_card) {
+    char name[96];
+    snprintf(name, sizeof name, "embed_sum B=%d D=%d n_q=%d", B, D, n_q);
+    if (!begin(name, 1, (double)B * D * n_q)) return;
+    gu_rng r = {77};
+    int ts = 1 + n_q;
+    size_t na = (size_t)n_q * (card + 1) * D, nt = (size_t)(text_card + 1) * D;
+    uint16_t *audio = bf16_table(&r, na), *text = bf16_table(&r, nt);
+    int32_t *tok = malloc(sizeof(int32_t) * B * ts);
+    for (int i = 0; i < B * ts; i++) tok[i] = gu_int(&r, -1, i % ts == 0 ? text_card : card);   /* -1 and the initial token too */
+    float *want = calloc((size_t)B * D, sizeof *want), *got = malloc(sizeof(float) * B * D);
+    for (int b = 0; b < B; b++) {   /* the twin: kern_embed_add, audio tables first, then text */
+        for (int q = 0; q < n_q; q++) {
+            kern_mat m = {audio + (size_t)q * (card + 1) * D, ST_BF16, card + 1, D};
+            kern_embed_add(want + (size_t)b * D, &m, tok[b * ts + 1 + q]);
+        }
+        kern_mat m = {text, ST_BF16, text_card + 1, D};
+        kern_embed_add(want + (size_t)b * D, &m, tok[b * ts]);
+    }
+    uint16_t *da = gu_dalloc(na * 2), *dt = gu_dalloc(nt * 2);
+    int32_t *dtok = gu_dalloc(sizeof(int32_t) * B * ts);
+    float *dx = gu_dalloc(sizeof(float) * B * D);
+    gu_h2d(da, audio, na * 2);
+    gu_h2d(dt, text, nt * 2);
+    gu_h2d(dtok, tok, sizeof(int32_t) * B * ts);
+    CU_CHECK_FATAL(cu_embed_sum(dx, dtok, ts, da, dt, B, D, n_q, card, text_card, 0));
+    gu_sync();
+    gu_d2h(got, dx, sizeof(float) * B * D);
+    long at;
+    double w = worst_err(got, want, NULL, 1.0, (size_t)B * D, 0.0, &at);
+    if (at >= 0) result(0, name, "first mismatch at %ld: gpu %.9g twin %.9g", at, got[at], want[at]);
+    else result(1, name, "exact (worst %.3g)", w);
+    /* one token per row into a depformer-sized table */
+    int rows = card + 1;
+    for (int b = 0; b < B; b++) tok[b] = gu_int(&r, -1, rows - 1);
+    memcpy(want, got, sizeof(float) * B * D);
+    for (int b = 0; b < B; b++) {
+        kern_mat m = {audio, ST_BF16, rows, D};
+        kern_embed_add(want + (size_t)b * D, &m, tok[b]);
+    }
+    gu_h2d(dtok, tok, sizeof(int32_t) * B);
+    snprintf(name, sizeof name, "embed_add_rows B=%d D=%d", B, D);
+    if (begin(name, 1, (double)B * D)) {
+        CU_CHECK_FATAL(cu_embed_add_rows(dx, dtok, da, B, D, rows, 0));
+        gu_sync();
+        gu_d2h(got, dx, sizeof(float) * B * D);
+        w = worst_err(got, want, NULL, 1.0, (size_t)B * D, 0.0, &at);
+        if (at >= 0) result(0, name, "first mismatch at %ld: gpu %.9g twin %.9g", at, got[at], want[at]);
+        else result(1, name, "exact (worst %.3g)", w);
+    }
+    gu_dfree(da); gu_dfree(dt); gu_dfree(dtok); gu_dfree(dx);
+    free(audio); free(text); free(tok); free(want); free(got);
+}
+
+static void rope_case(int B, int heads, int hd, const int64_t *pos) {
+    char name[96];
+    snprintf(name, sizeof name, "qkv_rope B=%d heads=%d head_dim=%d", B, heads, hd);
+    if (!begin(name, 1, (double)B * heads * hd)) return;
+    gu_rng r = {5};
+    int D = heads * hd;
+    size_t n = (size_t)B * 3 * D;
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *x), *got = malloc(n * sizeof *x);
+    float *mag = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)gu_normal(&r);
+    memcpy(want, x, n * sizeof *x);
+    const float max_period = 10000.0f;
+    for (int b = 0; b < B; b++) {   /* the twin: kern_rope on q, then on k */
+        kern_rope(want + (size_t)b * 3 * D, heads, hd, pos[b], max_period);
+        kern_rope(want + (size_t)b * 3 * D + D, heads, hd, pos[b], max_period);
+    }
+    for (size_t i = 0; i < n; i++) {   /* magnitude of a rotated pair: |re| + |im| */
+        size_t pair = i & ~(size_t)1;
+        mag[i] = fabsf(x[pair]) + fabsf(x[pair + 1]);
+    }
+    float rope_k = (float)(-log((double)max_period) * 2.0 / hd);   /* as kern_rope computes it */
+    float *dx = gu_dalloc(n * sizeof *x);
+    uint16_t *dkv = gu_dalloc(sizeof(uint16_t) * B * 2 * D), *kv = malloc(sizeof(uint16_t) * B * 2 * D);
+    int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    gu_h2d(dx, x, n * sizeof *x);
+    gu_h2d(dpos, pos, sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cu_qkv_rope(dx, dkv, dpos, B, heads, hd, rope_k, 0));
+    gu_sync();
+    gu_d2h(got, dx, n * sizeof *x);
+    gu_d2h(kv, dkv, sizeof(uint16_t) * B * 2 * D);
+    long at;
+    double w = worst_err(got, want, mag, ldexp(1.0, -24), n, 64.0, &at);
+    int kv_bad = -1;
+    for (int b = 0; b < B && kv_bad < 0; b++)
+        for (int i = 0; i < 2 * D && kv_bad < 0; i++) {
+            float ref = want[(size_t)b * 3 * D + D + i], g = st_bf16_to_f32(kv[(size_t)b * 2 * D + i]);
+            if (!(fabsf(g - ref) <= ldexp(fabsf(ref), -8) + 1e-30f)) kv_bad = b * 2 * D + i;
+        }
+    if (at >= 0) result(0, name, "first mismatch at %ld: gpu %.9g twin %.9g (normalised %.3g)", at, got[at], want[at], w);
+    else if (kv_bad >= 0) result(0, name, "packed K/V element %d is not bf16 of the rotated key/value", kv_bad);
+    else result(1, name, "positions up to %lld: max normalised error %.3g (tolerance 64); K/V packed", (long long)pos[B - 1], w);
+    gu_dfree(dx); gu_dfree(dkv); gu_dfree(dpos);
+    free(x); free(want); free(got); free(mag); free(kv);
+}
+
+/* Attention of B rows over a ring of ctx rows per slot: rows are slots 0..B-1
+ * at positions pos[b] (prefill 0), or one slot's consecutive positions
+ * (prefill 1: slot 0, positions pos[0] + b). The ring holds positions
+ * before each row's chunk start; kvl the chunk's own keys. */
+static void attend_case(int B, int heads, int hd, int ctx, int window, int prefill, const int64_t *pos_in) {
+    char name[128];
+    snprintf(name, sizeof name, "attend_ring B=%d heads=%d hd=%d ctx=%d window=%d%s", B, heads, hd, ctx, window,
+             prefill ? " prefill" : "");
+    if (!begin(name, 1, (double)B * heads * hd * window)) return;
+    gu_rng r = {11};
+    int D = heads * hd, nslots = prefill ? 1 : B;
+    size_t slot_stride = (size_t)2 * ctx * D;
+    int64_t pos[64];
+    int32_t slot[64];
+    for (int b = 0; b < B; b++) {
+        pos[b] = prefill ? pos_in[0] + b : pos_in[b];
+        slot[b] = prefill ? 0 : b;
+    }
+    uint16_t *ring = bf16_table(&r, nslots * slot_stride), *kvl = bf16_table(&r, (size_t)B * 2 * D);
+    float *q = malloc(sizeof(float) * B * 3 * D);
+    for (int i = 0; i < B * 3 * D; i++) q[i] = (float)(0.5 * gu_normal(&r));
+    /* the twin: kern_attend over the row's keys in position order, widened */
+    float *want = malloc(sizeof(float) * B * D), *got = malloc(sizeof(float) * B * D);
+    float *kf = malloc(sizeof(float) * window * D), *vf = malloc(sizeof(float) * window * D);
+    float *scratch = malloc(sizeof(float) * window);
+    float vmax = 0;
+    for (int b = 0; b < B; b++) {
+        int64_t p = pos[b], c0 = prefill ? pos[0] : p, lo = p + 1 > window ? p + 1 - window : 0;
+        int nk = (int)(p - lo + 1);
+        for (int j = 0; j < nk; j++) {
+            int64_t x = lo + j;
+            const uint16_t *kr = x < c0 ? ring + slot[b] * slot_stride + (size_t)(x % ctx) * D
+                                        : kvl + (size_t)(b - (p - x)) * 2 * D;
+            const uint16_t *vr = x < c0 ? kr + (size_t)ctx * D : kr + D;
+            for (int d = 0; d < D; d++) {
+                kf[(size_t)j * D + d] = st_bf16_to_f32(kr[d]);
+                vf[(size_t)j * D + d] = st_bf16_to_f32(vr[d]);
+                if (fabsf(vf[(size_t)j * D + d]) > vmax) vmax = fabsf(vf[(size_t)j * D + d]);
+            }
+        }
+        kern_attend(want + (size_t)b * D, q + (size_t)b * 3 * D, kf, vf, scratch, nk, heads, hd, D);
+    }
+    int splits = cu_attend_splits(window);
+    uint16_t *dring = gu_dalloc(nslots * slot_stride * 2), *dkvl = gu_dalloc(sizeof(uint16_t) * B * 2 * D);
+    float *dq = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
+    float *dpart = gu_dalloc(sizeof(float) * B * heads * splits * CU_ATT_PART_FLOATS);
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
+    int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    gu_h2d(dring, ring, nslots * slot_stride * 2);
+    gu_h2d(dkvl, kvl, sizeof(uint16_t) * B * 2 * D);
+    gu_h2d(dq, q, sizeof(float) * B * 3 * D);
+    gu_h2d(dslot, slot, sizeof(int32_t) * B);
+    gu_h2d(dpos, pos, sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cu_attend_ring(dout, dpart, dq, 3 * D, dkvl, dring, slot_stride, dslot, dpos, B, heads, hd, ctx,
+                                  window, prefill, 0));
+    gu_sync();
+    gu_d2h(got, dout, sizeof(float) * B * D);
+    long at;
+    double w = worst_err(got, want, NULL, vmax, (size_t)B * D, 1e-5, &at);
+    if (at >= 0) result(0, name, "first mismatch at (b=%ld, d=%ld): gpu %.9g twin %.9g", at / D, at % D, got[at], want[at]);
+    else result(1, name, "%d split(s), max error %.3g of max|v| (tolerance 1e-5)", splits, w);
+    gu_dfree(dring); gu_dfree(dkvl); gu_dfree(dq); gu_dfree(dout); gu_dfree(dpart); gu_dfree(dslot); gu_dfree(dpos);
+    free(ring); free(kvl); free(q); free(want); free(got); free(kf); free(vf); free(scratch);
+}
+
+/* The depformer's attention over sub-steps 0..K-1 of B rows, one call per
+ * sub-step as the step does: each output against kern_attend on the
+ * sub-steps max(0, k - window + 1)..k. */
+static void dep_attend_case(int B, int heads, int hd, int K, int window) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_attend B=%d heads=%d hd=%d steps=%d window=%d", B, heads, hd, K, window);
+    if (!begin(name, 1, (double)B * heads * hd * K * K)) return;
+    gu_rng r = {13};
+    int D = heads * hd;
+    size_t stride = (size_t)LM_MAX_DEP_Q * D;
+    float *qkv = malloc(sizeof(float) * K * B * 3 * D), *got = malloc(sizeof(float) * B * D),
+          *want = malloc(sizeof(float) * B * D);
+    for (size_t i = 0; i < (size_t)K * B * 3 * D; i++) qkv[i] = (float)gu_normal(&r);
+    float *kc = malloc(sizeof(float) * B * stride), *vc = malloc(sizeof(float) * B * stride), scratch[LM_MAX_DEP_Q];
+    float *dqkv = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
+    float *dk = gu_dalloc(sizeof(float) * B * stride), *dv = gu_dalloc(sizeof(float) * B * stride);
+    double worst = 0;
+    long at = -1;
+    int bad_k = -1;
+    for (int k = 0; k < K && bad_k < 0; k++) {
+        const float *x = qkv + (size_t)k * B * 3 * D;
+        for (int b = 0; b < B; b++) {
+            memcpy(kc + b * stride + (size_t)k * D, x + (size_t)b * 3 * D + D, sizeof(float) * D);
+            memcpy(vc + b * stride + (size_t)k * D, x + (size_t)b * 3 * D + 2 * D, sizeof(float) * D);
+            int lo = k + 1 > window ? k + 1 - window : 0;
+            kern_attend(want + (size_t)b * D, x + (size_t)b * 3 * D, kc + b * stride + (size_t)lo * D,
+                        vc + b * stride + (size_t)lo * D, scratch, k + 1 - lo, heads, hd, D);
+        }
+        gu_h2d(dqkv, x, sizeof(float) * B * 3 * D);
+        CU_CHECK_FATAL(cu_dep_attend(dout, dqkv, dk, dv, stride, k, window, B, heads, hd, 0));
+        gu_sync();
+        gu_d2h(got, dout, sizeof(float) * B * D);
+        double w = worst_err(got, want, NULL, 4.0, (size_t)B * D, 1e-5, &at);   /* |v| <= ~4 */
+        if (w > worst) worst = w;
+        if (at >= 0) bad_k = k;
+    }
+    if (bad_k >= 0) result(0, name, "sub-step %d, element %ld: gpu %.9g twin %.9g", bad_k, at, got[at], want[at]);
+    else result(1, name, "max error %.3g of 4 (tolerance 1e-5)", worst);
+    gu_dfree(dqkv); gu_dfree(dout); gu_dfree(dk); gu_dfree(dv);
+    free(qkv); free(got); free(want); free(kc); free(vc);
+}
+
+static void elementwise_case(int B, int H) {
+    char name[96];
+    snprintf(name, sizeof name, "silu_gate+add+bf16 B=%d H=%d", B, H);
+    if (!begin(name, 1, (double)B * H)) return;
+    gu_rng r = {17};
+    size_t n = (size_t)B * H;
+    float *u = malloc(sizeof(float) * 2 * n), *h = malloc(sizeof(float) * n), *hr = malloc(sizeof(float) * n),
+          *mag = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *yr = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < 2 * n; i++) u[i] = (float)(3.0 * gu_normal(&r));
+    u[0] = NAN;
+    u[1] = INFINITY;
+    u[2] = 1.00390625f;   /* bf16 tie: 1 + 2^-8, rounds to even (1.0) */
+    u[3] = -3.3895314e38f; /* rounds to -inf in bf16 */
+    for (int b = 0; b < B; b++) {
+        kern_silu_gate(hr + (size_t)b * H, u + (size_t)b * 2 * H, H);
+        for (int i = 0; i < H; i++) {
+            const float *ub = u + (size_t)b * 2 * H;
+            mag[(size_t)b * H + i] = fabsf(ub[i] * ub[H + i]) + 1e-30f;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        y[i] = u[i];
+        yr[i] = u[i] + u[n + i];   /* kern_add's */
+    }
+    float *du = gu_dalloc(sizeof(float) * 2 * n), *dh = gu_dalloc(sizeof(float) * n);
+    uint16_t *db = gu_dalloc(sizeof(uint16_t) * 2 * n), *bb = malloc(sizeof(uint16_t) * 2 * n);
+    gu_h2d(du, u, sizeof(float) * 2 * n);
+    CU_CHECK_FATAL(cu_silu_gate(dh, du, B, H, 0));
+    CU_CHECK_FATAL(cu_f32_to_bf16(db, du, 2 * n, 0));
+    gu_sync();
+    gu_d2h(h, dh, sizeof(float) * n);
+    gu_d2h(bb, db, sizeof(uint16_t) * 2 * n);
+    CU_CHECK_FATAL(cu_add(du, du + n, n, 0));
+    gu_sync();
+    gu_d2h(y, du, sizeof(float) * n);
+    long at, at2;
+    double w = worst_err(h, hr, mag, ldexp(1.0, -24), n, 64.0, &at);
+    worst_err(y, yr, NULL, 1.0, n, 0.0, &at2);
+    long bad_b = -1;
+    for (size_t i = 0; i < 2 * n && bad_b < 0; i++)
+        if (bb[i] != st_f32_to_bf16(u[i])) bad_b = (long)i;
+    if (at >= 0) result(0, name, "silu_gate at %ld: gpu %.9g twin %.9g", at, h[at], hr[at]);
+    else if (at2 >= 0) result(0, name, "add at %ld: gpu %.9g twin %.9g", at2, y[at2], yr[at2]);
+    else if (bad_b >= 0) result(0, name, "bf16 of %.9g: gpu 0x%04x, st_f32_to_bf16 0x%04x", u[bad_b], bb[bad_b], st_f32_to_bf16(u[bad_b]));
+    else result(1, name, "silu max normalised error %.3g (tolerance 64); add and bf16 rounding exact", w);
+    gu_dfree(du); gu_dfree(dh); gu_dfree(db);
+    free(u); free(h); free(hr); free(mag); free(y); free(yr); free(bb);
+}
+
+static void test_lm_kernels(void) {
+    embed_case(3, 40, 4, 10, 12);
+    embed_case(2, 4096, 3, 300, 500);      /* the 7B's width, strided over 128 threads */
+    const int64_t p3[3] = {0, 7, 2999}, p4[4] = {1, 100, 100000, 1 << 30};
+    rope_case(3, 4, 16, p3);
+    rope_case(4, 32, 128, p4);
+    const int64_t a1[3] = {0, 5, 39}, a2[3] = {44, 87, 40}, a3[2] = {550, 3100};
+    attend_case(3, 2, 32, 40, 40, 0, a1);      /* ring not yet full, full */
+    attend_case(3, 2, 32, 40, 39, 0, a2);      /* past the wrap, PersonaPlex's window */
+    attend_case(2, 4, 128, 3000, 3000, 0, a3); /* the 7B's ring: 12 splits, one past its wrap */
+    const int64_t s1[1] = {30}, s2[1] = {0};
+    attend_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap: ring + chunk keys */
+    attend_case(6, 2, 16, 8, 7, 1, s2);        /* a first chunk, window < chunk */
+    dep_attend_case(3, 2, 8, 8, 8);
+    dep_attend_case(2, 4, 16, 16, 15);         /* PersonaPlex's dep_window */
+    elementwise_case(3, 300);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--small")) small_only = 1;
@@ -471,6 +782,7 @@ int main(int argc, char **argv) {
     test_matvec();
     test_rmsnorm();
     test_sample();
+    test_lm_kernels();
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail ? 1 : 0;
 }

@@ -85,6 +85,11 @@ void emu_set_hooks(int on);
  * EMU_TIMEOUT_S=120). A thread that spins waiting for another never yields
  * here (no preemption), so this is how such a kernel ends. */
 void emu_set_timeout_ms(unsigned ms);
+/* emu_inject_fault: the n-th kernel run from now (launched, or replayed in a
+ * graph) does not run and faults instead, as an out-of-bounds access would
+ * (cudaErrorIllegalAddress, sticky until cudaDeviceReset): for tests of a
+ * caller's device-error handling. 0 cancels. */
+void emu_inject_fault(unsigned n);
 /* emu_last_kernel: the name of the last kernel launched (or recorded), ""
  * before any. */
 const char *emu_last_kernel(void);

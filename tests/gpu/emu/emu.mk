@@ -7,6 +7,10 @@
 #
 #   $(BUILD)/engine-test-emu   tests/gpu/engine_test.c on the emulator (the
 #                              same source as engine-test, the other executor)
+#   $(BUILD)/backend-test-emu  tests/gpu/backend_test.c on the emulator: the
+#                              CUDA backend table (cuda/cu_backend.c, compiled
+#                              against the emulator's runtime and cuBLAS)
+#                              against the CPU backend
 #   $(BUILD)/emu-test          the detectors against faulty kernels, the
 #                              emulated semantics, graphs, the cuBLAS stand-in
 #   make test-emu              build both and run them
@@ -28,7 +32,8 @@ EMU_ENGINE_TEST := $(BUILD)/engine-test-emu
 # engine-bench against the emulator's headers: built (the shim must cover
 # its API: events, cuBLAS), never run (its shapes are for a GPU).
 EMU_BENCH := $(EMU_OUT)/engine-bench-emu
-EMU_BINS := $(EMU_TEST) $(EMU_ENGINE_TEST) $(EMU_BENCH)
+EMU_BACKEND_TEST := $(BUILD)/backend-test-emu
+EMU_BINS := $(EMU_TEST) $(EMU_ENGINE_TEST) $(EMU_BENCH) $(EMU_BACKEND_TEST)
 
 # The toolkit's headers are replaced by the emulator's (include/), first.
 EMU_CPPFLAGS := -D_GNU_SOURCE -I$(EMU_DIR)/include -I$(EMU_DIR) $(ENGINE_INC) -Icuda -Itests/gpu
@@ -59,6 +64,11 @@ $(EMU_OUT)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.c
 	@mkdir -p $(@D)
 	@echo "  EMUCC   $<"
 	$(Q)$(CC) $(EMU_CPPFLAGS) $(EMU_RT_CFLAGS) -c $< -o $@
+# Host code of the plugin (the backend table) against the emulator.
+$(EMU_OUT)/host/cuda/%.o: cuda/%.c
+	@mkdir -p $(@D)
+	@echo "  EMUCC   $<"
+	$(Q)$(CC) $(EMU_CPPFLAGS) $(EMU_CFLAGS) -c $< -o $@
 $(EMU_OUT)/tests/gpu/%.o: tests/gpu/%.c
 	@mkdir -p $(@D)
 	@echo "  EMUCC   $<"
@@ -73,16 +83,21 @@ $(EMU_BENCH): $(EMU_OUT)/tests/gpu/engine_bench.o $(EMU_OUT)/tests/gpu/gpu_util.
 		$(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
+$(EMU_BACKEND_TEST): $(EMU_OUT)/tests/gpu/backend_test.o $(EMU_OUT)/tests/gpu/gpu_util.o \
+		$(EMU_OUT)/host/cuda/cu_backend.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o $(EMU_OUT)/tests/gpu/gpu_util.o \
 		$(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
 
-EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh
+EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh
 TEST_SCRIPTS += $(EMU_SCRIPTS)
-test test-unit: $(EMU_BINS)
+test test-unit: $(EMU_BINS) $(BUILD)/moshid-mkmodel
 
-test-emu: $(EMU_BINS)
+# backend-test's codec case writes its Mimi model with moshid-mkmodel.
+test-emu: $(EMU_BINS) $(BUILD)/moshid-mkmodel
 	$(Q)for s in $(EMU_SCRIPTS); do BUILD=$(BUILD) bash $$s || exit 1; done
 
 -include $(shell find $(EMU_OUT) -name '*.d' 2>/dev/null)

@@ -50,6 +50,21 @@ cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* cublasSetWorkspace: the stand-in needs no workspace; it checks that the
+ * buffer is live device memory of the size given, as a device would use it
+ * (a graph captured with a freed or short workspace fails on a GPU). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes) {
+    if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes == 0) return CUBLAS_STATUS_SUCCESS;
+    int span = 0;
+    emu_alloc *a = emu_alloc_at(workspace, bytes, &span);
+    if (!workspace || !a || !span || a->freed || a->kind != EMU_A_DEVICE) {
+        emu_note("cublasSetWorkspace(%p, %zu): not a live device buffer of that size", workspace, bytes);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 #define STATUSES(X)                                                           \
     X(CUBLAS_STATUS_SUCCESS, "success")                                       \
     X(CUBLAS_STATUS_NOT_INITIALIZED, "the library was not initialized")       \

@@ -76,6 +76,7 @@ void emu_set_order(emu_order o) { emu_init(); E.order = o; }
 void emu_set_timeout_ms(unsigned ms) { emu_init(); E.timeout_ms = ms; }
 void emu_set_quiet(int quiet) { emu_init(); E.quiet = quiet; }
 void emu_set_hooks(int on) { emu_init(); E.hooks = on; }
+void emu_inject_fault(unsigned n) { emu_init(); E.inject_after = n; }
 const char *emu_last_kernel(void) { return E.kname; }
 void emu_stats_get(emu_stats *s) { *s = E.stats; }
 

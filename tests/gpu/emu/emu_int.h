@@ -69,6 +69,7 @@ typedef struct emu_state {
     uint64_t seed;
     int quiet, hooks;
     unsigned timeout_ms;
+    unsigned inject_after;  /* emu_inject_fault: kernel runs left before the injected fault (0: none) */
     /* errors */
     cudaError_t last, sticky;
     emu_fault fault;

@@ -436,6 +436,11 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 static cudaError_t run_node(const emu_node *nd) {
     switch (nd->kind) {
     case EMU_NODE_KERNEL:
+        if (E.inject_after && --E.inject_after == 0) {   /* emu_inject_fault: this run faults */
+            emu_kernel_name(E.kname, sizeof E.kname, nd->call.pretty);
+            emu_fault_note(EMU_FAULT_OOB, NULL, "fault injected by emu_inject_fault (a test of error handling)");
+            return E.sticky;
+        }
         emu_run_grid(&nd->call);
         return E.sticky;
     case EMU_NODE_MEMCPY:

@@ -1,0 +1,971 @@
+/* cu_backend.c - the CUDA backend table (engine/lm/backend.h, interface v2)
+ * for the LM, with the engine's CPU Mimi on the host for the codec.
+ *
+ * Device memory (docs/cuda.md, "The backend"), all allocated at open:
+ *  - weights: one slab, every matrix bf16 (f32 and f16 checkpoints are
+ *    rounded on upload, nearest even), each at a 256-byte offset, the
+ *    n_q audio embeddings as one (n_q, card + 1, dim) table; norm scales
+ *    f32. With opts.random_weights the slab is filled on the device from
+ *    the seed (uniform, variance 1/fan_in; embeddings uniform(-1, 1); norms 1).
+ *  - K/V: one bf16 slab, per slot and layer a ring of `context` rows of keys
+ *    (after RoPE) then values: view(slot, layer) = kv + (slot * L + layer) *
+ *    2 * context * dim. Slot max_slots is the scratch slot the padding rows
+ *    of a bucket write to. Zeroed at open (nothing reads an unwritten row).
+ *  - workspaces for R rows (the largest bucket or a prefill chunk), the
+ *    per-step upload block and the sampled tokens.
+ * A step uploads one block (positions, sampling rows, slot indices,
+ * dep_steps, tokens, forced targets) with one cudaMemcpyAsync, replays the
+ * bucket's CUDA graph (or enqueues the same launches when the graph does not
+ * cover the call: more than CU_GRAPH_DEP_STEPS depformer sub-steps, logits
+ * asked for, graphs off), downloads the sampled tokens with one copy and
+ * waits for an event after it: no allocation and no other host
+ * synchronisation inside a step.
+ *
+ * Rows of a step are distinct slots (the dispatcher checks). Matrix
+ * products: cu_matvec_bf16 below CU_GEMM_MIN_ROWS rows, cublasGemmEx
+ * (bf16 x bf16, f32 accumulation) at and above, which rounds the
+ * activations to bf16 first (tests/gpu/backend_test.c's tolerances say so).
+ *
+ * Errors: every CUDA or cuBLAS failure is MS_ERR_DEVICE naming the call,
+ * file:line and the runtime's text. A failure inside step, prefill,
+ * snapshot or restore leaves the device state unknown (a sticky error such
+ * as cudaErrorIllegalAddress poisons the context anyway), so the backend
+ * marks itself dead and every later call answers MS_ERR_DEVICE with the
+ * first message.
+ *
+ * Threads: the engine thread only (backend.h).
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cublas_v2.h>   /* first: the _v2 names of cublasCreate and friends */
+
+#define CU_CHECK_CUBLAS
+#include "cu_check.h"
+#include "cu_kern.h"
+#include "cu_plan.h"
+
+#include "backend.h"
+#include "lm.h"
+#include "log.h"
+#include "mimi.h"
+#include "samp.h"
+
+/* Rows at and above which a matrix product runs as a cuBLAS GEMM rather
+ * than the matvec (which re-reads W once per CU_MATVEC_BATCH_TILE rows).
+ * A first guess, NOT measured: the device check must measure the crossover
+ * on hardware (matvec vs GEMM time per shape at B = 4..64) and set it. */
+#define CU_GEMM_MIN_ROWS 16
+/* Positions of one prefill pass (at most context, see cu_prefill). */
+#define CU_PREFILL_CHUNK 64
+/* Depformer sub-steps a captured graph runs (rows asking for fewer are
+ * masked). A call asking more (PersonaPlex's 16 with the user's streams)
+ * takes the uncaptured path. */
+#define CU_GRAPH_DEP_STEPS 8
+/* cuBLAS workspace, set before any capture so that no GEMM allocates while
+ * a graph is being captured (NVIDIA recommends 32 MiB on Hopper; it is in
+ * the plan's reserve). */
+#define CU_BLAS_WORKSPACE (32u << 20)
+/* Most batch-size buckets (the plan's: 1, 2, 4, ... then max_slots). */
+#define CU_MAX_BUCKETS CU_PLAN_MAX_BUCKETS
+
+/* The plan (cuda/cu_plan.c) sizes the workspaces with the same numbers. */
+_Static_assert(CU_PREFILL_CHUNK == CU_PLAN_PREFILL_ROWS, "prefill chunk differs from the memory plan's");
+_Static_assert(CU_ATT_SPLIT == CU_PLAN_ATTN_SPLIT, "attention split differs from the memory plan's");
+
+/* Per-row data of one step or prefill chunk, as laid out in the upload
+ * block (the same layout in pinned host memory and on the device). */
+typedef struct cu_rows {
+    int64_t *pos;       /* (B) absolute position */
+    samp_row *text;     /* (B) text sampling */
+    samp_row *audio;    /* (B) audio sampling */
+    int32_t *slot;      /* (B) K/V slot (max_slots: the scratch slot) */
+    int32_t *dsteps;    /* (B) depformer sub-steps wanted */
+    int32_t *tok;       /* (B, n_streams) */
+    int32_t *tgt;       /* (B, 1 + dep_q) forced token or -1 */
+} cu_rows;
+
+typedef struct cu_layer {
+    float *norm1, *norm2;
+    uint16_t *attn_in, *attn_out, *ffn_in, *ffn_out;
+} cu_layer;
+
+typedef struct cu_dep_layer {
+    float *norm1, *norm2;
+    uint16_t *attn_in[LM_MAX_DEP_Q], *attn_out[LM_MAX_DEP_Q], *ffn_in[LM_MAX_DEP_Q], *ffn_out[LM_MAX_DEP_Q];
+} cu_dep_layer;
+
+struct lm_kv_snap {
+    int P, num_layers, dim;
+    uint16_t *kv;       /* device: (num_layers, 2, P, dim) bf16 */
+};
+
+typedef struct cu_ctx {
+    lm_config cfg;
+    lm_model *m;                 /* the mapped checkpoint during open (NULL after, or with random weights) */
+    int nslots, R, maxB;         /* slots, workspace rows, largest bucket */
+    int nbuckets, buckets[CU_MAX_BUCKETS];
+    int device;
+    cudaStream_t st;
+    cudaEvent_t done;
+    cublasHandle_t blas;
+    /* weights */
+    unsigned char *wslab;
+    size_t wbytes, woff;
+    int wpass;                   /* 0: sizing, 1: placing and filling */
+    uint32_t wtensor;            /* random weights: tensor counter */
+    uint64_t rseed;
+    uint16_t *emb, *text_emb, *text_linear, *dep_in[LM_MAX_DEP_Q], *dep_text_emb, *dep_emb[LM_MAX_DEP_Q];
+    uint16_t *linears[LM_MAX_DEP_Q];
+    float *out_norm;
+    cu_layer *layers;
+    cu_dep_layer *dep_layers;
+    /* K/V */
+    uint16_t *kv;
+    size_t kv_slot;              /* elements per slot: L * 2 * ctx * D */
+    int64_t *pos;                /* (nslots) host: next position */
+    /* workspaces (R rows) */
+    float *x, *xn, *qkv, *att, *o, *u, *h, *part;
+    uint16_t *kvl, *xb;
+    void *blas_ws;
+    float *tlog, *alog;          /* (R, text_card), (dep_q, R, card) */
+    float *dy, *dyn, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    int32_t *prev, *out;         /* (R), (1 + dep_q, R) */
+    size_t dcache;               /* floats per row of dk/dv: dep_layers * LM_MAX_DEP_Q * ddim */
+    unsigned char *dup, *hup;    /* upload block: device, pinned host */
+    size_t up_bytes;
+    int32_t *hout;               /* pinned: (1 + dep_q, R) */
+    float *hlog;                 /* pinned: text then audio logits of the largest bucket */
+    size_t ws_bytes;
+    /* graphs */
+    int graphs;                  /* 1: captured */
+    cudaGraphExec_t exec[CU_MAX_BUCKETS];
+    int graph_dep;               /* sub-steps captured */
+    /* snapshots and state */
+    size_t snap_bytes;
+    int gemm_min;                /* CU_GEMM_MIN_ROWS, or MOSHID_CU_GEMM_MIN_ROWS */
+    int dead;
+    ms_error dead_err;
+    lm_backend_stats st_;
+    /* codec (host) */
+    mimi_model *mimi;
+    mimi_stream **streams;
+    mimi_ws *enc_ws, *dec_ws;
+    mimi_stream **tab;
+} cu_ctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* kill: the device state is unknown from now on (see the header). */
+static int kill_ctx(cu_ctx *c, ms_error *err) {
+    if (!c->dead) {
+        c->dead = 1;
+        c->dead_err = err ? *err : (ms_error){.code = MS_ERR_DEVICE};
+        if (!err) snprintf(c->dead_err.msg, sizeof c->dead_err.msg, "cuda backend: device error");
+        LOGE("cuda_dead", "msg=\"%s\"", c->dead_err.msg);
+    }
+    return MS_ERR_DEVICE;
+}
+
+static int dead_answer(cu_ctx *c, ms_error *err) {
+    return ms_err_set(err, MS_ERR_DEVICE, "cuda backend unusable after an earlier device error: %s", c->dead_err.msg);
+}
+
+/* Upload block layout for B rows: byte offsets of each array. */
+typedef struct cu_layout {
+    size_t pos, text, audio, slot, dsteps, tok, tgt, total;
+} cu_layout;
+
+/* The named views of the K/V slab: slot s, layer l, keys (K) or values (V),
+ * (context, dim) bf16 each; slot nslots is the scratch slot. */
+static uint16_t *kv_keys(const cu_ctx *c, int slot, int layer) {
+    return c->kv + (size_t)slot * c->kv_slot + (size_t)layer * 2 * c->cfg.context * c->cfg.dim;
+}
+static uint16_t *kv_values(const cu_ctx *c, int slot, int layer) {
+    return kv_keys(c, slot, layer) + (size_t)c->cfg.context * c->cfg.dim;
+}
+
+static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static cu_layout layout(const lm_config *g, int B) {
+    cu_layout l;
+    size_t o = 0;
+    l.pos = o; o = al16(o + sizeof(int64_t) * B);
+    l.text = o; o = al16(o + sizeof(samp_row) * B);
+    l.audio = o; o = al16(o + sizeof(samp_row) * B);
+    l.slot = o; o = al16(o + sizeof(int32_t) * B);
+    l.dsteps = o; o = al16(o + sizeof(int32_t) * B);
+    l.tok = o; o = al16(o + sizeof(int32_t) * B * g->n_streams);
+    l.tgt = o; o = al16(o + sizeof(int32_t) * B * (1 + g->dep_q));
+    l.total = o;
+    return l;
+}
+
+static cu_rows rows_at(const lm_config *g, unsigned char *base, int B) {
+    cu_layout l = layout(g, B);
+    return (cu_rows){.pos = (int64_t *)(base + l.pos), .text = (samp_row *)(base + l.text),
+                     .audio = (samp_row *)(base + l.audio), .slot = (int32_t *)(base + l.slot),
+                     .dsteps = (int32_t *)(base + l.dsteps), .tok = (int32_t *)(base + l.tok),
+                     .tgt = (int32_t *)(base + l.tgt)};
+}
+
+/* ---- weights -------------------------------------------------------------- */
+
+/* wmat: place a bf16 matrix (rows, cols) in the slab (pass 0 counts) and,
+ * in pass 1, fill it from src (NULL with random weights: uniform with the
+ * given scale). dst_off: element offset inside an already placed block
+ * (the audio embedding table), or -1 to place a new block. */
+static int wfill(cu_ctx *c, uint16_t *dst, const kern_mat *src, size_t n, float scale, ms_error *err) {
+    if (!src) {
+        CU_CHECK(err, cu_rand_bf16(dst, n, c->rseed, c->wtensor++, scale, c->st));
+        return MS_OK;
+    }
+    uint16_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of host memory converting weights");
+    for (size_t i = 0; i < n; i++) {
+        switch (src->dtype) {
+        case ST_BF16: tmp[i] = ((const uint16_t *)src->w)[i]; break;
+        case ST_F16: tmp[i] = st_f32_to_bf16(st_f16_to_f32(((const uint16_t *)src->w)[i])); break;
+        default: tmp[i] = st_f32_to_bf16(((const float *)src->w)[i]); break;
+        }
+    }
+    cudaError_t e = cudaMemcpy(dst, tmp, n * sizeof *tmp, cudaMemcpyHostToDevice);
+    free(tmp);
+    CU_CHECK(err, e);
+    return MS_OK;
+}
+
+static void *wplace(cu_ctx *c, size_t bytes) {
+    size_t off = c->woff;
+    c->woff = (c->woff + bytes + 255) & ~(size_t)255;
+    return c->wpass ? c->wslab + off : NULL;
+}
+
+static int wmat(cu_ctx *c, uint16_t **dst, const kern_mat *src, int rows, int cols, float scale, ms_error *err) {
+    size_t n = (size_t)rows * cols;
+    *dst = wplace(c, n * 2);
+    if (!c->wpass) return MS_OK;
+    return wfill(c, *dst, src, n, scale, err);
+}
+
+static int wnorm(cu_ctx *c, float **dst, const float *src, int n, ms_error *err) {
+    *dst = wplace(c, (size_t)n * sizeof(float));
+    if (!c->wpass) return MS_OK;
+    float *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of host memory");
+    for (int i = 0; i < n; i++) tmp[i] = src ? src[i] : 1.0f;
+    cudaError_t e = cudaMemcpy(*dst, tmp, (size_t)n * sizeof *tmp, cudaMemcpyHostToDevice);
+    free(tmp);
+    CU_CHECK(err, e);
+    return MS_OK;
+}
+
+#define WTRY(call) do { int rc_ = (call); if (rc_ != MS_OK) return rc_; } while (0)
+
+/* One pass over every tensor (see wmat). */
+static int weights_pass(cu_ctx *c, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    const lm_model *m = c->m;
+    int D = g->dim, dd = g->depformer_dim, H = g->hidden, Hd = g->dep_hidden;
+    float sD = 1.0f / sqrtf((float)D) * sqrtf(3.0f), sdd = sqrtf(3.0f / dd), sH = sqrtf(3.0f / H),
+          sHd = sqrtf(3.0f / Hd);
+    c->woff = 0;
+    c->wtensor = 0;
+    /* audio embeddings: one table */
+    size_t per = (size_t)(g->card + 1) * D;
+    c->emb = wplace(c, (size_t)g->n_q * per * 2);
+    for (int q = 0; c->wpass && q < g->n_q; q++)
+        WTRY(wfill(c, c->emb + q * per, m ? &m->emb[q] : NULL, per, 1.0f, err));
+    WTRY(wmat(c, &c->text_emb, m ? &m->text_emb : NULL, g->text_card + 1, D, 1.0f, err));
+    WTRY(wmat(c, &c->text_linear, m ? &m->text_linear : NULL, g->text_card, D, sD, err));
+    WTRY(wnorm(c, &c->out_norm, m ? m->out_norm : NULL, D, err));
+    for (int l = 0; l < g->num_layers; l++) {
+        cu_layer *L = &c->layers[l];
+        const lm_layer_w *S = m ? &m->layers[l] : NULL;
+        WTRY(wnorm(c, &L->norm1, S ? S->norm1 : NULL, D, err));
+        WTRY(wnorm(c, &L->norm2, S ? S->norm2 : NULL, D, err));
+        WTRY(wmat(c, &L->attn_in, S ? &S->attn_in : NULL, 3 * D, D, sD, err));
+        WTRY(wmat(c, &L->attn_out, S ? &S->attn_out : NULL, D, D, sD, err));
+        WTRY(wmat(c, &L->ffn_in, S ? &S->ffn_in : NULL, 2 * H, D, sD, err));
+        WTRY(wmat(c, &L->ffn_out, S ? &S->ffn_out : NULL, D, H, sH, err));
+    }
+    for (int k = 0; k < g->dep_q; k++) {
+        WTRY(wmat(c, &c->dep_in[k], m ? &m->dep_in[k] : NULL, dd, D, sD, err));
+        WTRY(wmat(c, &c->linears[k], m ? &m->linears[k] : NULL, g->card, dd, sdd, err));
+        if (k < g->dep_q - 1) WTRY(wmat(c, &c->dep_emb[k], m ? &m->dep_emb[k] : NULL, g->card + 1, dd, 1.0f, err));
+    }
+    WTRY(wmat(c, &c->dep_text_emb, m ? &m->dep_text_emb : NULL, g->text_card + 1, dd, 1.0f, err));
+    for (int l = 0; l < g->depformer_num_layers; l++) {
+        cu_dep_layer *L = &c->dep_layers[l];
+        const lm_dep_layer_w *S = m ? &m->dep_layers[l] : NULL;
+        WTRY(wnorm(c, &L->norm1, S ? S->norm1 : NULL, dd, err));
+        WTRY(wnorm(c, &L->norm2, S ? S->norm2 : NULL, dd, err));
+        for (int k = 0; k < g->dep_q; k++) {
+            WTRY(wmat(c, &L->attn_in[k], S ? &S->attn_in[k] : NULL, 3 * dd, dd, sdd, err));
+            WTRY(wmat(c, &L->attn_out[k], S ? &S->attn_out[k] : NULL, dd, dd, sdd, err));
+            WTRY(wmat(c, &L->ffn_in[k], S ? &S->ffn_in[k] : NULL, 2 * Hd, dd, sdd, err));
+            WTRY(wmat(c, &L->ffn_out[k], S ? &S->ffn_out[k] : NULL, dd, Hd, sHd, err));
+        }
+    }
+    return MS_OK;
+}
+
+/* ---- the launches of a step ------------------------------------------------ */
+
+#define ETRY(call) CU_CHECK(err, call)
+
+/* y (n, N) = x (n, K) W^T: the matvec for few rows, else a cuBLAS GEMM on
+ * bf16-rounded activations. */
+static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, int N, int K, ms_error *err) {
+    if (n < c->gemm_min) {
+        ETRY(cu_matvec_bf16(y, x, w, n, N, K, c->st));
+        return MS_OK;
+    }
+    ETRY(cu_f32_to_bf16(c->xb, x, (size_t)n * K, c->st));
+    const float one = 1.0f, zero = 0.0f;
+    /* column-major: C (N, n) = W^T viewed (K, N) transposed times xb (K, n) */
+    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
+                                   CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return MS_OK;
+}
+
+/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)). */
+static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    int D = g->dim, H = g->hidden, ctx = g->context;
+    float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
+    for (int l = 0; l < g->num_layers; l++) {
+        const cu_layer *L = &c->layers[l];
+        uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
+        ETRY(cu_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS, c->st));
+        WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
+        ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+        ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
+                            g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
+        ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+        WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
+        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
+        ETRY(cu_rmsnorm(c->xn, c->x, L->norm2, n, D, LM_NORM_EPS, c->st));
+        WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
+        ETRY(cu_silu_gate(c->h, c->u, n, H, c->st));
+        WTRY(lin(c, c->o, c->h, L->ffn_out, n, D, H, err));
+        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
+    }
+    ETRY(cu_rmsnorm(c->x, c->x, c->out_norm, n, D, LM_NORM_EPS, c->st));
+    return MS_OK;
+}
+
+/* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k]. */
+static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    int dd = g->depformer_dim, Hd = g->dep_hidden;
+    for (int l = 0; l < g->depformer_num_layers; l++) {
+        const cu_dep_layer *L = &c->dep_layers[l];
+        float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
+        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm1, B, dd, LM_NORM_EPS, c->st));
+        WTRY(lin(c, c->dqkv, c->dyn, L->attn_in[k], B, 3 * dd, dd, err));
+        ETRY(cu_dep_attend(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B, g->depformer_num_heads,
+                           g->dep_head_dim, c->st));
+        WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
+        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
+        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm2, B, dd, LM_NORM_EPS, c->st));
+        WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
+        ETRY(cu_silu_gate(c->dh, c->du, B, Hd, c->st));
+        WTRY(lin(c, c->dout, c->dh, L->ffn_out[k], B, dd, Hd, err));
+        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
+    }
+    WTRY(lin(c, c->alog + (size_t)k * B * g->card, c->dy, c->linears[k], B, g->card, dd, err));
+    return MS_OK;
+}
+
+/* Everything of a step after the upload, for a bucket of B rows read from
+ * the device upload block: embeddings, the temporal transformer, text
+ * head and sampling, ndep depformer sub-steps with feed-back and masking.
+ * Sampled tokens to out (1 + dep_q, B): text in row 0, sub-step k in 1 + k. */
+static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    cu_rows r = rows_at(g, c->dup, B);
+    int nt = 1 + g->dep_q;
+    ETRY(cu_embed_sum(c->x, r.tok, g->n_streams, c->emb, c->text_emb, B, g->dim, g->n_q, g->card, g->text_card,
+                      c->st));
+    WTRY(temporal(c, B, &r, 0, err));
+    WTRY(lin(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, err));
+    ETRY(cu_samp_topk_rows(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->st));
+    ETRY(cu_dep_feed(c->prev, c->out, r.tgt, nt, NULL, 0, B, c->st));
+    for (int k = 0; k < ndep; k++) {
+        WTRY(lin(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, err));   /* reads out_norm(h) */
+        ETRY(cu_embed_add_rows(c->dy, c->prev, k == 0 ? c->dep_text_emb : c->dep_emb[k - 1], B, g->depformer_dim,
+                               k == 0 ? g->text_card + 1 : g->card + 1, c->st));
+        WTRY(dep_substep(c, B, k, err));
+        int32_t *o = c->out + (size_t)(1 + k) * B;
+        ETRY(cu_samp_topk_rows(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->st));
+        ETRY(cu_dep_feed(c->prev, o, r.tgt + 1 + k, nt, r.dsteps, k, B, c->st));
+    }
+    return MS_OK;
+}
+
+/* ---- open / close ------------------------------------------------------------- */
+
+static void cu_close(void *vctx) {
+    cu_ctx *c = vctx;
+    if (!c) return;
+    for (int i = 0; c->streams && i < c->nslots; i++) mimi_stream_free(c->streams[i]);
+    free(c->streams);
+    free(c->tab);
+    mimi_ws_free(c->enc_ws);
+    mimi_ws_free(c->dec_ws);
+    mimi_model_free(c->mimi);
+    for (int i = 0; i < c->nbuckets; i++)
+        if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
+    if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
+    void *dev[] = {c->wslab, c->kv, c->x, c->xn, c->qkv, c->att, c->o, c->u, c->h, c->part, c->kvl, c->xb,
+                   c->tlog, c->alog, c->dy, c->dyn, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
+                   c->prev, c->out, c->dup, c->blas_ws};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) cudaFree(dev[i]);
+    if (c->hup) cudaFreeHost(c->hup);
+    if (c->hout) cudaFreeHost(c->hout);
+    if (c->hlog) cudaFreeHost(c->hlog);
+    if (c->done) cudaEventDestroy(c->done);
+    if (c->st) cudaStreamDestroy(c->st);
+    lm_model_free(c->m);
+    free(c->layers);
+    free(c->dep_layers);
+    free(c->pos);
+    free(c);
+}
+
+/* A workspace buffer of n elements of size es; counted in ws_bytes. */
+static int dalloc(cu_ctx *c, void **p, size_t n, size_t es, ms_error *err) {
+    size_t b = (n ? n : 1) * es;
+    CU_CHECK(err, cudaMalloc(p, b));
+    c->ws_bytes += b;
+    return MS_OK;
+}
+
+/* The configuration of a random-weight model: model_dir/config.json, the
+ * variant from opts or, as the loader decides it, from dep_q. */
+static int random_config(lm_config *g, const char *dir, lm_variant variant, ms_error *err) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return ms_err_set(err, MS_ERR_ARG, "cuda backend: model directory path too long");
+    int rc = lm_config_load(g, path, err);
+    if (rc != MS_OK) return rc;
+    if (variant == LM_VARIANT_AUTO)
+        variant = g->dep_q == LM_PERSONAPLEX_DEP_Q ? LM_VARIANT_PERSONAPLEX : LM_VARIANT_KYUTAI;
+    g->variant = variant;
+    return lm_config_finish(g, err);
+}
+
+static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
+    if (mimi_model_load(&c->mimi, opts->mimi, opts->mimi_config, err) != MS_OK) return err ? err->code : MS_ERR_FORMAT;
+    if (mimi_model_check_serving(c->mimi, err) != MS_OK) return err ? err->code : MS_ERR_UNSUPPORTED;
+    c->streams = calloc((size_t)c->nslots, sizeof *c->streams);
+    c->tab = calloc((size_t)c->nslots, sizeof *c->tab);
+    if (!c->streams || !c->tab) return ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of memory");
+    for (int i = 0; i < c->nslots; i++)
+        if (!(c->streams[i] = mimi_stream_create(c->mimi, err))) return err ? err->code : MS_ERR_NOMEM;
+    if (!(c->enc_ws = mimi_ws_create(c->mimi, c->nslots, err)) || !(c->dec_ws = mimi_ws_create(c->mimi, c->nslots, err)))
+        return err ? err->code : MS_ERR_NOMEM;
+    c->st_.codec_bytes = mimi_model_bytes(c->mimi) + (size_t)c->nslots * mimi_stream_bytes(c->mimi) +
+                         2 * mimi_ws_bytes(c->mimi, c->nslots);
+    return MS_OK;
+}
+
+/* Fill the host upload block for bucket B with padding rows (scratch slot,
+ * position 0, no tokens, greedy, no sub-steps). */
+static void pad_rows(cu_ctx *c, const cu_rows *h, int i0, int B) {
+    const lm_config *g = &c->cfg;
+    for (int i = i0; i < B; i++) {
+        h->pos[i] = 0;
+        h->slot[i] = c->nslots;
+        h->dsteps[i] = 0;
+        h->text[i] = (samp_row){0};
+        h->audio[i] = (samp_row){0};
+        for (int s = 0; s < g->n_streams; s++) h->tok[(size_t)i * g->n_streams + s] = -1;
+        for (int k = 0; k < 1 + g->dep_q; k++) h->tgt[(size_t)i * (1 + g->dep_q) + k] = -1;
+    }
+}
+
+/* Warm up and capture one graph per bucket (padding rows only). */
+static int capture_graphs(cu_ctx *c, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    c->graph_dep = g->dep_q < CU_GRAPH_DEP_STEPS ? g->dep_q : CU_GRAPH_DEP_STEPS;
+    for (int i = 0; i < c->nbuckets; i++) {
+        int B = c->buckets[i];
+        cu_rows h = rows_at(g, c->hup, B);
+        pad_rows(c, &h, 0, B);
+        CU_CHECK(err, cudaMemcpyAsync(c->dup, c->hup, layout(g, B).total, cudaMemcpyHostToDevice, c->st));
+        WTRY(enqueue_step(c, B, c->graph_dep, err));   /* warm-up: first launches, cuBLAS set-up */
+        CU_CHECK(err, cudaStreamSynchronize(c->st));
+        cudaGraph_t graph = NULL;
+        CU_CHECK(err, cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+        int rc = enqueue_step(c, B, c->graph_dep, err);
+        cudaError_t e = cudaStreamEndCapture(c->st, &graph);
+        if (rc != MS_OK) {
+            if (graph) cudaGraphDestroy(graph);
+            return rc;
+        }
+        CU_CHECK(err, e);
+        e = cudaGraphInstantiate(&c->exec[i], graph, 0);
+        cudaGraphDestroy(graph);
+        CU_CHECK(err, e);
+    }
+    c->graphs = 1;
+    return MS_OK;
+}
+
+static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_error *err) {
+    cu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    int rc = MS_ERR_DEVICE;
+    c->nslots = opts->max_slots;
+    c->device = opts->device;
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        rc = ms_err_set(err, MS_ERR_DEVICE, "cuda backend: no CUDA device (%s: %s)",
+                        e != cudaSuccess ? cudaGetErrorName(e) : "cudaGetDeviceCount",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        cudaGetLastError();
+        goto fail;
+    }
+    if (opts->device < 0 || opts->device >= ndev) {
+        rc = ms_err_set(err, MS_ERR_RANGE, "cuda backend: device %d out of range (%d devices)", opts->device, ndev);
+        goto fail;
+    }
+    CU_CHECK_GOTO(err, cudaSetDevice(opts->device), fail);
+    struct cudaDeviceProp prop;
+    CU_CHECK_GOTO(err, cudaGetDeviceProperties(&prop, opts->device), fail);
+    if (prop.major < 8) {
+        rc = ms_err_set(err, MS_ERR_UNSUPPORTED, "cuda backend: device %d (%s) is sm_%d%d; sm_80 or newer is needed",
+                        opts->device, prop.name, prop.major, prop.minor);
+        goto fail;
+    }
+    /* configuration, and the checkpoint when there is one */
+    if (opts->random_weights) {
+        if ((rc = random_config(&c->cfg, dir, opts->variant, err)) != MS_OK) goto fail;
+        c->rseed = opts->random_weights;
+    } else {
+        c->m = lm_model_load(dir, opts->variant, err);
+        if (!c->m) {
+            rc = err ? err->code : MS_ERR_FORMAT;
+            goto fail;
+        }
+        c->cfg = c->m->cfg;
+    }
+    const lm_config *g = &c->cfg;
+    if (g->head_dim > CU_ATT_MAX_HEAD_DIM || g->dep_head_dim > CU_ATT_MAX_HEAD_DIM || g->head_dim % 2) {
+        rc = ms_err_set(err, MS_ERR_UNSUPPORTED, "cuda backend: head_dim %d / %d (at most %d, even)", g->head_dim,
+                        g->dep_head_dim, CU_ATT_MAX_HEAD_DIM);
+        goto fail;
+    }
+    /* buckets: 1, 2, 4, ... below max_slots, then max_slots (the plan's) */
+    c->nbuckets = cu_plan_buckets(c->nslots, c->buckets, CU_MAX_BUCKETS);
+    if (c->nbuckets < 1) {
+        rc = ms_err_set(err, MS_ERR_LIMIT, "cuda backend: no batch-size buckets for %d slots", c->nslots);
+        goto fail;
+    }
+    c->maxB = c->buckets[c->nbuckets - 1];
+    int chunk = g->context < CU_PREFILL_CHUNK ? g->context : CU_PREFILL_CHUNK;
+    c->R = c->maxB > chunk ? c->maxB : chunk;
+    /* the memory plan, against what the device has free */
+    {
+        cu_plan_req req = {.slots = c->nslots, .context = g->context, .snapshots = 0, .snap_positions = 0,
+                           .max_bucket = c->maxB, .weight_bytes_per_el = 2, .codec = 0};
+        cu_plan plan;
+        size_t fr = 0, tot = 0;
+        CU_CHECK_GOTO(err, cudaMemGetInfo(&fr, &tot), fail);
+        if (cu_plan_compute(g, &req, &plan) != 0) {
+            rc = ms_err_set(err, MS_ERR_LIMIT, "cuda backend: no memory plan for %d slots at context %d", c->nslots,
+                            g->context);
+            goto fail;
+        }
+        if (plan.total > fr) {
+            char line[256];
+            cu_plan_describe(&plan, req.slots, line, sizeof line);
+            rc = ms_err_set(err, MS_ERR_NOMEM,
+                            "cuda backend: %d slots at context %d do not fit: %s, device %d has %.2f GiB free of "
+                            "%.2f GiB",
+                            c->nslots, g->context, line, opts->device, fr / 1073741824.0, tot / 1073741824.0);
+            goto fail;
+        }
+    }
+    CU_CHECK_GOTO(err, cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), fail);
+    CU_CHECK_GOTO(err, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), fail);
+    CUBLAS_CHECK_GOTO(err, cublasCreate(&c->blas), fail);
+    CUBLAS_CHECK_GOTO(err, cublasSetStream(c->blas, c->st), fail);
+    if (dalloc(c, &c->blas_ws, CU_BLAS_WORKSPACE, 1, err)) goto fail;
+    CUBLAS_CHECK_GOTO(err, cublasSetWorkspace(c->blas, c->blas_ws, CU_BLAS_WORKSPACE), fail);
+    c->layers = calloc((size_t)g->num_layers, sizeof *c->layers);
+    c->dep_layers = calloc((size_t)g->depformer_num_layers, sizeof *c->dep_layers);
+    c->pos = calloc((size_t)c->nslots, sizeof *c->pos);
+    if (!c->layers || !c->dep_layers || !c->pos) {
+        rc = ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of memory");
+        goto fail;
+    }
+    /* weights: size, allocate, fill */
+    c->wpass = 0;
+    if ((rc = weights_pass(c, err)) != MS_OK) goto fail;
+    c->wbytes = c->woff;
+    CU_CHECK_GOTO(err, cudaMalloc((void **)&c->wslab, c->wbytes), fail);
+    c->wpass = 1;
+    if ((rc = weights_pass(c, err)) != MS_OK) goto fail;
+    lm_model_free(c->m);   /* everything is on the device now */
+    c->m = NULL;
+    /* K/V slab: nslots + the scratch slot */
+    rc = MS_ERR_DEVICE;
+    size_t D = (size_t)g->dim, R = (size_t)c->R, dd = (size_t)g->depformer_dim;
+    c->kv_slot = (size_t)g->num_layers * 2 * (size_t)g->context * D;
+    size_t kv_bytes = (size_t)(c->nslots + 1) * c->kv_slot * sizeof(uint16_t);
+    CU_CHECK_GOTO(err, cudaMalloc((void **)&c->kv, kv_bytes), fail);
+    CU_CHECK_GOTO(err, cudaMemset(c->kv, 0, kv_bytes), fail);
+    /* the uploads and the memset ran on the legacy stream, which the
+     * backend's non-blocking stream does not wait for: finish them now */
+    CU_CHECK_GOTO(err, cudaDeviceSynchronize(), fail);
+    /* workspaces */
+    size_t H = (size_t)g->hidden, Hd = (size_t)g->dep_hidden;
+    size_t maxK = D > H ? D : H;
+    if (dd > maxK) maxK = dd;
+    if (Hd > maxK) maxK = Hd;
+    size_t splits = (size_t)cu_attend_splits(g->window);
+    c->dcache = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd;
+    int nt = 1 + g->dep_q;
+    if (dalloc(c, (void **)&c->x, R * D, 4, err) || dalloc(c, (void **)&c->xn, R * D, 4, err) ||
+        dalloc(c, (void **)&c->qkv, R * 3 * D, 4, err) || dalloc(c, (void **)&c->att, R * D, 4, err) ||
+        dalloc(c, (void **)&c->o, R * D, 4, err) || dalloc(c, (void **)&c->u, R * 2 * H, 4, err) ||
+        dalloc(c, (void **)&c->h, R * H, 4, err) ||
+        dalloc(c, (void **)&c->part, R * (size_t)g->num_heads * splits * CU_ATT_PART_FLOATS, 4, err) ||
+        dalloc(c, (void **)&c->kvl, R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
+        dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
+        dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
+        dalloc(c, (void **)&c->dy, R * dd, 4, err) || dalloc(c, (void **)&c->dyn, R * dd, 4, err) ||
+        dalloc(c, (void **)&c->dqkv, R * 3 * dd, 4, err) || dalloc(c, (void **)&c->datt, R * dd, 4, err) ||
+        dalloc(c, (void **)&c->dout, R * dd, 4, err) || dalloc(c, (void **)&c->du, R * 2 * Hd, 4, err) ||
+        dalloc(c, (void **)&c->dh, R * Hd, 4, err) || dalloc(c, (void **)&c->dk, R * c->dcache, 4, err) ||
+        dalloc(c, (void **)&c->dv, R * c->dcache, 4, err) || dalloc(c, (void **)&c->prev, R, 4, err) ||
+        dalloc(c, (void **)&c->out, (size_t)nt * R, 4, err))
+        goto fail;
+    /* upload block: rows, or a prefill chunk's summed embeddings (which go
+     * straight to x) */
+    c->up_bytes = layout(g, c->R).total;
+    if (dalloc(c, (void **)&c->dup, c->up_bytes, 1, err)) goto fail;
+    CU_CHECK_GOTO(err, cudaMallocHost((void **)&c->hup, c->up_bytes), fail);
+    CU_CHECK_GOTO(err, cudaMallocHost((void **)&c->hout, (size_t)nt * R * sizeof(int32_t)), fail);
+    CU_CHECK_GOTO(err, cudaMallocHost((void **)&c->hlog,
+                                      R * ((size_t)g->text_card + (size_t)g->dep_q * g->card) * sizeof(float)), fail);
+    CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), fail);
+    c->st_.weight_bytes = c->wbytes;
+    c->st_.kv_bytes = kv_bytes;
+    c->st_.where = LM_MEM_DEVICE;
+    c->st_.threads = 1;
+    c->st_.pipeline = 0;
+    /* Two knobs for measurements and tests, read once here:
+     * MOSHID_CU_GEMM_MIN_ROWS=N moves the matvec/GEMM crossover (the device
+     * check times both sides; the emulator tests run most cases with N = 1,
+     * the cuBLAS stand-in being far cheaper to emulate than the matvec);
+     * MOSHID_CU_GRAPHS=0 leaves the graphs out (every step uncaptured). */
+    c->gemm_min = CU_GEMM_MIN_ROWS;
+    const char *gm = getenv("MOSHID_CU_GEMM_MIN_ROWS");
+    if (gm && atoi(gm) >= 1 && atoi(gm) <= LM_MAX_SLOTS + 1) c->gemm_min = atoi(gm);
+    const char *ge = getenv("MOSHID_CU_GRAPHS");
+    if (!(ge && !strcmp(ge, "0")) && (rc = capture_graphs(c, err)) != MS_OK) goto fail;
+    rc = MS_ERR_DEVICE;
+    if (opts->mimi && (rc = codec_open(c, opts, err)) != MS_OK) goto fail;
+    LOGI("cuda_open",
+         "device=%d name=\"%s\" slots=%d context=%d buckets=%d graphs=%d weights_mb=%.1f kv_mb=%.1f ws_mb=%.1f "
+         "random=%d",
+         opts->device, prop.name, c->nslots, g->context, c->nbuckets, c->graphs, c->wbytes / 1048576.0,
+         kv_bytes / 1048576.0, c->ws_bytes / 1048576.0, opts->random_weights != 0);
+    *out = c;
+    return MS_OK;
+fail:
+    if (rc == MS_OK) rc = err && err->code ? err->code : MS_ERR_DEVICE;
+    cu_close(c);
+    return rc;
+}
+
+/* ---- entries ------------------------------------------------------------------ */
+
+static const lm_config *cu_config(void *vctx) { return &((cu_ctx *)vctx)->cfg; }
+
+static int cu_reset_slot(void *vctx, int slot, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    c->pos[slot] = 0;   /* stale rows are never read: the ring rule */
+    return MS_OK;
+}
+
+static int64_t cu_pos(void *vctx, int slot) { return ((cu_ctx *)vctx)->pos[slot]; }
+
+static int bucket_of(const cu_ctx *c, int n) {
+    for (int i = 0; i < c->nbuckets; i++)
+        if (c->buckets[i] >= n) return i;
+    return c->nbuckets - 1;
+}
+
+static int cu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    if (n == 0) return MS_OK;
+    double t0 = now_s();
+    const lm_config *g = &c->cfg;
+    int bi = bucket_of(c, n), B = c->buckets[bi], nt = 1 + g->dep_q;
+    int maxdep = 0, logits = 0;
+    cu_rows h = rows_at(g, c->hup, B);
+    for (int i = 0; i < n; i++) {
+        const lm_step_slot *s = &slots[i];
+        int nd = s->dep_steps < 0 ? g->dep_q : s->dep_steps;
+        if (nd > maxdep) maxdep = nd;
+        logits |= s->text_logits != NULL || s->audio_logits != NULL;
+        h.pos[i] = c->pos[s->slot];
+        h.slot[i] = s->slot;
+        h.dsteps[i] = nd;
+        h.text[i] = (samp_row){.seed = s->samp.seed, .step = s->step, .temp = s->samp.text_temp, .topk = s->samp.text_topk};
+        h.audio[i] = (samp_row){.seed = s->samp.audio_seed, .step = s->step, .temp = s->samp.audio_temp,
+                                .topk = s->samp.audio_topk};
+        memcpy(h.tok + (size_t)i * g->n_streams, s->tokens, sizeof(int32_t) * g->n_streams);
+        for (int k = 0; k < nt; k++)
+            h.tgt[(size_t)i * nt + k] = s->target && s->provided[k] ? s->target[k] : -1;
+    }
+    pad_rows(c, &h, n, B);
+    int graph = c->graphs && maxdep <= c->graph_dep && !logits;
+    int ndep = graph ? c->graph_dep : maxdep;
+    CU_CHECK_GOTO(err, cudaMemcpyAsync(c->dup, c->hup, layout(g, B).total, cudaMemcpyHostToDevice, c->st), dead);
+    if (graph) {
+        CU_CHECK_GOTO(err, cudaGraphLaunch(c->exec[bi], c->st), dead);
+    } else if (enqueue_step(c, B, ndep, err) != MS_OK) {
+        goto dead;
+    }
+    CU_CHECK_GOTO(err, cudaMemcpyAsync(c->hout, c->out, sizeof(int32_t) * (size_t)(1 + ndep) * B,
+                                       cudaMemcpyDeviceToHost, c->st), dead);
+    if (logits) {
+        CU_CHECK_GOTO(err, cudaMemcpyAsync(c->hlog, c->tlog, sizeof(float) * (size_t)B * g->text_card,
+                                           cudaMemcpyDeviceToHost, c->st), dead);
+        CU_CHECK_GOTO(err, cudaMemcpyAsync(c->hlog + (size_t)B * g->text_card, c->alog,
+                                           sizeof(float) * (size_t)ndep * B * g->card, cudaMemcpyDeviceToHost, c->st),
+                      dead);
+    }
+    CU_CHECK_GOTO(err, cudaEventRecord(c->done, c->st), dead);
+    CU_CHECK_GOTO(err, cudaEventSynchronize(c->done), dead);
+    for (int i = 0; i < n; i++) {
+        lm_step_slot *s = &slots[i];
+        s->out_text = c->hout[i];
+        int nd = h.dsteps[i];
+        for (int k = 0; k < LM_MAX_DEP_Q; k++) s->out_audio[k] = k < nd ? c->hout[(size_t)(1 + k) * B + i] : -1;
+        if (s->text_logits) memcpy(s->text_logits, c->hlog + (size_t)i * g->text_card, sizeof(float) * g->text_card);
+        if (s->audio_logits)
+            for (int k = 0; k < nd; k++)
+                memcpy(s->audio_logits + (size_t)k * g->card,
+                       c->hlog + (size_t)B * g->text_card + ((size_t)k * B + i) * g->card, sizeof(float) * g->card);
+        c->pos[s->slot]++;
+    }
+    c->st_.steps += (uint64_t)n;
+    c->st_.step_calls++;
+    c->st_.step_seconds += now_s() - t0;
+    return MS_OK;
+dead:
+    return kill_ctx(c, err);
+}
+
+static int cu_prefill(void *vctx, int slot, int64_t pos0, int P, const int *tokens, const float *embs, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    const lm_config *g = &c->cfg;
+    /* a chunk never holds two positions of one ring row (see cu_attend_ring) */
+    int chunk = g->context < CU_PREFILL_CHUNK ? g->context : CU_PREFILL_CHUNK;
+    for (int p0 = 0; p0 < P; p0 += chunk) {
+        int n = P - p0 < chunk ? P - p0 : chunk;
+        cu_rows h = rows_at(g, c->hup, n);
+        for (int r = 0; r < n; r++) {
+            h.pos[r] = pos0 + p0 + r;
+            h.slot[r] = slot;
+            if (tokens) memcpy(h.tok + (size_t)r * g->n_streams, tokens + (size_t)(p0 + r) * g->n_streams,
+                               sizeof(int32_t) * g->n_streams);
+        }
+        cu_rows d = rows_at(g, c->dup, n);
+        CU_CHECK_GOTO(err, cudaMemcpyAsync(c->dup, c->hup, layout(g, n).total, cudaMemcpyHostToDevice, c->st), dead);
+        if (tokens) {
+            CU_CHECK_GOTO(err, cu_embed_sum(c->x, d.tok, g->n_streams, c->emb, c->text_emb, n, g->dim, g->n_q, g->card,
+                                            g->text_card, c->st), dead);
+        } else {
+            CU_CHECK_GOTO(err, cudaMemcpyAsync(c->x, embs + (size_t)p0 * g->dim, sizeof(float) * (size_t)n * g->dim,
+                                               cudaMemcpyHostToDevice, c->st), dead);
+        }
+        if (temporal(c, n, &d, 1, err) != MS_OK) goto dead;
+        /* the host rows are rewritten by the next chunk */
+        CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), dead);
+    }
+    c->pos[slot] = pos0 + P;
+    c->st_.prefill_positions += (uint64_t)P;
+    return MS_OK;
+dead:
+    return kill_ctx(c, err);
+}
+
+static size_t snap_bytes(const lm_kv_snap *s) { return 2 * (size_t)s->num_layers * s->P * s->dim * sizeof(uint16_t); }
+
+static int cu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    const lm_config *g = &c->cfg;
+    lm_kv_snap *s = calloc(1, sizeof *s);
+    if (!s) return ms_err_set(err, MS_ERR_NOMEM, "kv_snapshot: out of memory");
+    *s = (lm_kv_snap){.P = P, .num_layers = g->num_layers, .dim = g->dim};
+    size_t bytes = snap_bytes(s);
+    cudaError_t e = cudaMalloc((void **)&s->kv, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        free(s);
+        cudaGetLastError();   /* out of memory is not sticky */
+        return ms_err_set(err, e == cudaErrorMemoryAllocation ? MS_ERR_NOMEM : MS_ERR_DEVICE,
+                          "kv_snapshot: cudaMalloc of %.1f MiB for %d positions: %s", bytes / 1048576.0, P,
+                          cudaGetErrorString(e));
+    }
+    size_t per = (size_t)P * g->dim;
+    for (int l = 0; l < g->num_layers; l++)
+        for (int w = 0; w < 2; w++)   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
+            CU_CHECK_GOTO(err, cudaMemcpyAsync(s->kv + ((size_t)l * 2 + w) * per,
+                                               w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
+                                               per * sizeof(uint16_t), cudaMemcpyDeviceToDevice, c->st), fail);
+    CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), fail);
+    c->snap_bytes += snap_bytes(s);
+    *out = s;
+    return MS_OK;
+fail:
+    cudaFree(s->kv);
+    free(s);
+    return kill_ctx(c, err);
+}
+
+static int cu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, int l0, int l1, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    const lm_config *g = &c->cfg;
+    if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
+        return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
+    size_t per = (size_t)s->P * g->dim;
+    for (int l = l0; l < l1; l++)
+        for (int w = 0; w < 2; w++)
+            CU_CHECK_GOTO(err, cudaMemcpyAsync(w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
+                                               s->kv + ((size_t)l * 2 + w) * per, per * sizeof(uint16_t),
+                                               cudaMemcpyDeviceToDevice, c->st), dead);
+    CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), dead);
+    if (l1 == g->num_layers) c->pos[slot] = s->P;
+    return MS_OK;
+dead:
+    return kill_ctx(c, err);
+}
+
+static void cu_kv_snap_free(void *vctx, lm_kv_snap *s) {
+    cu_ctx *c = vctx;
+    if (!s) return;
+    c->snap_bytes -= snap_bytes(s);
+    cudaFree(s->kv);
+    free(s);
+}
+
+static int cu_kv_snap_info(void *vctx, const lm_kv_snap *s, lm_snap_info *info) {
+    (void)vctx;
+    info->positions = s->P;
+    info->bytes = snap_bytes(s);
+    info->where = LM_MEM_DEVICE;
+    return MS_OK;
+}
+
+static int cu_kv_snap_len(void *vctx, const lm_kv_snap *s) {
+    (void)vctx;
+    return s->P;
+}
+
+static int cu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int which, float *dst, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    size_t n = (size_t)s->P * s->dim;
+    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp) return ms_err_set(err, MS_ERR_NOMEM, "kv_snap_read: out of memory");
+    cudaError_t e = cudaMemcpy(tmp, s->kv + ((size_t)layer * 2 + which) * n, n * sizeof *tmp, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(tmp);
+        cu_err_set(err, e, "cudaMemcpy(snapshot layer)", __FILE__, __LINE__);
+        return kill_ctx(c, err);
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = st_bf16_to_f32(tmp[i]);
+    free(tmp);
+    return MS_OK;
+}
+
+static int cu_stats(void *vctx, lm_backend_stats *st) {
+    cu_ctx *c = vctx;
+    *st = c->st_;
+    st->snap_bytes = c->snap_bytes;
+    st->where = LM_MEM_DEVICE;
+    st->mem_used = c->wbytes + c->st_.kv_bytes + c->ws_bytes + c->snap_bytes;
+    size_t fr = 0, tot = 0;
+    if (!c->dead && cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        fr = 0;
+    }
+    st->mem_free = fr;
+    return MS_OK;
+}
+
+/* ---- Mimi on the host (GPU Mimi is issue 15) ------------------------------------ */
+
+static int cu_codec_books(void *vctx) {
+    cu_ctx *c = vctx;
+    return c->mimi ? mimi_num_codebooks(c->mimi) : 0;
+}
+
+static int cu_codec_reset(void *vctx, int slot, int which, ms_error *err) {
+    (void)err;
+    cu_ctx *c = vctx;
+    if (which & LM_CODEC_ENCODER) mimi_stream_reset_encoder(c->streams[slot]);
+    if (which & LM_CODEC_DECODER) mimi_stream_reset_decoder(c->streams[slot]);
+    return MS_OK;
+}
+
+static int cu_mimi_encode(void *vctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
+    cu_ctx *c = vctx;
+    for (int i = 0; i < n; i++) c->tab[i] = c->streams[slots[i]];
+    return mimi_encode_batch_ws(c->mimi, c->enc_ws, c->tab, n, pcm, codes, err);
+}
+
+static int cu_mimi_decode(void *vctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
+    cu_ctx *c = vctx;
+    for (int i = 0; i < n; i++) c->tab[i] = c->streams[slots[i]];
+    return mimi_decode_batch_ws(c->mimi, c->dec_ws, c->tab, n, codes, pcm, err);
+}
+
+/* frame_submit / frame_wait are NULL: the dispatcher runs the synchronous
+ * frame step (encode, step, decode) from the entries above. */
+const lm_backend_ops lm_cuda_backend = {
+    .name = "cuda",
+    .open = cu_open,
+    .close = cu_close,
+    .config = cu_config,
+    .reset_slot = cu_reset_slot,
+    .pos = cu_pos,
+    .step = cu_step,
+    .prefill = cu_prefill,
+    .kv_snapshot = cu_kv_snapshot,
+    .kv_restore = cu_kv_restore,
+    .kv_snap_free = cu_kv_snap_free,
+    .kv_snap_len = cu_kv_snap_len,
+    .kv_snap_read = cu_kv_snap_read,
+    .kv_snap_info = cu_kv_snap_info,
+    .codec_books = cu_codec_books,
+    .codec_reset = cu_codec_reset,
+    .mimi_encode = cu_mimi_encode,
+    .mimi_decode = cu_mimi_decode,
+    .frame_submit = NULL,
+    .frame_wait = NULL,
+    .stats = cu_stats,
+};

@@ -1,0 +1,412 @@
+/* cu_lm.cu - the LM step's kernels besides the matvec, RMSNorm and the
+ * sampler: embeddings, RoPE with the K/V packing, attention over a slot's
+ * ring (split over the ring, then a combine), the K/V store through the
+ * slot-index array, the depformer's attention, SiLU gating, residual adds,
+ * bf16 rounding for the GEMMs, the depformer's token feed-back and the
+ * random-weight generator. C twins (cuda/cu_kern.h): kern_embed_add,
+ * kern_rope, kern_attend_ring, kern_attend, kern_silu_gate, kern_add
+ * (engine/cpu/kern_cpu.h), st_f32_to_bf16 (engine/base/st.h).
+ *
+ * Per-row arrays (slot, position, tokens) are device memory that the step
+ * uploads once, so the same launches replay inside a CUDA graph for any
+ * batch of the bucket's size. Every kernel is written for the emulator's
+ * rules too: all threads of a block reach every barrier, warp ops run with
+ * full warps, shared memory is written before it is read.
+ */
+#include <math.h>
+
+#include "cu_kern.h"
+#include "cu_reduce.cuh"
+extern "C" {
+#include "lm_config.h"   /* LM_MAX_DEP_Q */
+}
+
+/* bf16 <-> f32, the host's rounding (st_f32_to_bf16: nearest even, NaN
+ * kept quiet). */
+__device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((unsigned)h << 16); }
+__device__ __forceinline__ uint16_t cu_f2bf(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+#define EW_THREADS 128   /* element-wise kernels */
+
+/* ---- embeddings ------------------------------------------------------------ */
+
+/* x[b] = sum over q of audio[q][tok[b][1+q]] + text[tok[b][0]], in that
+ * order (the CPU backend's embed: audio streams first, then text); -1 (or
+ * a token past the table, which the dispatcher refuses) adds nothing. */
+__global__ void __launch_bounds__(EW_THREADS)
+embed_sum_kernel(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio, const uint16_t *text,
+                 int D, int n_q, int card, int text_card) {
+    const int b = blockIdx.x;
+    const int32_t *t = tok + (size_t)b * tok_stride;
+    for (int d = threadIdx.x; d < D; d += EW_THREADS) {
+        float s = 0.0f;
+        for (int q = 0; q < n_q; q++) {
+            int v = t[1 + q];
+            if (v >= 0 && v <= card) s += cu_bf2f(audio[((size_t)q * (card + 1) + v) * D + d]);
+        }
+        int v = t[0];
+        if (v >= 0 && v <= text_card) s += cu_bf2f(text[(size_t)v * D + d]);
+        x[(size_t)b * D + d] = s;
+    }
+}
+
+extern "C" cudaError_t cu_embed_sum(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio_emb,
+                                    const uint16_t *text_emb, int B, int D, int n_q, int card, int text_card,
+                                    cudaStream_t stream) {
+    if (B < 0 || D <= 0 || n_q < 0 || card <= 0 || text_card <= 0 || tok_stride < 1 + n_q) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    embed_sum_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(x, tok, tok_stride, audio_emb, text_emb, D, n_q, card,
+                                                            text_card);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(EW_THREADS)
+embed_add_kernel(float *y, const int32_t *tok, const uint16_t *table, int D, int rows) {
+    const int b = blockIdx.x;
+    const int v = tok[b];
+    if (v < 0 || v >= rows) return;   /* the whole block: no barrier below */
+    for (int d = threadIdx.x; d < D; d += EW_THREADS) y[(size_t)b * D + d] += cu_bf2f(table[(size_t)v * D + d]);
+}
+
+extern "C" cudaError_t cu_embed_add_rows(float *y, const int32_t *tok, const uint16_t *table, int B, int D, int rows,
+                                         cudaStream_t stream) {
+    if (B < 0 || D <= 0 || rows <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    embed_add_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(y, tok, table, D, rows);
+    return cudaGetLastError();
+}
+
+/* ---- RoPE and the K/V of the new positions ------------------------------- */
+
+/* One block per row: rotate q and k (the first two thirds of the row) as
+ * kern_rope does (f = expf(i * rope_k), angle f * (float)pos, float cos
+ * and sin), then kvl[b] = bf16(k rotated) | bf16(v). */
+__global__ void __launch_bounds__(EW_THREADS)
+qkv_rope_kernel(float *qkv, uint16_t *kvl, const int64_t *pos, int heads, int head_dim, float rope_k) {
+    const int b = blockIdx.x;
+    const int D = heads * head_dim, half = head_dim / 2;
+    float *q = qkv + (size_t)b * 3 * D, *k = q + D, *v = q + 2 * D;
+    uint16_t *ko = kvl + (size_t)b * 2 * D, *vo = ko + D;
+    const float t = (float)pos[b];
+    for (int p = threadIdx.x; p < heads * half; p += EW_THREADS) {
+        int h = p / half, i = p % half;
+        float f = expf((float)i * rope_k);
+        float a = f * t;
+        float cr = cosf(a), ci = sinf(a);
+        size_t o = (size_t)h * head_dim + 2 * i;
+        float re = q[o], im = q[o + 1];
+        q[o] = re * cr - im * ci;
+        q[o + 1] = re * ci + im * cr;
+        re = k[o];
+        im = k[o + 1];
+        float k0 = re * cr - im * ci, k1 = re * ci + im * cr;
+        k[o] = k0;
+        k[o + 1] = k1;
+        ko[o] = cu_f2bf(k0);
+        ko[o + 1] = cu_f2bf(k1);
+    }
+    for (int d = threadIdx.x; d < D; d += EW_THREADS) vo[d] = cu_f2bf(v[d]);
+}
+
+extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos, int B, int heads, int head_dim,
+                                   float rope_k, cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    qkv_rope_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, kvl, pos, heads, head_dim, rope_k);
+    return cudaGetLastError();
+}
+
+/* ---- attention over a slot's ring ------------------------------------------ */
+
+#define ATT_THREADS 128
+#define ATT_PART (CU_ATT_MAX_HEAD_DIM + 2)   /* floats of one partial: m, l, acc[head_dim] */
+
+/* The key of position x for row b (query position p, chunk start c0):
+ * positions before c0 come from the ring (row x % ctx), the chunk's own
+ * ones from kvl (row b - (p - x)); which = 0 keys, 1 values. */
+__device__ __forceinline__ const uint16_t *att_row(const uint16_t *ring, const uint16_t *kvl, int b, int64_t p,
+                                                  int64_t c0, int64_t x, int ctx, int D, int which) {
+    if (x < c0) return ring + (size_t)which * ctx * D + (size_t)(x % ctx) * D;
+    return kvl + (size_t)(b - (int)(p - x)) * 2 * D + (size_t)which * D;
+}
+
+/* Grid (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
+ * (s + 1) * CU_ATT_SPLIT) of row b's nk keys and writes its partial
+ * softmax: the maximum m, the sum l of exp(score - m) and the unnormalised
+ * sum of exp(score - m) v (an empty split writes m = -inf, l = 0). */
+__global__ void __launch_bounds__(ATT_THREADS)
+attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *kvl, const uint16_t *kv_layer,
+                    size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
+                    int window, int prefill, float scale) {
+    __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
+    __shared__ float sc[CU_ATT_SPLIT];
+    __shared__ float red[ATT_THREADS / CU_WARP];
+    __shared__ float lsum[ATT_THREADS / CU_WARP];
+    __shared__ float stat[2];
+    const int h = blockIdx.x, b = blockIdx.y, s = blockIdx.z;
+    const int64_t p = pos[b];
+    const int64_t c0 = prefill ? pos[0] : p;
+    const int64_t lo = p + 1 > window ? p + 1 - window : 0;
+    const int nk = (int)(p - lo + 1);
+    const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
+    const uint16_t *ring = kv_layer + (size_t)slot[b] * slot_stride;
+    float *out = part + (((size_t)b * gridDim.x + h) * gridDim.z + s) * ATT_PART;
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = q[(size_t)b * q_stride + (size_t)h * head_dim + d];
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) {
+        const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
+        float a = 0.0f;
+        for (int d = 0; d < head_dim; d++) a = fmaf(qs[d], cu_bf2f(kr[d]), a);
+        a *= scale;
+        sc[j - j0] = a;
+        mx = fmaxf(mx, a);
+    }
+    /* block maximum */
+#pragma unroll
+    for (int o = CU_WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(CU_FULL_MASK, mx, o));
+    if (threadIdx.x % CU_WARP == 0) red[threadIdx.x / CU_WARP] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = red[0];
+        for (int w = 1; w < ATT_THREADS / CU_WARP; w++) m = fmaxf(m, red[w]);
+        stat[0] = m;
+    }
+    __syncthreads();
+    const float m = stat[0];
+    float l[1] = {0.0f};
+    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) {
+        float e = expf(sc[j - j0] - m);
+        sc[j - j0] = e;
+        l[0] += e;
+    }
+    float L = cu_block_sum<ATT_THREADS, 1>(l, lsum);
+    if (threadIdx.x == 0) stat[1] = L;
+    __syncthreads();   /* sc[] complete, stat[1] written */
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
+        float a = 0.0f;
+        for (int j = j0; j < j1; j++) {
+            const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
+            a = fmaf(sc[j - j0], cu_bf2f(vr[d]), a);
+        }
+        out[2 + d] = a;
+    }
+    if (threadIdx.x == 0) {
+        out[0] = j0 < j1 ? m : -INFINITY;
+        out[1] = j0 < j1 ? stat[1] : 0.0f;
+    }
+}
+
+/* Grid (heads, B), head_dim threads rounded up to a warp: out = sum over
+ * the splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. */
+__global__ void __launch_bounds__(CU_ATT_MAX_HEAD_DIM)
+attend_combine_kernel(float *out, int out_stride, const float *part, int splits, int head_dim) {
+    const int h = blockIdx.x, b = blockIdx.y;
+    const float *pp = part + ((size_t)b * gridDim.x + h) * splits * ATT_PART;
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[(size_t)s * ATT_PART]);
+    const int d = threadIdx.x;
+    if (d >= head_dim) return;   /* no barrier or warp op follows */
+    float L = 0.0f, a = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float *ps = pp + (size_t)s * ATT_PART;
+        if (!(ps[1] > 0.0f)) continue;   /* empty split */
+        float f = expf(ps[0] - M);
+        L += f * ps[1];
+        a += f * ps[2 + d];
+    }
+    out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
+}
+
+extern "C" int cu_attend_splits(int window) { return (window + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT; }
+
+extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, int q_stride, const uint16_t *kvl,
+                                      const uint16_t *kv_layer, size_t slot_stride, const int32_t *slot,
+                                      const int64_t *pos, int B, int heads, int head_dim, int ctx, int window,
+                                      int prefill, cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim > CU_ATT_MAX_HEAD_DIM || ctx <= 0 || window <= 0 ||
+        window > ctx)
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    int splits = cu_attend_splits(window);
+    int D = heads * head_dim;
+    attend_split_kernel<<<dim3((unsigned)heads, (unsigned)B, (unsigned)splits), ATT_THREADS, 0, stream>>>(
+        part, q, q_stride, kvl, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill,
+        1.0f / sqrtf((float)head_dim));
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
+    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, splits, head_dim);
+    return cudaGetLastError();
+}
+
+/* ring[slot[b]] row pos[b] % ctx = kvl[b] (keys, then values). */
+__global__ void __launch_bounds__(EW_THREADS)
+kv_store_kernel(uint16_t *kv_layer, size_t slot_stride, const uint16_t *kvl, const int32_t *slot,
+                const int64_t *pos, int D, int ctx) {
+    const int b = blockIdx.x;
+    uint16_t *k = kv_layer + (size_t)slot[b] * slot_stride + (size_t)(pos[b] % ctx) * D;
+    uint16_t *v = k + (size_t)ctx * D;
+    const uint16_t *src = kvl + (size_t)b * 2 * D;
+    for (int d = threadIdx.x; d < D; d += EW_THREADS) {
+        k[d] = src[d];
+        v[d] = src[D + d];
+    }
+}
+
+extern "C" cudaError_t cu_kv_store(uint16_t *kv_layer, size_t slot_stride, const uint16_t *kvl, const int32_t *slot,
+                                   const int64_t *pos, int B, int D, int ctx, cudaStream_t stream) {
+    if (B < 0 || D <= 0 || ctx <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    kv_store_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(kv_layer, slot_stride, kvl, slot, pos, D, ctx);
+    return cudaGetLastError();
+}
+
+/* ---- the depformer's attention -------------------------------------------- */
+
+#define DEP_THREADS 64
+
+/* Grid (heads, B): store sub-step k's key and value of head h (f32, as the
+ * CPU keeps them) in the row's cache, then attend over sub-steps lo..k. */
+__global__ void __launch_bounds__(DEP_THREADS)
+dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cache_stride, int k, int lo,
+                  int head_dim, int D, float scale) {
+    __shared__ float sc[LM_MAX_DEP_Q];
+    __shared__ float stat[2];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const float *q = qkv + (size_t)b * 3 * D + (size_t)h * head_dim;
+    float *kb = kc + (size_t)b * cache_stride, *vb = vc + (size_t)b * cache_stride;
+    for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
+        kb[(size_t)k * D + (size_t)h * head_dim + d] = q[D + d];
+        vb[(size_t)k * D + (size_t)h * head_dim + d] = q[2 * D + d];
+    }
+    __syncthreads();
+    const int nk = k + 1 - lo;
+    for (int j = threadIdx.x; j < nk; j += DEP_THREADS) {
+        const float *kr = kb + (size_t)(lo + j) * D + (size_t)h * head_dim;
+        float a = 0.0f;
+        for (int d = 0; d < head_dim; d++) a = fmaf(q[d], kr[d], a);
+        sc[j] = a * scale;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = -INFINITY;
+        for (int j = 0; j < nk; j++) m = fmaxf(m, sc[j]);
+        float l = 0.0f;
+        for (int j = 0; j < nk; j++) {
+            sc[j] = expf(sc[j] - m);
+            l += sc[j];
+        }
+        stat[0] = 1.0f / l;
+    }
+    __syncthreads();
+    const float inv = stat[0];
+    for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
+        float a = 0.0f;
+        for (int j = 0; j < nk; j++) a = fmaf(sc[j] * inv, vb[(size_t)(lo + j) * D + (size_t)h * head_dim + d], a);
+        out[(size_t)b * D + (size_t)h * head_dim + d] = a;
+    }
+}
+
+extern "C" cudaError_t cu_dep_attend(float *out, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                     int k, int window, int B, int heads, int head_dim, cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || k < 0 || k >= LM_MAX_DEP_Q || window <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    int lo = k + 1 > window ? k + 1 - window : 0;
+    dep_attend_kernel<<<dim3((unsigned)heads, (unsigned)B), DEP_THREADS, 0, stream>>>(
+        out, qkv, k_cache, v_cache, cache_stride, k, lo, head_dim, heads * head_dim, 1.0f / sqrtf((float)head_dim));
+    return cudaGetLastError();
+}
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+__global__ void __launch_bounds__(EW_THREADS) silu_gate_kernel(float *h, const float *u, int H) {
+    const int b = blockIdx.y;
+    const int i = blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= H) return;
+    const float *ub = u + (size_t)b * 2 * H;
+    float g = ub[i];
+    h[(size_t)b * H + i] = g / (1.0f + expf(-g)) * ub[H + i];
+}
+
+extern "C" cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cudaStream_t stream) {
+    if (B < 0 || H <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    silu_gate_kernel<<<dim3((unsigned)((H + EW_THREADS - 1) / EW_THREADS), (unsigned)B), EW_THREADS, 0, stream>>>(h, u, H);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(EW_THREADS) add_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+extern "C" cudaError_t cu_add(float *y, const float *x, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    add_kernel<<<(unsigned)((n + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(EW_THREADS) to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i < n) y[i] = cu_f2bf(x[i]);
+}
+
+extern "C" cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    to_bf16_kernel<<<(unsigned)((n + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+/* ---- the depformer's token feed-back ------------------------------------------ */
+
+/* prev[b] = target[b * t_stride] when provided (>= 0), else sampled[b];
+ * with mask (sub-step k, dep_steps) the sampled token of a row asked for
+ * at most k sub-steps becomes -1 afterwards (its feed-back is never used:
+ * every later sub-step of that row is dropped too). */
+__global__ void __launch_bounds__(EW_THREADS)
+dep_feed_kernel(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride, const int32_t *dep_steps, int k,
+                int B) {
+    int b = blockIdx.x * EW_THREADS + threadIdx.x;
+    if (b >= B) return;
+    int t = target[(size_t)b * t_stride];
+    prev[b] = t >= 0 ? t : sampled[b];
+    if (dep_steps && k >= dep_steps[b]) sampled[b] = -1;
+}
+
+extern "C" cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
+                                   const int32_t *dep_steps, int k, int B, cudaStream_t stream) {
+    if (B < 0 || t_stride < 1) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    dep_feed_kernel<<<(unsigned)((B + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(prev, sampled, target,
+                                                                                           t_stride, dep_steps, k, B);
+    return cudaGetLastError();
+}
+
+/* ---- random weights ----------------------------------------------------------- */
+
+/* w[i] = bf16(scale * (2u - 1)), u = rng_uniform(seed, tensor, i >> 32, i):
+ * uniform in (-scale, scale), one counter stream per tensor. */
+__global__ void __launch_bounds__(EW_THREADS)
+rand_bf16_kernel(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale) {
+    size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    size_t step = (size_t)gridDim.x * EW_THREADS;
+    for (; i < n; i += step) {
+        double u = rng_uniform(seed, tensor, (uint32_t)(i >> 32), (uint32_t)i);
+        w[i] = cu_f2bf((float)(scale * (2.0 * u - 1.0)));
+    }
+}
+
+extern "C" cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale,
+                                    cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    size_t blocks = (n + EW_THREADS - 1) / EW_THREADS;
+    if (blocks > 65536) blocks = 65536;   /* grid-stride beyond */
+    rand_bf16_kernel<<<(unsigned)blocks, EW_THREADS, 0, stream>>>(w, n, seed, tensor, scale);
+    return cudaGetLastError();
+}

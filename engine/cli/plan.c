@@ -1,0 +1,189 @@
+/* plan.c - build/moshid-plan: the CUDA backend's memory plan (cuda/cu_plan.h)
+ * for a model, from the command line, with no GPU: what N slots at context
+ * C need, and how many fit on a card of M GB.
+ *
+ *   moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])
+ *               [--context C] [--slots N] [--gpu-gb M | --gpu-bytes B]
+ *               [--bucket B] [--snapshots S --snap-positions P] [--codec]
+ *   moshid-plan --preset 7b --table     the table of docs/operations.md
+ *
+ * Slots are backend slots: sessions.max plus personas.max_concurrent_primes.
+ * GB are 10^9 bytes, which every card named in the table reports more of
+ * (an "80 GB" H100 has 79.6 GiB = 85.5e9 bytes): a plan that fits M GB fits
+ * the card. Exit status 0, 1 when the request or the file is refused, 2 on
+ * a bad command line.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_plan.h"
+#include "lm.h"
+#include "lm_config.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+/* Largest --gpu-gb: a card of 64 TB is far beyond any made. */
+#define PLAN_MAX_GPU_GB 65536
+
+static void usage(FILE *f) {
+    fputs("usage: moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])\n"
+          "                   [--context C] [--slots N] [--gpu-gb M | --gpu-bytes B] [--bucket B]\n"
+          "                   [--snapshots S --snap-positions P] [--codec] [--table]\n"
+          "\n"
+          "  --preset NAME       the released 7B shape: 7b (Moshi: moshiko, moshika; dep_q 8)\n"
+          "                      or personaplex (the same with 16 depformer sub-steps)\n"
+          "  --config FILE       a checkpoint's config.json; --personaplex: 16 sub-steps, as\n"
+          "                      the loader forces for a PersonaPlex checkpoint\n"
+          "  --context C         K/V positions per slot (default: the model's)\n"
+          "  --slots N           backend slots (sessions + prime slots; default 1)\n"
+          "  --gpu-gb M          card memory in GB (10^9 bytes): also print the most slots that fit\n"
+          "  --gpu-bytes B       the same in bytes (what cudaMemGetInfo reports as total)\n"
+          "  --bucket B          largest batch-size bucket captured (default: the slots)\n"
+          "  --snapshots S       K/V snapshots held on the device, of P positions each\n"
+          "  --codec             count the Mimi codec's weights and state on the device too (the\n"
+          "                      CUDA backend runs Mimi on the host today: left out by default)\n"
+          "  --table             slots that fit on 24, 48, 80 and 141 GB cards at contexts\n"
+          "                      3000 and 750 (Markdown)\n",
+          f);
+}
+
+/* parse a decimal integer in [lo, hi] */
+static int num(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "moshid-plan: %s: expected an integer in %lld..%lld, got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void print_plan(const cu_plan *p, int slots) {
+    const struct { const char *name; size_t v; } rows[] = {
+        {"weights", p->weights},   {"K/V", p->kv},         {"snapshots", p->snapshots},
+        {"workspace", p->workspace}, {"graphs", p->graphs}, {"codec", p->codec},
+        {"reserve", p->reserve},   {"total", p->total},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        printf("  %-10s %9.3f GiB  %15zu bytes\n", rows[i].name, rows[i].v / GIB, rows[i].v);
+    char line[512];
+    printf("  %s\n", cu_plan_describe(p, slots, line, sizeof line));
+}
+
+/* The docs/operations.md table for cfg: slots that fit per card and context. */
+static int print_table(const lm_config *cfg, const cu_plan_req *base) {
+    static const int cards_gb[] = {24, 48, 80, 141};
+    static const int contexts[] = {3000, 750};
+    printf("| card | context %d | context %d |\n|---|---|---|\n", contexts[0], contexts[1]);
+    for (size_t k = 0; k < sizeof cards_gb / sizeof cards_gb[0]; k++) {
+        printf("| %d GB |", cards_gb[k]);
+        for (size_t c = 0; c < sizeof contexts / sizeof contexts[0]; c++) {
+            cu_plan_req r = *base;
+            r.context = contexts[c];
+            int m = cu_plan_max_slots(cfg, &r, (size_t)cards_gb[k] * 1000000000ull);
+            printf(" %d |", m);
+        }
+        printf("\n");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *preset = NULL, *config = NULL;
+    int pp = 0, table = 0;
+    long long context = 0, slots = 1, bucket = 0, snapshots = 0, snap_pos = 0, gpu_gb = 0, gpu_bytes = 0;
+    int codec = 0;   /* the CUDA backend runs Mimi on the host (cuda/cu_backend.c) */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV() do { if (!v) { fprintf(stderr, "moshid-plan: %s needs a value\n", a); return 2; } i++; } while (0)
+        if (!strcmp(a, "--preset")) { NEEDV(); preset = v; }
+        else if (!strcmp(a, "--config")) { NEEDV(); config = v; }
+        else if (!strcmp(a, "--personaplex")) pp = 1;
+        else if (!strcmp(a, "--context")) { NEEDV(); if (num(a, v, 1, LM_MAX_CONTEXT, &context)) return 2; }
+        else if (!strcmp(a, "--slots")) { NEEDV(); if (num(a, v, 1, INT_MAX, &slots)) return 2; }
+        else if (!strcmp(a, "--bucket")) { NEEDV(); if (num(a, v, 1, INT_MAX, &bucket)) return 2; }
+        else if (!strcmp(a, "--snapshots")) { NEEDV(); if (num(a, v, 0, INT_MAX, &snapshots)) return 2; }
+        else if (!strcmp(a, "--snap-positions")) { NEEDV(); if (num(a, v, 0, LM_MAX_CONTEXT, &snap_pos)) return 2; }
+        else if (!strcmp(a, "--gpu-gb")) { NEEDV(); if (num(a, v, 1, PLAN_MAX_GPU_GB, &gpu_gb)) return 2; }
+        else if (!strcmp(a, "--gpu-bytes")) { NEEDV(); if (num(a, v, 1, LLONG_MAX, &gpu_bytes)) return 2; }
+        else if (!strcmp(a, "--codec")) codec = 1;
+        else if (!strcmp(a, "--table")) table = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "moshid-plan: unknown option %s\n", a); usage(stderr); return 2; }
+#undef NEEDV
+    }
+    if (!!preset == !!config) {
+        fprintf(stderr, "moshid-plan: give exactly one of --preset and --config\n");
+        usage(stderr);
+        return 2;
+    }
+    if (gpu_gb && gpu_bytes) {
+        fprintf(stderr, "moshid-plan: give at most one of --gpu-gb and --gpu-bytes\n");
+        return 2;
+    }
+    lm_config c;
+    lm_config_default(&c);
+    const char *what = preset;
+    if (preset) {
+        if (!strcmp(preset, "personaplex")) pp = 1;
+        else if (strcmp(preset, "7b") != 0) {
+            fprintf(stderr, "moshid-plan: --preset: 7b or personaplex, not '%s'\n", preset);
+            return 2;
+        }
+    } else {
+        /* lm_config_load takes a missing file for the defaults: here that
+         * would plan the wrong model */
+        FILE *f = fopen(config, "rb");
+        if (!f) {
+            fprintf(stderr, "moshid-plan: %s: %s\n", config, strerror(errno));
+            return 1;
+        }
+        fclose(f);
+        ms_error err = {0};
+        if (lm_config_load(&c, config, &err) != MS_OK) {
+            fprintf(stderr, "moshid-plan: %s\n", err.msg);
+            return 1;
+        }
+        what = config;
+    }
+    c.variant = pp ? LM_VARIANT_PERSONAPLEX : LM_VARIANT_KYUTAI;
+    if (pp) c.dep_q = LM_MAX_DEP_Q;   /* PersonaPlex: 16 sub-steps (lm.h) */
+    ms_error err = {0};
+    if (lm_config_finish(&c, &err) != MS_OK) {
+        fprintf(stderr, "moshid-plan: %s: %s\n", what, err.msg);
+        return 1;
+    }
+    cu_plan_req r = {.slots = (int)slots, .context = (int)context, .snapshots = (int)snapshots,
+                     .snap_positions = (int)snap_pos, .max_bucket = (int)bucket, .weight_bytes_per_el = 2,
+                     .codec = codec};
+    printf("model: %s (%s; dim %d, %d layers, dep_q %d, context %d), weights bf16, codec %s\n", what,
+           lm_variant_name(c.variant), c.dim, c.num_layers, c.dep_q, c.context, codec ? "on the device" : "on the host (not counted)");
+    if (table) return print_table(&c, &r);
+    cu_plan p;
+    if (cu_plan_compute(&c, &r, &p) != 0) {
+        fprintf(stderr, "moshid-plan: the request is refused (slots 1..1024, snapshot positions <= context) "
+                        "or its sizes overflow\n");
+        return 1;
+    }
+    printf("plan for %d slot%s at context %d:\n", r.slots, r.slots == 1 ? "" : "s", r.context > 0 ? r.context : c.context);
+    print_plan(&p, r.slots);
+    if (gpu_gb || gpu_bytes) {
+        size_t dev = gpu_bytes ? (size_t)gpu_bytes : (size_t)gpu_gb * 1000000000ull;
+        int m = cu_plan_max_slots(&c, &r, dev);
+        printf("most slots on %zu bytes (%.1f GiB): %d\n", dev, dev / GIB, m);
+        if (m > 0) {
+            cu_plan_req rm = r;
+            rm.slots = m;
+            if (cu_plan_compute(&c, &rm, &p) == 0) {
+                printf("plan for %d slot%s:\n", m, m == 1 ? "" : "s");
+                print_plan(&p, m);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# device_check_dry.sh - `tests/gpu/device_check.sh --dry-run` in `make test`:
+# the device check's every stage on the CPU (the emulator builds, tiny
+# shapes), so the script a GPU machine runs once is itself tested. Checks:
+#  - the script exits 0 and its stage table has a row for every stage;
+#  - lm-bench's rows: the full set (a step row per batch and position, the
+#    prefill, the largest batch under the budget) or, while the plugin has
+#    no backend table, the row that says so; the comparison table is there;
+#  - the official side: its step rows, or "skipped: torch not importable" /
+#    "moshi not importable" where this machine has no torch
+#    (DEVICE_CHECK_PYTHON picks the interpreter, default python3);
+#  - lm-bench's measurement itself, on the CPU reference backend and a
+#    moshid-mkmodel checkpoint (--backend cpu): every row, whatever the
+#    CUDA backend's state; without a device it skips with its reason;
+#  - lm-bench and bench_official.py describe the same tiny and 7B shapes.
+# Skips (77) where the emulator binaries are not built (sanitizer builds).
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+LB=$BUILD/lm-bench-emu
+if [ ! -x "$LB" ] || [ ! -x "$BUILD/engine-test-emu" ]; then
+    echo "the emulator binaries are not built (sanitizer build): skipped"
+    exit 77
+fi
+PY=${DEVICE_CHECK_PYTHON:-python3}
+
+# 1. The dry run. BUILD must be absolute: the script runs from the root.
+case "$BUILD" in /*) absb=$BUILD ;; *) absb=$root/$BUILD ;; esac
+mkdir -p "$TMP/out"
+t0=$(date +%s)
+run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" bash "$root/tests/gpu/device_check.sh" --dry-run
+expect_rc 0 "device_check.sh --dry-run (report: $(cat "$TMP/out/device_check.md" 2>/dev/null | tail -n 40))"
+st=$TMP/out/stages.md
+for s in build engine-test backend-test lm-bench official engine-bench compute-sanitizer; do
+    grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
+done
+grep -qE '^\| [a-z-]+ \| FAILED' "$st" && fail "a stage failed: $(grep FAILED "$st")"
+expect_in "$out" "### moshid / official per batch size" "the report"
+expect_in "$out" "| batch | position | moshid ms | official ms | moshid / official |" "the comparison table"
+
+lmb=$TMP/out/lm_bench.md
+if grep -q 'skipped: plugin carries no backend table' "$lmb"; then
+    grep -qE '^\| lm-bench \| no backend table' "$st" || fail "lm-bench skipped without the stage saying 'no backend table'"
+    echo "lm-bench: the plugin carries no backend table (yet): reported as such"
+else
+    # tiny: batches 1, 2 at positions 4 and 32
+    for p in 4 32; do
+        for b in 1 2; do
+            grep -qE "^\| moshid \| step \| $b \| $p \| [0-9.]+ \|" "$lmb" || fail "no lm-bench step row for batch $b at $p: $(cat "$lmb")"
+        done
+    done
+    grep -qE '^\| moshid \| prefill \| 1 \| 0-7 \| [0-9.]+ \|' "$lmb" || fail "no prefill row: $(cat "$lmb")"
+    grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb" || fail "no max-batch row: $(cat "$lmb")"
+    grep -qE '^\| moshid \| fits in memory \(plan\) \| [0-9-]+ \|' "$lmb" || fail "no plan row: $(cat "$lmb")"
+    grep -qE '^\| 1 \| 4 \| [0-9.]+ \|' <<<"$out" || fail "the comparison table lacks moshid's batch 1 at 4"
+fi
+off=$TMP/out/official.md
+if grep -qE 'skipped: (torch|moshi) not importable' "$off"; then
+    echo "official: $(grep -o 'skipped: [^|]*' "$off")"
+else
+    for p in 4 32; do
+        for b in 1 2; do
+            grep -qE "^\| official \| step \| $b \| $p \| [0-9.]+ \|" "$off" || fail "no official step row for batch $b at $p: $(cat "$off")"
+            grep -qE "^\| $b \| $p \| [0-9.-]+ \| [0-9.]+ \|" <<<"$out" || fail "the comparison table lacks official's batch $b at $p"
+        done
+    done
+fi
+echo "dry run: $(($(date +%s) - t0)) s"
+
+# 2. lm-bench's measurement on the CPU reference backend (a self-test that
+# does not wait for the CUDA backend), and its no-device path.
+run mk "$BUILD/moshid-mkmodel" --out "$TMP/mk" --text-card 48 --dep-q 8 --lm-only --context 32
+expect_rc 0 "moshid-mkmodel"
+run cpu "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk/lm" --out "$TMP/cpu.md" --budget-ms 60000 \
+    --batches 1,2,4 --max-slots 4 --warmup 1 --steps 3
+expect_rc 0 "lm-bench --backend cpu"
+for p in 4 32; do
+    for b in 1 2 4; do
+        grep -qE "^\| moshid \| step \| $b \| $p \| [0-9.]+ \| weights " "$TMP/cpu.md" || fail "cpu: no step row for batch $b at $p: $(cat "$TMP/cpu.md")"
+    done
+done
+# four slots opened, a budget of 60 s per step (no timing in the test): the
+# search must end at 4, every slot
+grep -qE '^\| moshid \| max batch under budget \| 4 \| 32 \|' "$TMP/cpu.md" || fail "cpu: max batch row: $(cat "$TMP/cpu.md")"
+nf=$(grep -c '^| moshid |' "$TMP/cpu.md" 2>/dev/null)
+no=$(grep -c '^| moshid |' <<<"$out")
+[ "${nf:-0}" -gt 0 ] && [ "${nf:-0}" -eq "$no" ] || fail "cpu: --out has ${nf:-no} rows, stdout $no"
+run nodev env EMU_NO_DEVICE=1 "$LB" --shape tiny --out "$TMP/nodev.md"
+expect_rc 77 "lm-bench without a device"
+expect_in "$(cat "$TMP/nodev.md")" "skipped: no CUDA device" "lm-bench without a device"
+run bad "$LB" --shape tiny --positions 33
+expect_rc 2 "lm-bench with a position past the context"
+
+# 3. One shape on both sides.
+for s in tiny 7b; do
+    run lc "$LB" --shape $s --write-config "$TMP/$s.json"
+    expect_rc 0 "lm-bench --write-config $s"
+    run pc python3 "$root/tests/gpu/bench_official.py" --config "$TMP/$s.json" --print-config
+    expect_rc 0 "bench_official.py --config $s --print-config"
+    printf '%s\n' "$out" > "$TMP/$s.lm.json"
+    run ps python3 "$root/tests/gpu/bench_official.py" --shape $s --print-config
+    expect_rc 0 "bench_official.py --shape $s --print-config"
+    [ "$out" = "$(cat "$TMP/$s.lm.json")" ] || fail "shape $s: lm-bench's config and bench_official.py's differ: $(cat "$TMP/$s.lm.json") vs $out"
+done
+finish

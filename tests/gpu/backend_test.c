@@ -1,0 +1,955 @@
+/* backend_test.c - backend-test: the CUDA backend table (cuda/cu_backend.c)
+ * against the CPU reference backend (engine/cpu/cpu_backend.c) on tiny
+ * models this program writes (both variants, float32 checkpoints), and on
+ * random device weights.
+ *
+ * One source, two executors, as engine-test: built with nvcc it is
+ * build/backend-test and runs on a GPU (it exits 77 with "skipped: no CUDA
+ * device (...)" where there is none); built against the emulator
+ * (tests/gpu/emu/) it is build/backend-test-emu and runs in `make test`.
+ *
+ *   backend-test [SUBSTRING]     only the cases whose name contains it
+ *
+ * Cases:
+ *  - teacher_forced/<variant>/<path>: the CPU samples a trace (official sampling
+ *    defaults); both backends are fed the CPU's tokens (inputs, and the
+ *    depformer's forced targets for every sub-step), with logits asked for,
+ *    over a schedule that steps batches of 1, 2 and 3 slots (3 in bucket 4:
+ *    one padding row) at different positions, past the ring's wrap. Per
+ *    stream (text, each audio sub-step): argmax agreement >= 99 % and the
+ *    normalised logit error max |gpu - cpu| / rms(cpu) <= LOGIT_TOL; also on
+ *    moshid-mkmodel's two demo LMs (teacher_forced/mkmodel-dep8, -dep16);
+ *  - sampler/<variant>: the device's sampled tokens against the CPU
+ *    sampler (samp_topk) run on the logits the device returned, with the
+ *    same seeds, temperatures and top-k per row: identical;
+ *  - prefill_vs_steps/<context>: one slot primed by prefill, another by
+ *    single steps of the same tokens: the K/V (kv_snap_read) and the next
+ *    step's logits agree; a prefill of >= CU_GEMM_MIN_ROWS positions runs the
+ *    GEMMs, a short context wraps the ring inside the prefill;
+ *  - prefill_vs_cpu: the CUDA prefill's K/V against the CPU prefill's;
+ *  - snapshot_restore: a snapshot of a primed slot restored (in two layer
+ *    chunks) into another slot steps exactly like the primed one (same
+ *    logits, bit for bit: same K/V bytes, same kernels); snap_info and
+ *    stats.snap_bytes count it on the device;
+ *  - graph_vs_uncaptured: the same steps (sampling on, batches 1..3 with
+ *    padding) on a backend with graphs and one with MOSHID_CU_GRAPHS=0:
+ *    identical tokens;
+ *  - random_weights: config.json only, weights generated on the device:
+ *    tokens in range, the same seed gives the same tokens, another seed
+ *    other logits;
+ *  - codec: on a model written by moshid-mkmodel (its path in $MKMODEL;
+ *    the case is skipped, and says so, without it), the CUDA backend's
+ *    Mimi entries (the CPU Mimi on host state per slot) against the CPU
+ *    backend's: the same codes and the same PCM, bit for bit, over frames
+ *    of two slots and a codec reset;
+ *  - device_error (emulator only: it injects a fault, emu_inject_fault):
+ *    a kernel of a graph replay faults (cudaErrorIllegalAddress, sticky);
+ *    that step answers MS_ERR_DEVICE naming the call, file:line and the
+ *    error, and every later entry answers MS_ERR_DEVICE "unusable after an
+ *    earlier device error" with the first message. Runs last (the
+ *    emulated device stays faulted until cudaDeviceReset).
+ *
+ * Tolerances. The CPU runs float32 throughout; the CUDA backend stores the
+ * weights and the K/V in bf16 (8 bits of mantissa: relative rounding error
+ * up to 2^-9 = 0.2 %), and its GEMMs (CU_GEMM_MIN_ROWS rows and more: the
+ * prefill chunks here) round the activations to bf16 too. The tiny models
+ * are written with weights that are exactly bf16 values (stored as f32), so
+ * the comparison measures the backend's own roundings (K/V, GEMM
+ * activations, summation order), not the random model's sensitivity to
+ * weight rounding. A logit is a sum over dim terms of O(1) values whose
+ * inputs carry ~2^-9 relative error. Observed worst errors (over every
+ * entry of every row, normalised by the CPU row's rms): ~1.3e-3 on the
+ * matvec path (only the K/V is rounded), ~1.4e-2 on the GEMM path (every
+ * product's input rounded too). LOGIT_TOL = 0.03 (3 %) is twice the GEMM
+ * path's and far below what one wrong term (a mis-indexed key, a missing
+ * position, a wrong window: 13 % and more, tried) costs. Argmax agreement:
+ * a flip needs the two best logits within the error, which on the matvec
+ * path happens for well under 1 % of the rows; a wrong kernel flips most
+ * of them. The GEMM path's rule is at test_teacher_forced.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "frame.h"
+#include "gpu_util.h"
+#include "lm_config.h"
+#include "rng.h"
+#include "samp.h"
+#include "st.h"
+
+extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
+/* Defined by the emulator (tests/gpu/emu/emu.h) only. */
+const char *emu_last_kernel(void) __attribute__((weak));
+void emu_inject_fault(unsigned n) __attribute__((weak));
+void emu_set_quiet(int quiet) __attribute__((weak));
+
+#define LOGIT_TOL 0.03
+#define AGREE_MIN 0.99
+/* prefill vs steps: the GEMM rows round activations to bf16 (2^-9 each),
+ * twice per layer: a few 1e-3 of the values' rms; 5 % is ten times that. */
+#define PREFILL_TOL 0.05
+
+/* The tiny model: dimensions chosen so the matvec's vector path (K % 8 ==
+ * 0) and its scalar path (the depformer FFN's 44) both run, and the
+ * emulator runs a step in well under a second. */
+#define T_DIM 32
+#define T_HEADS 2
+#define T_LAYERS 2
+#define T_NQ 16
+#define T_CARD 24
+#define T_TEXT_CARD 40
+#define T_DDIM 16
+#define T_DHEADS 2
+#define T_DLAYERS 1
+#define T_DFF 66
+
+static int n_pass, n_fail;
+/* The backend's knobs for a case (cu_backend.c reads them at open):
+ * graphs (MOSHID_CU_GRAPHS) and the matvec/GEMM crossover
+ * (MOSHID_CU_GEMM_MIN_ROWS). On the emulator most cases run uncaptured with
+ * every product a GEMM (the emulated matvec costs a fiber per GPU thread;
+ * engine-test covers it kernel by kernel), and the cases that are about the
+ * graphs or the matvec path say so; on a device every case runs with the
+ * backend's defaults (graphs on, the built-in crossover). */
+static int on_emu;
+static void knobs(int graphs, int gemm_min) {
+    char v[16];
+    if (!on_emu) {
+        unsetenv("MOSHID_CU_GEMM_MIN_ROWS");
+        if (graphs == 0) setenv("MOSHID_CU_GRAPHS", "0", 1);
+        else unsetenv("MOSHID_CU_GRAPHS");
+        return;
+    }
+    if (graphs) unsetenv("MOSHID_CU_GRAPHS");
+    else setenv("MOSHID_CU_GRAPHS", "0", 1);
+    if (gemm_min > 0) {
+        snprintf(v, sizeof v, "%d", gemm_min);
+        setenv("MOSHID_CU_GEMM_MIN_ROWS", v, 1);
+    } else {
+        unsetenv("MOSHID_CU_GEMM_MIN_ROWS");
+    }
+}
+
+static const char *filter;
+static char tmpdir[256];
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static double t_begin;
+static int begin(const char *name) {
+    if (filter && !strstr(name, filter)) return 0;
+    printf("--   %s\n", name);
+    fflush(stdout);
+    t_begin = now_ms();
+    return 1;
+}
+
+static void result(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void result(int ok, const char *name, const char *fmt, ...) {
+    char detail[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-36s %s [%.0f ms]\n", ok ? "ok" : "FAIL", name, detail, now_ms() - t_begin);
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+static void die(const char *what, const ms_error *e) {
+    fprintf(stderr, "backend-test: %s: %s\n", what, e ? e->msg : "");
+    exit(1);
+}
+
+/* ---- the tiny model ------------------------------------------------------------ */
+
+typedef struct mk {
+    st_writer *w;
+    float **bufs;
+    int n;
+    uint64_t seed;
+    uint32_t tensor;
+} mk;
+
+static int gated(int dim, int ff) { return ff == 4 * dim ? 21 * dim / 8 : 2 * ff / 3; }
+
+/* A float32 tensor of bf16-exact values: uniform(-a, a) rounded to bf16
+ * ('u') or the constant a ('c'). */
+static void add(mk *m, const char *name, char mode, double a, int rows, int cols, int norm) {
+    size_t n = (size_t)rows * cols;
+    float *b = malloc(n * sizeof *b);
+    if (!b) die("out of memory", NULL);
+    uint32_t t = m->tensor++;
+    for (size_t i = 0; i < n; i++) {
+        float v = mode == 'c' ? (float)a : (float)(a * (2.0 * rng_uniform(m->seed, t, 0, (uint32_t)i) - 1.0));
+        b[i] = st_bf16_to_f32(st_f32_to_bf16(v));
+    }
+    m->bufs = realloc(m->bufs, sizeof *m->bufs * (size_t)(m->n + 1));
+    m->bufs[m->n++] = b;
+    int64_t shape3[3] = {1, 1, cols}, shape2[2] = {rows, cols};
+    if (st_writer_add(m->w, name, ST_F32, norm ? 3 : 2, norm ? shape3 : shape2, b) != MS_OK) die(name, NULL);
+}
+
+static double lin_scale(int fan_in) { return sqrt(3.0 / fan_in); }
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) die(path, NULL);
+}
+
+static void config_json(char *cfg, size_t len, int dep_q, int context) {
+    snprintf(cfg, len,
+             "{\"dim\": %d, \"text_card\": %d, \"existing_text_padding_id\": 3, \"n_q\": %d, \"dep_q\": %d,"
+             " \"card\": %d, \"num_heads\": %d, \"num_layers\": %d, \"hidden_scale\": 4.125, \"causal\": true,"
+             " \"context\": %d, \"max_period\": 10000, \"gating\": \"silu\", \"norm\": \"rms_norm_f32\","
+             " \"positional_embedding\": \"rope\", \"depformer_dim\": %d, \"depformer_dim_feedforward\": %d,"
+             " \"depformer_num_heads\": %d, \"depformer_num_layers\": %d, \"depformer_multi_linear\": true,"
+             " \"depformer_context\": %d, \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\","
+             " \"depformer_pos_emb\": \"none\", \"depformer_weights_per_step\": true,"
+             " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n",
+             T_DIM, T_TEXT_CARD, T_NQ, dep_q, T_CARD, T_HEADS, T_LAYERS, context, T_DDIM, T_DFF, T_DHEADS, T_DLAYERS,
+             dep_q);
+}
+
+/* make_model: DIR/config.json + DIR/model.safetensors; returns DIR. */
+static const char *make_model(const char *tag, int dep_q, int context, int weights) {
+    static char dirs[8][512];
+    static int nd;
+    char *dir = dirs[nd++ % 8];
+    snprintf(dir, 512, "%s/%s", tmpdir, tag);
+    mkdir(dir, 0700);
+    char path[640], cfg[2048];
+    config_json(cfg, sizeof cfg, dep_q, context);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, cfg);
+    if (!weights) return dir;
+    mk m = {.w = st_writer_create(), .seed = 0x5eedULL + (uint64_t)dep_q};
+    char name[160];
+    int H = gated(T_DIM, (int)(4.125 * T_DIM)), DH = gated(T_DDIM, T_DFF);
+    for (int k = 0; k < T_NQ; k++) {
+        snprintf(name, sizeof name, "emb.%d.weight", k);
+        add(&m, name, 'u', 1.0, T_CARD + 1, T_DIM, 0);
+    }
+    add(&m, "text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DIM, 0);
+    add(&m, "text_linear.weight", 'u', lin_scale(T_DIM), T_TEXT_CARD, T_DIM, 0);
+    add(&m, "out_norm.alpha", 'u', 1.0, 1, T_DIM, 1);
+    for (int l = 0; l < T_LAYERS; l++) {
+#define LAYER(fmt) (snprintf(name, sizeof name, "transformer.layers.%d." fmt, l), name)
+        add(&m, LAYER("norm1.alpha"), 'u', 1.0, 1, T_DIM, 1);
+        add(&m, LAYER("norm2.alpha"), 'u', 1.0, 1, T_DIM, 1);
+        add(&m, LAYER("self_attn.in_proj_weight"), 'u', lin_scale(T_DIM), 3 * T_DIM, T_DIM, 0);
+        add(&m, LAYER("self_attn.out_proj.weight"), 'u', lin_scale(T_DIM), T_DIM, T_DIM, 0);
+        add(&m, LAYER("gating.linear_in.weight"), 'u', lin_scale(T_DIM), 2 * H, T_DIM, 0);
+        add(&m, LAYER("gating.linear_out.weight"), 'u', lin_scale(H), T_DIM, H, 0);
+#undef LAYER
+    }
+    for (int k = 0; k < dep_q; k++) {
+        snprintf(name, sizeof name, "depformer_in.%d.weight", k);
+        add(&m, name, 'u', lin_scale(T_DIM), T_DDIM, T_DIM, 0);
+        snprintf(name, sizeof name, "linears.%d.weight", k);
+        add(&m, name, 'u', lin_scale(T_DDIM), T_CARD, T_DDIM, 0);
+        if (k < dep_q - 1) {
+            snprintf(name, sizeof name, "depformer_emb.%d.weight", k);
+            add(&m, name, 'u', 1.0, T_CARD + 1, T_DDIM, 0);
+        }
+    }
+    add(&m, "depformer_text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DDIM, 0);
+    for (int l = 0; l < T_DLAYERS; l++) {
+#define DLAYER(fmt, ...) (snprintf(name, sizeof name, "depformer.layers.%d." fmt, l, ##__VA_ARGS__), name)
+        add(&m, DLAYER("norm1.alpha"), 'u', 1.0, 1, T_DDIM, 1);
+        add(&m, DLAYER("norm2.alpha"), 'u', 1.0, 1, T_DDIM, 1);
+        add(&m, DLAYER("self_attn.in_proj_weight"), 'u', lin_scale(T_DDIM), dep_q * 3 * T_DDIM, T_DDIM, 0);
+        add(&m, DLAYER("self_attn.out_proj.weight"), 'u', lin_scale(T_DDIM), dep_q * T_DDIM, T_DDIM, 0);
+        for (int k = 0; k < dep_q; k++) {
+            add(&m, DLAYER("gating.%d.linear_in.weight", k), 'u', lin_scale(T_DDIM), 2 * DH, T_DDIM, 0);
+            add(&m, DLAYER("gating.%d.linear_out.weight", k), 'u', lin_scale(DH), T_DDIM, DH, 0);
+        }
+#undef DLAYER
+    }
+    ms_error e = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (st_writer_save(m.w, path, &e) != MS_OK) die("st_writer_save", &e);
+    st_writer_free(m.w);
+    for (int i = 0; i < m.n; i++) free(m.bufs[i]);
+    free(m.bufs);
+    return dir;
+}
+
+static lm_backend *open_b(const lm_backend_ops *ops, const char *dir, int slots, uint64_t rnd) {
+    lm_backend_opts o = {.max_slots = slots, .threads = 1, .variant = LM_VARIANT_AUTO, .random_weights = rnd};
+    ms_error e = {0};
+    lm_backend *b = lm_backend_open(ops, dir, &o, &e);
+    if (!b) die(ops->name, &e);
+    return b;
+}
+
+static void step_or_die(lm_backend *b, lm_step_slot *s, int n) {
+    ms_error e = {0};
+    if (lm_backend_step(b, s, n, &e) != MS_OK) die("step", &e);
+}
+
+/* ---- comparisons ----------------------------------------------------------------- */
+
+typedef struct cmp {
+    long n, agree;
+    long decisive, decisive_agree;   /* rows whose two best CPU logits lie more than 2 tol rms apart */
+    double worst;   /* max |a - b| / rms(b) */
+} cmp;
+
+static int argmax(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* tol: the case's logit bound; rows whose best CPU logit leads the second
+ * by more than 2 tol rms are "decisive" (no error within the bound can
+ * flip them). */
+static void compare(cmp *c, const float *gpu, const float *cpu, int n, double tol) {
+    double ss = 0, mx = 0;
+    for (int i = 0; i < n; i++) ss += (double)cpu[i] * cpu[i];
+    double rms = sqrt(ss / n) + 1e-30;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)gpu[i] - cpu[i]);
+        if (!(d <= mx)) mx = d;   /* NaN counts as infinite */
+        if (d != d) mx = INFINITY;
+    }
+    int a = argmax(cpu, n);
+    double second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != a && cpu[i] > second) second = cpu[i];
+    int same = argmax(gpu, n) == a;
+    c->n++;
+    c->agree += same;
+    if (cpu[a] - second > 2.0 * tol * rms) {
+        c->decisive++;
+        c->decisive_agree += same;
+    }
+    if (mx / rms > c->worst) c->worst = mx / rms;
+}
+
+/* ---- teacher forcing ------------------------------------------------------------------ */
+
+#define TF_SLOTS 3
+
+/* Slots stepped at step t: slot 0 always, slot 1 from t = 3, slot 2 from
+ * t = 7 (so the positions differ), in the order 2, 0, 1 (rows are not
+ * slot-ordered). */
+static int tf_batch(int t, int *slots) {
+    int n = 0;
+    if (t >= 7) slots[n++] = 2;
+    slots[n++] = 0;
+    if (t >= 3) slots[n++] = 1;
+    return n;
+}
+
+/* gemm_min: the emulator's crossover (1: every product a GEMM, 0: the
+ * default, so batches of 1-3 take the matvec); steps from schedule step t0
+ * on; dep_steps sub-steps compared (-1: all). Acceptance: the matvec path
+ * keeps the activations in f32, so its argmax agreement must be >= 99 %
+ * of all rows; the GEMM path rounds them to bf16 (about 10x the error), and
+ * on the tiny random models a few percent of rows then have their two best
+ * logits closer than that error: there every row whose best logit leads by
+ * more than twice the tolerance (2 tol rms) must agree, and the
+ * overall agreement is reported. */
+static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
+                   double tol);
+
+static void test_teacher_forced(const char *variant, const char *path, int dep_q, int context, int gemm_min, int t0,
+                                int steps, int dep_steps) {
+    char name[96];
+    snprintf(name, sizeof name, "teacher_forced/%s/%s", variant, path);
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "tf-%s", variant);
+    tf_run(name, make_model(tag, dep_q, context, 1), context, gemm_min, t0, steps, dep_steps, LOGIT_TOL);
+}
+
+/* The same on moshid-mkmodel's demo LM, whose f32 weights are not
+ * bf16-exact: the upload's rounding (up to 2^-9 relative per weight) comes
+ * on top of the activations' on the GEMM path, about doubling the error
+ * (observed: worst 2.6-3.2 % of the rms over 2048-entry rows, the maximum
+ * of thousands of values), so the bound is MK_LOGIT_TOL = 6 %, still a
+ * fifth of what one wrong term costs. */
+#define MK_LOGIT_TOL 0.06
+static void test_teacher_forced_mkmodel(int dep_q) {
+    char name[96];
+    snprintf(name, sizeof name, "teacher_forced/mkmodel-dep%d/gemm", dep_q);
+    if (!begin(name)) return;
+    const char *mk = getenv("MKMODEL");
+    if (!mk || access(mk, X_OK) != 0) {
+        printf("skip %-36s MKMODEL not set or not executable\n", name);
+        return;
+    }
+    char dir[600], cmd[1400], lm[640];
+    snprintf(dir, sizeof dir, "%s/mk-dep%d", tmpdir, dep_q);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --text-card 48 --dep-q %d --context 8 --lm-only >/dev/null 2>&1", mk,
+             dir, dep_q);
+    if (system(cmd) != 0) {
+        result(0, name, "%s failed", cmd);
+        return;
+    }
+    snprintf(lm, sizeof lm, "%s/lm", dir);
+    tf_run(name, lm, 8, 1, 4, 8, -1, MK_LOGIT_TOL);   /* slot 0 reaches 8: the ring's end */
+}
+
+static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
+                   double tol) {
+    knobs(0, gemm_min);
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, 4, 0), *gpu = open_b(&lm_cuda_backend, dir, 4, 0);
+    const lm_config *g = &cpu->cfg;
+    int ns = g->n_streams, nt = 1 + g->dep_q;
+    cmp text = {0}, audio[LM_MAX_DEP_Q] = {{0}};
+    int tokens[TF_SLOTS][LM_MAX_STREAMS];
+    for (int s = 0; s < TF_SLOTS; s++)
+        for (int i = 0; i < ns; i++) tokens[s][i] = i == 0 ? g->text_card : g->card;   /* the initial tokens */
+    float *tl_c = malloc(sizeof(float) * TF_SLOTS * g->text_card), *tl_g = malloc(sizeof(float) * TF_SLOTS * g->text_card);
+    float *al_c = malloc(sizeof(float) * TF_SLOTS * g->dep_q * g->card),
+          *al_g = malloc(sizeof(float) * TF_SLOTS * g->dep_q * g->card);
+    gu_rng rr = {42};
+    for (int t = t0; t < t0 + steps; t++) {
+        int sl[TF_SLOTS], n = tf_batch(t, sl);
+        lm_step_slot sc[TF_SLOTS], sg[TF_SLOTS];
+        int target[TF_SLOTS][LM_MAX_DEP_Q + 1];
+        uint8_t prov[TF_SLOTS][LM_MAX_DEP_Q + 1];
+        memset(sc, 0, sizeof sc);
+        for (int i = 0; i < n; i++) {
+            int s = sl[i];
+            lm_step_slot *x = &sc[i];
+            x->slot = s;
+            memcpy(x->tokens, tokens[s], sizeof(int) * ns);
+            lm_samp_defaults(&x->samp, 1000 + s);
+            x->step = (uint64_t)t;
+            x->dep_steps = dep_steps;
+            x->text_logits = tl_c + (size_t)i * g->text_card;
+            x->audio_logits = al_c + (size_t)i * g->dep_q * g->card;
+        }
+        /* the CPU's free-running pass gives the trace */
+        step_or_die(cpu, sc, n);
+        /* both backends then step teacher-forced on it: the CPU again from
+         * a second copy would be the same as the pass above, since forcing
+         * its own samples changes nothing; the GPU gets the CPU's tokens as
+         * forced targets */
+        for (int i = 0; i < n; i++) {
+            target[i][0] = sc[i].out_text;
+            for (int k = 0; k < g->dep_q; k++) target[i][1 + k] = sc[i].out_audio[k];
+            for (int k = 0; k <= g->dep_q; k++) prov[i][k] = k == 0 || sc[i].out_audio[k - 1] >= 0;
+            sg[i] = sc[i];
+            sg[i].target = target[i];
+            sg[i].provided = prov[i];
+            sg[i].text_logits = tl_g + (size_t)i * g->text_card;
+            sg[i].audio_logits = al_g + (size_t)i * g->dep_q * g->card;
+        }
+        step_or_die(gpu, sg, n);
+        for (int i = 0; i < n; i++) {
+            compare(&text, tl_g + (size_t)i * g->text_card, tl_c + (size_t)i * g->text_card, g->text_card, tol);
+            for (int k = 0; k < (dep_steps < 0 ? g->dep_q : dep_steps); k++)
+                compare(&audio[k], al_g + ((size_t)i * g->dep_q + k) * g->card,
+                        al_c + ((size_t)i * g->dep_q + k) * g->card, g->card, tol);
+            /* next inputs: the CPU's text and generated audio, random user streams */
+            int s = sl[i];
+            tokens[s][0] = sc[i].out_text;
+            for (int q = 0; q < g->n_q; q++)
+                tokens[s][1 + q] = q < g->dep_q && sc[i].out_audio[q] >= 0 ? sc[i].out_audio[q] : gu_int(&rr, 0, g->card - 1);
+        }
+        (void)nt;
+    }
+    int gemm = on_emu && gemm_min == 1;
+    int nd = dep_steps < 0 ? g->dep_q : dep_steps;
+    cmp *all[1 + LM_MAX_DEP_Q];
+    all[0] = &text;
+    for (int k = 0; k < nd; k++) all[1 + k] = &audio[k];
+    int ok = 1;
+    double worst = 0, min_agree = 1;
+    long dec = 0, dec_agree = 0;
+    for (int i = 0; i <= nd; i++) {
+        const cmp *c = all[i];
+        ok = ok && c->n > 0 && c->worst <= tol &&
+             (gemm ? c->decisive_agree == c->decisive : c->agree >= AGREE_MIN * c->n);
+        if (c->worst > worst) worst = c->worst;
+        double a = (double)c->agree / c->n;
+        if (a < min_agree) min_agree = a;
+        dec += c->decisive;
+        dec_agree += c->decisive_agree;
+    }
+    result(ok, name,
+           "%d streams x %ld rows: argmax agree >= %.3f per stream (%s), decisive rows %ld/%ld; worst logit err "
+           "%.2e (tol %.2g); text err %.2e; slot 0 at %lld (context %d)",
+           1 + nd, text.n, min_agree, gemm ? "GEMM: bf16 activations" : "need 0.99", dec_agree, dec, worst, tol,
+           text.worst, (long long)lm_backend_pos(gpu, 0), context);
+    free(tl_c); free(tl_g); free(al_c); free(al_g);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+/* ---- the sampler on the device's own logits ------------------------------------------ */
+
+static void test_sampler(const char *variant, int dep_q) {
+    char name[96];
+    snprintf(name, sizeof name, "sampler/%s", variant);
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "tf-%s", variant);
+    const char *dir = make_model(tag, dep_q, 12, 1);
+    knobs(0, 1);
+    lm_backend *gpu = open_b(&lm_cuda_backend, dir, 4, 0);
+    const lm_config *g = &gpu->cfg;
+    int V = g->text_card > g->card ? g->text_card : g->card;
+    int *scratch = malloc(sizeof(int) * V);
+    float *tl = malloc(sizeof(float) * 3 * g->text_card), *al = malloc(sizeof(float) * 3 * g->dep_q * g->card);
+    /* per-row parameters: official, greedy text, top-k off, top-1 */
+    const float temps[3][2] = {{0.7f, 0.8f}, {0.0f, 1.3f}, {1.0f, 0.5f}};
+    const int topks[3][2] = {{25, 250}, {0, 0}, {1, 3}};
+    long rows = 0, same = 0, non_argmax = 0;
+    int bad = 0;
+    int tok[3][LM_MAX_STREAMS];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < g->n_streams; i++) tok[s][i] = i == 0 ? g->text_card : g->card;
+    for (int t = 0; t < 4 && !bad; t++) {
+        lm_step_slot ss[3];
+        memset(ss, 0, sizeof ss);
+        for (int i = 0; i < 3; i++) {
+            ss[i].slot = i;
+            memcpy(ss[i].tokens, tok[i], sizeof tok[i]);
+            ss[i].samp = (lm_samp){.text_temp = temps[i][0], .text_topk = topks[i][0], .audio_temp = temps[i][1],
+                                   .audio_topk = topks[i][1], .seed = 77 + (uint64_t)i * 0x9E3779B97F4A7C15ULL,
+                                   .audio_seed = 5 + (uint64_t)i};
+            ss[i].step = (uint64_t)t * 1000003u + (1ULL << 33);
+            ss[i].dep_steps = -1;
+            ss[i].text_logits = tl + (size_t)i * g->text_card;
+            ss[i].audio_logits = al + (size_t)i * g->dep_q * g->card;
+        }
+        step_or_die(gpu, ss, 3);
+        for (int i = 0; i < 3 && !bad; i++) {
+            const lm_step_slot *s = &ss[i];
+            int want = samp_topk(s->text_logits, g->text_card, s->samp.text_temp, s->samp.text_topk, s->samp.seed, s->step,
+                                 SAMP_STREAM_TEXT, scratch);
+            rows++;
+            same += want == s->out_text;
+            non_argmax += want != argmax(s->text_logits, g->text_card);
+            if (want != s->out_text) bad = 1;
+            for (int k = 0; k < g->dep_q && !bad; k++) {
+                const float *lg = s->audio_logits + (size_t)k * g->card;
+                int w = samp_topk(lg, g->card, s->samp.audio_temp, s->samp.audio_topk, s->samp.audio_seed, s->step,
+                                  SAMP_STREAM_AUDIO(k), scratch);
+                rows++;
+                same += w == s->out_audio[k];
+                non_argmax += w != argmax(lg, g->card);
+                if (w != s->out_audio[k]) bad = 1;
+            }
+            tok[i][0] = s->out_text;
+            for (int q = 0; q < g->n_q; q++) tok[i][1 + q] = q < g->dep_q ? s->out_audio[q] : (q * 7 + t) % g->card;
+        }
+    }
+    /* teeth: sampling must really have drawn tokens other than the argmax */
+    int ok = !bad && same == rows && non_argmax > rows / 10;
+    result(ok, name, "%ld/%ld tokens identical to samp_topk on the returned logits (%ld not the argmax)", same, rows,
+           non_argmax);
+    free(scratch); free(tl); free(al);
+    lm_backend_close(gpu);
+}
+
+/* ---- prefill ----------------------------------------------------------------------------- */
+
+static void rand_tokens(int *tok, int P, const lm_config *g, uint64_t seed) {
+    gu_rng r = {seed};
+    for (int p = 0; p < P; p++)
+        for (int s = 0; s < g->n_streams; s++)
+            tok[(size_t)p * g->n_streams + s] = s == 0 ? gu_int(&r, 0, g->text_card - 1) : gu_int(&r, 0, g->card - 1);
+}
+
+static double kv_err(lm_backend *a, int sa, lm_backend *b, int sb, int P) {
+    const lm_config *g = &a->cfg;
+    ms_error e = {0};
+    lm_kv_snap *x = NULL, *y = NULL;
+    if (lm_backend_kv_snapshot(a, sa, P, &x, &e) || lm_backend_kv_snapshot(b, sb, P, &y, &e)) die("snapshot", &e);
+    float *fa = malloc(sizeof(float) * P * g->dim), *fb = malloc(sizeof(float) * P * g->dim);
+    double worst = 0;
+    for (int l = 0; l < g->num_layers; l++)
+        for (int w = 0; w < 2; w++) {
+            if (lm_backend_kv_snap_read(a, x, l, w, fa, &e) || lm_backend_kv_snap_read(b, y, l, w, fb, &e))
+                die("snap_read", &e);
+            for (int p = 0; p < P; p++) {
+                double ss = 0, mx = 0;
+                for (int d = 0; d < g->dim; d++) {
+                    double v = fb[(size_t)p * g->dim + d], dd = fabs(fa[(size_t)p * g->dim + d] - v);
+                    ss += v * v;
+                    if (!(dd <= mx)) mx = dd != dd ? INFINITY : dd;
+                }
+                double r = mx / (sqrt(ss / g->dim) + 1e-30);
+                if (r > worst) worst = r;
+            }
+        }
+    lm_backend_kv_snap_free(a, x);
+    lm_backend_kv_snap_free(b, y);
+    free(fa);
+    free(fb);
+    return worst;
+}
+
+/* One step of slot s with tokens tok and dep_steps 0, its text logits to out. */
+static void probe_step(lm_backend *b, int slot, const int *tok, float *out, int n_streams) {
+    lm_step_slot s;
+    memset(&s, 0, sizeof s);
+    s.slot = slot;
+    memcpy(s.tokens, tok, sizeof(int) * n_streams);
+    lm_samp_greedy(&s.samp);
+    s.dep_steps = 0;
+    s.text_logits = out;
+    step_or_die(b, &s, 1);
+}
+
+/* Slot 0 primed by prefill of P positions, slot 1 by P single steps; then
+ * (when P <= context) their K/V, and one more step of each. */
+static void test_prefill_steps(int context, int P, int gemm_min) {
+    char name[96];
+    snprintf(name, sizeof name, "prefill_vs_steps/ctx%d_P%d", context, P);
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "pf-%d", context);
+    const char *dir = make_model(tag, 8, context, 1);
+    knobs(0, gemm_min);
+    lm_backend *gpu = open_b(&lm_cuda_backend, dir, 2, 0);
+    const lm_config *g = &gpu->cfg;
+    int *tok = malloc(sizeof(int) * (P + 1) * g->n_streams);
+    rand_tokens(tok, P + 1, g, 99);
+    ms_error e = {0};
+    if (lm_backend_prefill(gpu, 0, 0, P, tok, NULL, &e) != MS_OK) die("prefill", &e);
+    float *la = malloc(sizeof(float) * g->text_card), *lb = malloc(sizeof(float) * g->text_card);
+    for (int p = 0; p < P; p++) probe_step(gpu, 1, tok + (size_t)p * g->n_streams, lb, g->n_streams);
+    double kerr = P <= context ? kv_err(gpu, 0, gpu, 1, P) : 0;
+    int pos_ok = lm_backend_pos(gpu, 0) == P && lm_backend_pos(gpu, 1) == P;
+    probe_step(gpu, 0, tok + (size_t)P * g->n_streams, la, g->n_streams);
+    probe_step(gpu, 1, tok + (size_t)P * g->n_streams, lb, g->n_streams);
+    cmp c = {0};
+    compare(&c, la, lb, g->text_card, PREFILL_TOL);
+    int ok = pos_ok && kerr <= PREFILL_TOL && c.worst <= PREFILL_TOL && c.agree == 1;
+    result(ok, name, "K/V err %.2e, next-step logit err %.2e (tol %.2g), argmax %s%s", kerr, c.worst, PREFILL_TOL,
+           c.agree ? "same" : "DIFFERS", pos_ok ? "" : ", positions wrong");
+    free(tok); free(la); free(lb);
+    lm_backend_close(gpu);
+}
+
+static void test_prefill_cpu(void) {
+    const char *name = "prefill_vs_cpu";
+    if (!begin(name)) return;
+    const char *dir = make_model("pf-cpu", 16, 40, 1);
+    knobs(0, 1);
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, 1, 0), *gpu = open_b(&lm_cuda_backend, dir, 1, 0);
+    const lm_config *g = &gpu->cfg;
+    int P = 30;
+    int *tok = malloc(sizeof(int) * P * g->n_streams);
+    rand_tokens(tok, P, g, 7);
+    ms_error e = {0};
+    /* two calls: the second continues after the first (pos0 > 0: attention
+     * against the slot's earlier rows) */
+    if (lm_backend_prefill(cpu, 0, 0, 20, tok, NULL, &e) || lm_backend_prefill(gpu, 0, 0, 20, tok, NULL, &e) ||
+        lm_backend_prefill(cpu, 0, 20, P - 20, tok + 20 * g->n_streams, NULL, &e) ||
+        lm_backend_prefill(gpu, 0, 20, P - 20, tok + 20 * g->n_streams, NULL, &e))
+        die("prefill", &e);
+    double kerr = kv_err(gpu, 0, cpu, 0, P);
+    result(kerr <= PREFILL_TOL, name, "K/V of 30 positions (20 + 10), PersonaPlex: err %.2e (tol %.2g)", kerr,
+           PREFILL_TOL);
+    free(tok);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+/* ---- snapshots ------------------------------------------------------------------------------ */
+
+static void test_snapshot(void) {
+    const char *name = "snapshot_restore";
+    if (!begin(name)) return;
+    const char *dir = make_model("snap", 8, 24, 1);
+    knobs(0, 1);
+    lm_backend *gpu = open_b(&lm_cuda_backend, dir, 3, 0);
+    const lm_config *g = &gpu->cfg;
+    int P = 10;
+    int *tok = malloc(sizeof(int) * (P + 3) * g->n_streams);
+    rand_tokens(tok, P + 3, g, 3);
+    ms_error e = {0};
+    lm_kv_snap *snap = NULL;
+    /* slot 2 holds unrelated K/V first: the restore must overwrite it */
+    if (lm_backend_prefill(gpu, 2, 0, 12, tok, NULL, &e) || lm_backend_prefill(gpu, 0, 0, P, tok, NULL, &e) ||
+        lm_backend_kv_snapshot(gpu, 0, P, &snap, &e))
+        die("prime", &e);
+    lm_backend_stats st;
+    lm_snap_info info;
+    lm_backend_stats_get(gpu, &st);
+    lm_backend_kv_snap_info(gpu, snap, &info);
+    int acct = info.where == LM_MEM_DEVICE && info.positions == P && st.snap_bytes == info.bytes &&
+               info.bytes == 2 * (size_t)g->num_layers * P * g->dim * 2;
+    if (lm_backend_kv_restore_layers(gpu, 2, snap, 0, 1, &e) ||
+        lm_backend_kv_restore_layers(gpu, 2, snap, 1, g->num_layers, &e))
+        die("restore", &e);
+    int pos_ok = lm_backend_pos(gpu, 2) == P;
+    /* three more steps of both, in one batch each (rows 0 and 2) */
+    int same = 1;
+    float *lg = malloc(sizeof(float) * 2 * g->text_card);
+    for (int t = 0; t < 3; t++) {
+        lm_step_slot s[2];
+        memset(s, 0, sizeof s);
+        for (int i = 0; i < 2; i++) {
+            s[i].slot = i ? 2 : 0;
+            memcpy(s[i].tokens, tok + (size_t)(P + t) * g->n_streams, sizeof(int) * g->n_streams);
+            lm_samp_defaults(&s[i].samp, 11);
+            s[i].step = (uint64_t)t;
+            s[i].dep_steps = -1;
+            s[i].text_logits = lg + (size_t)i * g->text_card;
+        }
+        step_or_die(gpu, s, 2);
+        same = same && !memcmp(lg, lg + g->text_card, sizeof(float) * g->text_card) && s[0].out_text == s[1].out_text &&
+               !memcmp(s[0].out_audio, s[1].out_audio, sizeof(int) * g->dep_q);
+    }
+    lm_backend_kv_snap_free(gpu, snap);
+    lm_backend_stats_get(gpu, &st);
+    int freed = st.snap_bytes == 0;
+    result(same && acct && pos_ok && freed, name,
+           "restored slot steps bit-identically: %s; snapshot %zu bytes on the device, counted %s; freed %s",
+           same ? "yes" : "NO", info.bytes, acct ? "yes" : "NO", freed ? "yes" : "NO");
+    free(tok);
+    free(lg);
+    lm_backend_close(gpu);
+}
+
+/* ---- graphs ------------------------------------------------------------------------------------ */
+
+/* The same schedule on b: returns a hash of every sampled token. */
+static uint64_t graph_run(lm_backend *b, int steps, int dep_steps) {
+    const lm_config *g = &b->cfg;
+    uint64_t h = 1469598103934665603ULL;
+    int tok[TF_SLOTS][LM_MAX_STREAMS];
+    for (int s = 0; s < TF_SLOTS; s++)
+        for (int i = 0; i < g->n_streams; i++) tok[s][i] = i == 0 ? g->text_card : g->card;
+    for (int t = 0; t < steps; t++) {
+        int sl[TF_SLOTS], n = tf_batch(t + 4, sl);   /* batches 2, 2, 2, 3, ... */
+        lm_step_slot s[TF_SLOTS];
+        memset(s, 0, sizeof s);
+        for (int i = 0; i < n; i++) {
+            s[i].slot = sl[i];
+            memcpy(s[i].tokens, tok[sl[i]], sizeof tok[0]);
+            lm_samp_defaults(&s[i].samp, 500 + (uint64_t)sl[i]);
+            s[i].step = (uint64_t)t;
+            s[i].dep_steps = dep_steps;
+        }
+        step_or_die(b, s, n);
+        for (int i = 0; i < n; i++) {
+            h = (h ^ (uint64_t)(s[i].out_text + 1)) * 1099511628211ULL;
+            for (int k = 0; k < g->dep_q; k++) h = (h ^ (uint64_t)(s[i].out_audio[k] + 2)) * 1099511628211ULL;
+            tok[sl[i]][0] = s[i].out_text;
+            for (int q = 0; q < g->n_q; q++) tok[sl[i]][1 + q] = q < g->dep_q && s[i].out_audio[q] >= 0 ? s[i].out_audio[q] : q;
+        }
+    }
+    return h;
+}
+
+static void test_graphs(const char *variant, int dep_q, int dep_steps) {
+    char name[96];
+    snprintf(name, sizeof name, "graph_vs_uncaptured/%s", variant);
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "gr-%s", variant);
+    const char *dir = make_model(tag, dep_q, 6, 1);
+    knobs(1, 1);
+    lm_backend *a = open_b(&lm_cuda_backend, dir, 4, 0);
+    knobs(0, 1);
+    lm_backend *b = open_b(&lm_cuda_backend, dir, 4, 0);
+    int steps = 8;   /* slot 0 reaches 8: its ring of 6 wraps */
+    uint64_t ha = graph_run(a, steps, dep_steps), hb = graph_run(b, steps, dep_steps);
+    result(ha == hb, name, "%d steps (batches of 2 and 3 in buckets 2 and 4, dep_steps %d): tokens %s", steps, dep_steps,
+           ha == hb ? "identical" : "DIFFER");
+    lm_backend_close(a);
+    lm_backend_close(b);
+}
+
+/* ---- random weights -------------------------------------------------------------------------- */
+
+static void test_random(void) {
+    const char *name = "random_weights";
+    if (!begin(name)) return;
+    const char *dir = make_model("rnd", 8, 16, 0);   /* config.json only */
+    knobs(0, 1);
+    lm_backend *a = open_b(&lm_cuda_backend, dir, 2, 1234), *b = open_b(&lm_cuda_backend, dir, 2, 1234),
+               *c = open_b(&lm_cuda_backend, dir, 2, 999);
+    const lm_config *g = &a->cfg;
+    float *la = malloc(sizeof(float) * g->text_card), *lb = malloc(sizeof(float) * g->text_card),
+          *lc = malloc(sizeof(float) * g->text_card);
+    int tok[LM_MAX_STREAMS];
+    for (int i = 0; i < g->n_streams; i++) tok[i] = i == 0 ? g->text_card : g->card;
+    int same = 1, differ = 0, range = 1, finite = 1;
+    for (int t = 0; t < 4; t++) {
+        lm_step_slot s[3];
+        lm_backend *bs[3] = {a, b, c};
+        float *ls[3] = {la, lb, lc};
+        for (int i = 0; i < 3; i++) {
+            memset(&s[i], 0, sizeof s[i]);
+            memcpy(s[i].tokens, tok, sizeof tok);
+            lm_samp_defaults(&s[i].samp, 3);
+            s[i].step = (uint64_t)t;
+            s[i].dep_steps = -1;
+            s[i].text_logits = ls[i];
+            step_or_die(bs[i], &s[i], 1);
+            range = range && s[i].out_text >= 0 && s[i].out_text < g->text_card;
+            for (int k = 0; k < g->dep_q; k++) range = range && s[i].out_audio[k] >= 0 && s[i].out_audio[k] < g->card;
+        }
+        for (int v = 0; v < g->text_card; v++) finite = finite && isfinite(la[v]);
+        same = same && !memcmp(la, lb, sizeof(float) * g->text_card) && s[0].out_text == s[1].out_text;
+        differ = differ || memcmp(la, lc, sizeof(float) * g->text_card);
+        tok[0] = s[0].out_text;
+        for (int q = 0; q < g->dep_q; q++) tok[1 + q] = s[0].out_audio[q];
+    }
+    lm_backend_stats st;
+    lm_backend_stats_get(a, &st);
+    result(same && differ && range && finite && st.weight_bytes > 0, name,
+           "same seed same logits: %s; other seed other logits: %s; tokens in range: %s; %zu weight bytes on the device",
+           same ? "yes" : "NO", differ ? "yes" : "NO", range ? "yes" : "NO", st.weight_bytes);
+    free(la); free(lb); free(lc);
+    lm_backend_close(a);
+    lm_backend_close(b);
+    lm_backend_close(c);
+}
+
+/* ---- the codec (host Mimi) -------------------------------------------------------------- */
+
+static void test_codec(void) {
+    const char *name = "codec";
+    if (!begin(name)) return;
+    const char *mk = getenv("MKMODEL");
+    if (!mk || access(mk, X_OK) != 0) {
+        printf("skip %-36s MKMODEL not set or not executable: moshid-mkmodel is needed for a Mimi model\n", name);
+        return;
+    }
+    char dir[600], cmd[1400], lm[640], mimi[640], mcfg[640];
+    snprintf(dir, sizeof dir, "%s/mk", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' --out '%s' --text-card 48 --dep-q 8 --context 16 >/dev/null", mk, dir);
+    if (system(cmd) != 0) {
+        result(0, name, "%s failed", cmd);
+        return;
+    }
+    snprintf(lm, sizeof lm, "%s/lm", dir);
+    snprintf(mimi, sizeof mimi, "%s/mimi.safetensors", dir);
+    snprintf(mcfg, sizeof mcfg, "%s/mimi.json", dir);
+    knobs(0, 1);   /* no step runs here: no graphs to warm up */
+    lm_backend_opts o = {.max_slots = 2, .threads = 1, .variant = LM_VARIANT_AUTO, .mimi = mimi, .mimi_config = mcfg};
+    ms_error e = {0};
+    lm_backend *cpu = lm_backend_open(&lm_cpu_backend, lm, &o, &e);
+    if (!cpu) die("cpu open with Mimi", &e);
+    lm_backend *gpu = lm_backend_open(&lm_cuda_backend, lm, &o, &e);
+    if (!gpu) die("cuda open with Mimi", &e);
+    int ncb = gpu->ncb, same = ncb > 0 && ncb == cpu->ncb, frames = 0;
+    float *pcm = malloc(sizeof(float) * 2 * MS_FRAME_SAMPLES), *oc = malloc(sizeof(float) * 2 * MS_FRAME_SAMPLES),
+          *og = malloc(sizeof(float) * 2 * MS_FRAME_SAMPLES);
+    int cc[2 * 32], cg[2 * 32], slots[2] = {1, 0};
+    for (int f = 0; f < 4 && same; f++) {
+        for (int i = 0; i < 2 * MS_FRAME_SAMPLES; i++)
+            pcm[i] = 0.3f * sinf(0.01f * (float)(i + f * MS_FRAME_SAMPLES) * (1.0f + (float)(i / MS_FRAME_SAMPLES)));
+        if (f == 2 && (lm_backend_codec_reset(cpu, 0, LM_CODEC_BOTH, &e) || lm_backend_codec_reset(gpu, 0, LM_CODEC_BOTH, &e)))
+            die("codec_reset", &e);
+        if (lm_backend_mimi_encode(cpu, slots, 2, pcm, cc, &e) || lm_backend_mimi_encode(gpu, slots, 2, pcm, cg, &e))
+            die("mimi_encode", &e);
+        if (lm_backend_mimi_decode(cpu, slots, 2, cc, oc, &e) || lm_backend_mimi_decode(gpu, slots, 2, cc, og, &e))
+            die("mimi_decode", &e);
+        same = !memcmp(cc, cg, sizeof(int) * 2 * ncb) && !memcmp(oc, og, sizeof(float) * 2 * MS_FRAME_SAMPLES);
+        frames++;
+    }
+    result(same, name, "%d codebooks; %d frames of 2 slots (a codec reset between): codes and PCM %s", ncb, frames,
+           same ? "identical" : "DIFFER");
+    free(pcm); free(oc); free(og);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+/* ---- device errors ------------------------------------------------------------------------- */
+
+static void test_device_error(void) {
+    const char *name = "device_error";
+    if (!begin(name)) return;
+    if (!emu_inject_fault) {
+        printf("skip %-36s needs the emulator's fault injection\n", name);
+        return;
+    }
+    const char *dir = make_model("err", 8, 12, 1);
+    knobs(1, 1);
+    lm_backend *gpu = open_b(&lm_cuda_backend, dir, 2, 0);
+    const lm_config *g = &gpu->cfg;
+    lm_step_slot s;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < g->n_streams; i++) s.tokens[i] = i == 0 ? g->text_card : g->card;
+    lm_samp_defaults(&s.samp, 1);
+    s.dep_steps = -1;
+    step_or_die(gpu, &s, 1);   /* a good step first (the graph) */
+    emu_set_quiet(1);
+    emu_inject_fault(7);       /* a kernel inside the next replay */
+    ms_error e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0};
+    int rc1 = lm_backend_step(gpu, &s, 1, &e1);
+    int rc2 = lm_backend_step(gpu, &s, 1, &e2);
+    int tok[LM_MAX_STREAMS] = {0};
+    int rc3 = lm_backend_prefill(gpu, 1, 0, 1, tok, NULL, &e3);
+    lm_kv_snap *snap = NULL;
+    int rc4 = lm_backend_kv_snapshot(gpu, 0, 1, &snap, &e4);
+    emu_set_quiet(0);
+    int first_ok = rc1 == MS_ERR_DEVICE && strstr(e1.msg, "failed at") && strstr(e1.msg, "cu_backend.c:") &&
+                   strstr(e1.msg, "cudaErrorIllegalAddress");
+    int later_ok = rc2 == MS_ERR_DEVICE && rc3 == MS_ERR_DEVICE && rc4 == MS_ERR_DEVICE && !snap &&
+                   strstr(e2.msg, "unusable after an earlier device error") && strstr(e2.msg, e1.msg) &&
+                   strstr(e3.msg, "unusable") && strstr(e4.msg, "unusable");
+    lm_backend_close(gpu);
+    cudaDeviceReset();   /* the emulated device is clean again */
+    cudaGetLastError();
+    result(first_ok && later_ok, name, "faulted step: \"%s\"; then step/prefill/snapshot: %s", e1.msg,
+           later_ok ? "MS_ERR_DEVICE, unusable" : e2.msg);
+}
+
+static void cleanup(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) fprintf(stderr, "backend-test: could not remove %s\n", tmpdir);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) filter = argv[1];
+    on_emu = emu_last_kernel != NULL;
+    char why[512];
+    if (gu_devices(why, sizeof why) <= 0) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
+    snprintf(tmpdir, sizeof tmpdir, "%s/backend-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) die("mkdtemp", NULL);
+    atexit(cleanup);
+    double t0 = now_ms();
+    /* batches of 2 and 3 on the matvec (2 sub-steps: the emulated matvec is slow) */
+    test_teacher_forced("kyutai", "matvec", 8, 12, 0, 5, 5, 2);
+    /* every product a GEMM on the emulator; 16 steps: slot 0 past the wrap */
+    test_teacher_forced("kyutai", "gemm", 8, 12, 1, 0, 16, -1);
+    test_teacher_forced("personaplex", "gemm", 16, 12, 1, 0, 16, -1);
+    test_sampler("kyutai", 8);
+    test_prefill_steps(40, 18, 0);   /* one chunk of 18 rows on the GEMM, single steps on the matvec */
+    test_prefill_steps(12, 20, 1);   /* chunks of 12, the ring wraps inside */
+    test_prefill_cpu();
+    test_snapshot();
+    test_graphs("kyutai", 8, -1);
+    test_graphs("personaplex", 16, 8);
+    test_random();
+    test_codec();
+    test_teacher_forced_mkmodel(8);    /* Kyutai-shaped */
+    test_teacher_forced_mkmodel(16);   /* PersonaPlex-shaped */
+    test_device_error();               /* last: leaves the emulated device faulted until its reset */
+    printf("%d passed, %d failed in %.1f s\n", n_pass, n_fail, (now_ms() - t0) / 1e3);
+    return n_fail ? 1 : 0;
+}

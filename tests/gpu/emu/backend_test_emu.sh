@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# backend_test_emu.sh - `make test`'s run of backend-test on the CUDA
+# emulator: the CUDA backend table (cuda/cu_backend.c and every kernel)
+# against the CPU backend on tiny models, no device needed. The emulator is
+# a device to backend-test, so it must run every case (no skip; the codec
+# case needs $BUILD/moshid-mkmodel). Then once
+# with EMU_NO_DEVICE=1: the program must say "skipped: no CUDA device" and
+# exit 77 (the path a host without a GPU takes). Skips (77) in sanitizer
+# builds.
+BUILD=${BUILD:-build}
+bin=$BUILD/backend-test-emu
+if [ ! -x "$bin" ]; then
+    echo "backend-test-emu not built (sanitizer build): skipped"
+    exit 77
+fi
+t0=$(date +%s.%N)
+out=$(MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
+t1=$(date +%s.%N)
+printf '%s\n' "$out"
+sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+if [ $rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
+    echo "backend-test on the emulator failed (exit $rc): $sum"
+    exit 1
+fi
+if ! grep -q '^ok   codec ' <<<"$out"; then
+    echo "backend-test on the emulator: the codec case did not run (is $BUILD/moshid-mkmodel built?)"
+    exit 1
+fi
+nodev=$(EMU_NO_DEVICE=1 timeout -k 10 60 "$bin" 2>&1); nrc=$?
+if [ $nrc -ne 77 ] || ! grep -q '^skipped: no CUDA device' <<<"$nodev"; then
+    printf '%s\n' "$nodev"
+    echo "backend-test without a device: exit $nrc, expected 77 with 'skipped: no CUDA device'"
+    exit 1
+fi
+printf 'backend-test on the emulator: %s (%.1f s); without a device: skipped as it should\n' "$sum" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+exit 0

@@ -1,0 +1,802 @@
+/* lm_bench.c - lm-bench: the CUDA backend's LM step at a given shape with
+ * random weights generated on the device (no checkpoint), as ratios
+ * measured side by side in one run (issue 12, items 7-8).
+ *
+ *   lm-bench --shape 7b|tiny [--variant kyutai|personaplex] [--out FILE]
+ *            [--batches 1,8,32,64] [--positions 16,3000] [--warmup N]
+ *            [--steps N] [--prefill P] [--budget-ms 80] [--max-slots N]
+ *            [--deadline-s S] [--seed S]
+ *   lm-bench --shape 7b --write-config FILE   (the config.json it uses, for
+ *                                              tests/gpu/bench_official.py)
+ *   lm-bench --shape tiny --backend cpu --model-dir DIR   (a self-test of
+ *            this program: the CPU reference backend on a checkpoint, e.g.
+ *            from moshid-mkmodel; no device, no copy ceiling, no plan)
+ *
+ * What it measures, in this order, each result row printed as a markdown
+ * table row and appended (fflush'ed) to --out the moment it is measured,
+ * so a run cut short by its stage's timeout still leaves what it had:
+ *  - the ceiling: cudaMemcpy device-to-device bandwidth ((read + write
+ *    bytes) / time, CUDA events, a buffer far larger than L2);
+ *  - the memory plan: the most slots that fit on the card
+ *    (cu_plan_max_slots against cudaMemGetInfo's total), then the backend
+ *    opened with that many (capped by --max-slots); if the backend refuses
+ *    (not enough memory by its own plan, or a cudaMalloc failed), its
+ *    message is recorded and it is opened with 7/8 as many, at most
+ *    LMB_OPEN_TRIES times;
+ *  - prefill time for --prefill positions (300: a persona prompt);
+ *  - step time for each batch at each position: one slot filled to the
+ *    position by prefill, kv_snapshot'ed and kv_restore'd into the other
+ *    slots of the batch (never by stepping), then --warmup steps and the
+ *    median of --steps timed steps (each step moves every slot on by one
+ *    position, so a measurement covers positions p .. p + warmup + steps;
+ *    the snapshot is restored again before each batch size). Achieved
+ *    weight-read bandwidth = bytes of the step's matrices (below) / step
+ *    time, and that time against the time to read those bytes once at the
+ *    copy bandwidth (the issue's target: batch 1 at position 16 within
+ *    1.3x);
+ *  - the largest batch under --budget-ms per step at the last position
+ *    (full context for 7b), by bisection over 1 .. the slots opened,
+ *    assuming the step time grows with the batch.
+ * Step times are host wall time around lm_backend_step, which returns once
+ * the sampled tokens are on the host: what the engine waits for per frame.
+ *
+ * The backend comes from the plugin (plugin_load("cuda"), its `backend`
+ * table), as moshid gets it. The emulator build (tests/gpu/bench.mk,
+ * LMB_LINKED_PLUGIN) links the plugin's objects instead and calls its entry
+ * point directly: the emulator has no loadable plugin. No backend table
+ * (p->backend NULL) or no device: a "skipped" row and exit 77.
+ *
+ * Exit: 0 measured, 77 skipped (no device, no plugin, no backend table),
+ * 1 failure (the backend did not open, a prefill, step or restore failed:
+ * the row says which), 2 bad arguments.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "cu_check.h"
+#include "gpu_util.h"
+#include "lm_config.h"
+#include "plugin.h"
+#if LMB_HAVE_PLAN
+#include "cu_plan.h"
+#endif
+
+#define LMB_MAX_LIST 16          /* most entries of --batches / --positions */
+#define LMB_MAX_STEPS 1000       /* most timed steps of one measurement */
+#define LMB_OPEN_TRIES 4         /* backend opens tried when it refuses the slot count */
+#define LMB_PREFILL_REPS 8       /* most timed prefills (lmb_shape.prefill_reps) */
+#define LMB_SEARCH_WARMUP 2      /* per bisection probe, at most (and --warmup) */
+#define LMB_SEARCH_STEPS 5       /* ... (and --steps) */
+#define LMB_COPY_ITERS 20
+
+/* One shape: its config.json and the run's defaults. */
+typedef struct lmb_shape {
+    const char *name;
+    const char *json_fmt;        /* printf format: dep_q, then context */
+    int dep_q[2];                /* Kyutai, PersonaPlex */
+    int context;
+    int batches[4];
+    int positions[2];            /* the second is the full context */
+    int warmup, steps, prefill;
+    int prefill_reps;            /* timed prefills (median), after one warm-up when > 1 */
+    int max_slots;               /* 0: what the plan says fits */
+    size_t copy_bytes;           /* the D2D buffer, read + write halves */
+} lmb_shape;
+
+/* The keys every shape shares, under the official LMModel's names
+ * (lm_config.c reads the same keys). */
+#define LMB_JSON_COMMON                                                                                    \
+    "\"hidden_scale\": 4.125, \"max_period\": 10000, \"gating\": \"silu\", \"norm\": \"rms_norm_f32\", "  \
+    "\"positional_embedding\": \"rope\", \"causal\": true, \"existing_text_padding_id\": 3, "              \
+    "\"depformer_multi_linear\": true, \"depformer_weights_per_step\": true, \"depformer_pos_emb\": \"none\", " \
+    "\"dep_q\": %d, \"context\": %d, "
+static const lmb_shape lmb_shapes[] = {
+    {
+        /* The released 7B (moshiko / moshika; PersonaPlex with dep_q 16):
+         * ../shared/spec/moshi-lm.md section 2. */
+        .name = "7b",
+        .json_fmt = "{" LMB_JSON_COMMON
+                    "\"n_q\": 16, \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1], "
+                    "\"dim\": 4096, \"num_heads\": 32, \"num_layers\": 32, \"card\": 2048, \"text_card\": 32000, "
+                    "\"depformer_dim\": 1024, \"depformer_num_heads\": 16, \"depformer_num_layers\": 6, "
+                    "\"depformer_dim_feedforward\": 4224}\n",
+        .dep_q = {8, 16},
+        .context = 3000,
+        .batches = {1, 8, 32, 64},
+        .positions = {16, 3000},
+        .warmup = 3,
+        .steps = 15,
+        .prefill = 300,
+        .prefill_reps = 3,
+        .max_slots = 0,
+        .copy_bytes = (size_t)1 << 30,
+    },
+    {
+        /* For the dry run on the emulator (one fiber per GPU thread, about
+         * half a second per step at this size on the 2-core VM): every
+         * width a multiple of 8 (the matvec's vector path), one layer on
+         * each side, 4 audio inputs of which 2 generated, a context of 32
+         * so the full-context case is cheap, one timed step per
+         * measurement: every kind of row, no meaningful number. */
+        .name = "tiny",
+        .json_fmt = "{" LMB_JSON_COMMON
+                    "\"n_q\": 4, \"delays\": [0, 0, 1, 0, 1], "
+                    "\"dim\": 64, \"num_heads\": 4, \"num_layers\": 1, \"card\": 32, \"text_card\": 48, "
+                    "\"depformer_dim\": 32, \"depformer_num_heads\": 2, \"depformer_num_layers\": 1, "
+                    "\"depformer_dim_feedforward\": 132}\n",
+        .dep_q = {2, 4},
+        .context = 32,
+        .batches = {1, 2, 0, 0},
+        .positions = {4, 32},
+        .warmup = 0,
+        .steps = 1,
+        .prefill = 8,
+        .prefill_reps = 1,
+        .max_slots = 2,
+        .copy_bytes = (size_t)1 << 20,
+    },
+};
+
+typedef struct lmb_opts {
+    const lmb_shape *shape;
+    lm_variant variant;
+    const char *out;
+    const char *write_config;
+    int cpu;                     /* --backend cpu: the CPU reference backend */
+    const char *model_dir;       /* its checkpoint (--model-dir) */
+    int batches[LMB_MAX_LIST], n_batches;
+    int positions[LMB_MAX_LIST], n_positions;
+    int warmup, steps, prefill, max_slots;
+    double budget_ms;
+    double deadline_s;           /* <= 0: none */
+    uint64_t seed;
+} lmb_opts;
+
+static FILE *lmb_out;            /* --out, appended, or NULL */
+static double lmb_t0;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* emit: one result line to stdout and to --out, flushed at once. */
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fputs(line, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (lmb_out) {
+        fputs(line, lmb_out);
+        fputc('\n', lmb_out);
+        fflush(lmb_out);
+    }
+}
+
+/* row: a result row "| moshid | measure | batch | position | ms | result |". */
+static void row(const char *measure, const char *batch, const char *pos, double ms, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void row(const char *measure, const char *batch, const char *pos, double ms, const char *fmt, ...) {
+    char res[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res, sizeof res, fmt, ap);
+    va_end(ap);
+    char msb[32] = "-";
+    if (ms >= 0) snprintf(msb, sizeof msb, "%.3f", ms);
+    /* a result must not break the table: no '|' or newline in it */
+    for (char *c = res; *c; c++)
+        if (*c == '|' || *c == '\n') *c = '/';
+    emit("| moshid | %s | %s | %s | %s | %s |", measure, batch, pos, msb, res);
+}
+
+static int deadline_passed(const lmb_opts *o) {
+    return o->deadline_s > 0 && now_s() - lmb_t0 > o->deadline_s;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* parse_list: "1,8,32" into v (at most LMB_MAX_LIST positive ints). */
+static int parse_list(const char *s, int *v, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 1 || x > LM_MAX_CONTEXT || *n >= LMB_MAX_LIST) return -1;
+        v[(*n)++] = (int)x;
+        s = end;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return *n > 0 ? 0 : -1;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: lm-bench --shape 7b|tiny [--variant kyutai|personaplex] [--out FILE] [--write-config FILE]\n"
+            "       [--batches B,...] [--positions P,...] [--warmup N] [--steps N] [--prefill P]\n"
+            "       [--budget-ms MS] [--max-slots N] [--deadline-s S] [--seed S]\n"
+            "       [--backend cuda|cpu --model-dir DIR]\n");
+}
+
+static int parse_args(int argc, char **argv, lmb_opts *o) {
+    *o = (lmb_opts){.variant = LM_VARIANT_KYUTAI, .budget_ms = 80.0, .seed = 20261201};
+    const char *shape = NULL, *batches = NULL, *positions = NULL;
+    int warmup = -1, steps = -1, prefill = -1, max_slots = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!v) bad = 1;
+        else if (!strcmp(a, "--shape")) shape = v;
+        else if (!strcmp(a, "--variant")) {
+            if (!strcmp(v, "kyutai")) o->variant = LM_VARIANT_KYUTAI;
+            else if (!strcmp(v, "personaplex")) o->variant = LM_VARIANT_PERSONAPLEX;
+            else bad = 1;
+        } else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--write-config")) o->write_config = v;
+        else if (!strcmp(a, "--model-dir")) o->model_dir = v;
+        else if (!strcmp(a, "--backend")) {
+            if (!strcmp(v, "cpu")) o->cpu = 1;
+            else bad = strcmp(v, "cuda") != 0;
+        }
+        else if (!strcmp(a, "--batches")) batches = v;
+        else if (!strcmp(a, "--positions")) positions = v;
+        else if (!strcmp(a, "--warmup")) bad = parse_int(v, 0, LMB_MAX_STEPS, &warmup);
+        else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, LMB_MAX_STEPS, &steps);
+        else if (!strcmp(a, "--prefill")) bad = parse_int(v, 1, LM_MAX_CONTEXT, &prefill);
+        else if (!strcmp(a, "--max-slots")) bad = parse_int(v, 1, LM_MAX_SLOTS, &max_slots);
+        else if (!strcmp(a, "--budget-ms")) {
+            char *end;
+            o->budget_ms = strtod(v, &end);
+            bad = *end || !(o->budget_ms > 0 && o->budget_ms < 1e6);
+        } else if (!strcmp(a, "--deadline-s")) {
+            char *end;
+            o->deadline_s = strtod(v, &end);
+            bad = *end || !(o->deadline_s >= 0 && o->deadline_s < 1e6);
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            o->seed = strtoull(v, &end, 0);
+            bad = *end != '\0';
+        } else bad = 1;
+        if (bad) {
+            fprintf(stderr, "lm-bench: bad argument %s%s%s\n", a, v ? " " : "", v ? v : "");
+            usage();
+            return -1;
+        }
+        i++;
+    }
+    for (size_t s = 0; shape && s < sizeof lmb_shapes / sizeof lmb_shapes[0]; s++)
+        if (!strcmp(shape, lmb_shapes[s].name)) o->shape = &lmb_shapes[s];
+    if (!o->shape) {
+        fprintf(stderr, "lm-bench: --shape 7b or --shape tiny is required\n");
+        usage();
+        return -1;
+    }
+    if (o->cpu != (o->model_dir != NULL)) {
+        fprintf(stderr, "lm-bench: --backend cpu needs --model-dir (and only it)\n");
+        return -1;
+    }
+    const lmb_shape *sh = o->shape;
+    if (batches) {
+        if (parse_list(batches, o->batches, &o->n_batches)) {
+            fprintf(stderr, "lm-bench: bad --batches %s\n", batches);
+            return -1;
+        }
+    } else {
+        for (int i = 0; i < 4 && sh->batches[i]; i++) o->batches[o->n_batches++] = sh->batches[i];
+    }
+    if (positions) {
+        if (parse_list(positions, o->positions, &o->n_positions)) {
+            fprintf(stderr, "lm-bench: bad --positions %s\n", positions);
+            return -1;
+        }
+    } else {
+        o->positions[0] = sh->positions[0];
+        o->positions[1] = sh->positions[1];
+        o->n_positions = 2;
+    }
+    for (int i = 0; i < o->n_positions; i++)
+        if (o->positions[i] > sh->context) {
+            /* a snapshot holds positions 0..P-1 of an unwrapped ring */
+            fprintf(stderr, "lm-bench: position %d is past the context (%d)\n", o->positions[i], sh->context);
+            return -1;
+        }
+    o->warmup = warmup >= 0 ? warmup : sh->warmup;
+    o->steps = steps >= 0 ? steps : sh->steps;
+    o->prefill = prefill >= 0 ? prefill : sh->prefill;
+    if (o->prefill > sh->context) {
+        fprintf(stderr, "lm-bench: --prefill %d is past the context (%d)\n", o->prefill, sh->context);
+        return -1;
+    }
+    o->max_slots = max_slots >= 0 ? max_slots : sh->max_slots;
+    return 0;
+}
+
+/* shape_json: the config.json text of the shape into buf. */
+static int shape_json(const lmb_opts *o, char *buf, size_t len) {
+    int dep_q = o->shape->dep_q[o->variant == LM_VARIANT_PERSONAPLEX];
+    int n = snprintf(buf, len, o->shape->json_fmt, dep_q, o->shape->context);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static int write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fputs(text, f) >= 0;
+    ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
+/* step_matrix_bytes: bf16 bytes of the matrices one step reads once per
+ * batch (the temporal stack, the text head, dep_steps depformer steps),
+ * embedding rows left out (a gather of 17 rows, not a read of the table).
+ * 7B, 8 steps: 14.75 GB (spec section 6: "about 14.8 GB"). */
+static double step_matrix_bytes(const lm_config *c, int dep_steps) {
+    double d = c->dim, h = c->hidden, dd = c->depformer_dim, dh = c->dep_hidden;
+    double layer = d * (3 * d) + d * d + d * (2 * h) + h * d;
+    double dlayer = dd * (3 * dd) + dd * dd + dd * (2 * dh) + dh * dd;
+    double dstep = d * dd + c->depformer_num_layers * dlayer + dd * c->card;
+    return 2.0 * (c->num_layers * layer + d * c->text_card + dep_steps * dstep);
+}
+
+/* copy_gbps: device-to-device cudaMemcpy bandwidth, GB/s counting read +
+ * write, and the milliseconds of one copy. 0 on failure (row says why). */
+static double copy_gbps(size_t bytes, double *ms_out) {
+    size_t half = bytes / 2;
+    char *buf = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double gbps = 0;
+    cudaError_t e = cudaMalloc((void **)&buf, bytes);
+    if (e != cudaSuccess) {
+        row("copy D2D", "-", "-", -1, "FAILED: cudaMalloc %zu bytes: %s", bytes, cudaGetErrorString(e));
+        return 0;
+    }
+    if ((e = cudaMemset(buf, 1, bytes)) != cudaSuccess || (e = cudaEventCreate(&e0)) != cudaSuccess ||
+        (e = cudaEventCreate(&e1)) != cudaSuccess ||
+        (e = cudaMemcpy(buf + half, buf, half, cudaMemcpyDeviceToDevice)) != cudaSuccess ||   /* warm-up */
+        (e = cudaEventRecord(e0, 0)) != cudaSuccess)
+        goto fail;
+    for (int i = 0; i < LMB_COPY_ITERS; i++)
+        if ((e = cudaMemcpyAsync(buf + half, buf, half, cudaMemcpyDeviceToDevice, 0)) != cudaSuccess) goto fail;
+    float ms = 0;
+    if ((e = cudaEventRecord(e1, 0)) != cudaSuccess || (e = cudaEventSynchronize(e1)) != cudaSuccess ||
+        (e = cudaEventElapsedTime(&ms, e0, e1)) != cudaSuccess)
+        goto fail;
+    *ms_out = ms / LMB_COPY_ITERS;
+    gbps = 2.0 * (double)half / (*ms_out * 1e6);
+    goto done;
+fail:
+    row("copy D2D", "-", "-", -1, "FAILED: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(buf);
+    return gbps;
+}
+
+/* The benchmark's state. */
+typedef struct lmb {
+    const lmb_opts *o;
+    lm_backend *b;
+    const lm_config *cfg;
+    int slots;                   /* opened */
+    lm_step_slot *ss;            /* (slots) */
+    int *tokens;                 /* (context, n_streams) prefill input */
+    gu_rng rng;
+    uint64_t step_no;
+    double copy_gbps;
+    double wbytes;               /* step_matrix_bytes of a full depformer */
+} lmb;
+
+static void random_tokens(lmb *m, int *t, int n) {
+    const lm_config *c = m->cfg;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < c->n_streams; s++)
+            t[i * c->n_streams + s] = s == 0 ? gu_int(&m->rng, 0, c->text_card - 1) : gu_int(&m->rng, 0, c->card - 1);
+}
+
+/* fill: slot 0 to position p by one prefill (in chunks of 256 if the
+ * backend refuses the whole), and its K/V snapshotted, for restore() into
+ * the slots of a batch. Returns the snapshot (caller frees) or NULL (row
+ * written). */
+static lm_kv_snap *fill(lmb *m, int p, ms_error *err) {
+    char pb[32];
+    snprintf(pb, sizeof pb, "%d", p);
+    if (lm_backend_reset_slot(m->b, 0, err)) goto fail;
+    random_tokens(m, m->tokens, p);
+    double t0 = now_s();
+    if (lm_backend_prefill(m->b, 0, 0, p, m->tokens, NULL, err)) {
+        row("fill", "1", pb, -1, "one prefill of %d positions refused (%s), in chunks of 256", p, err->msg);
+        if (lm_backend_reset_slot(m->b, 0, err)) goto fail;
+        for (int q = 0; q < p; q += 256) {
+            int k = p - q < 256 ? p - q : 256;
+            if (lm_backend_prefill(m->b, 0, q, k, m->tokens + (size_t)q * m->cfg->n_streams, NULL, err)) goto fail;
+        }
+    }
+    double t1 = now_s();
+    lm_kv_snap *snap = NULL;
+    if (lm_backend_kv_snapshot(m->b, 0, p, &snap, err)) goto fail;
+    double t2 = now_s();
+    row("fill", "1", pb, (t1 - t0) * 1e3, "prefill of %d positions into slot 0 (snapshot %.2f ms)", p, (t2 - t1) * 1e3);
+    return snap;
+fail:
+    row("fill", "1", pb, -1, "FAILED: %s", err->msg);
+    return NULL;
+}
+
+/* restore: the snapshot into slots 0..n-1; ms of the whole, or -1. */
+static double restore(lmb *m, const lm_kv_snap *snap, int n, ms_error *err) {
+    double t0 = now_s();
+    for (int s = 0; s < n; s++)
+        if (lm_backend_kv_restore(m->b, s, snap, err)) return -1;
+    return (now_s() - t0) * 1e3;
+}
+
+/* time_steps: warmup + steps steps of slots 0..n-1, each step's wall time
+ * into ms[]; 0, or -1 with err set. */
+static int time_steps(lmb *m, int n, int warmup, int steps, double *ms, ms_error *err) {
+    for (int i = 0; i < warmup + steps; i++) {
+        for (int s = 0; s < n; s++) {
+            lm_step_slot *x = &m->ss[s];
+            *x = (lm_step_slot){.slot = s, .step = m->step_no, .dep_steps = -1};
+            lm_samp_defaults(&x->samp, m->o->seed + (uint64_t)s);
+            random_tokens(m, x->tokens, 1);
+        }
+        double t0 = now_s();
+        if (lm_backend_step(m->b, m->ss, n, err)) return -1;
+        double t = (now_s() - t0) * 1e3;
+        if (i >= warmup) ms[i - warmup] = t;
+        m->step_no++;
+    }
+    return 0;
+}
+
+/* measure: step time of batch n at position p (snapshot restored first);
+ * the median in *med (and min), 0, or -1 with err set. */
+static int measure(lmb *m, const lm_kv_snap *snap, int n, int warmup, int steps, double *med, double *mn,
+                   double *restore_ms, ms_error *err) {
+    double ms[LMB_MAX_STEPS];
+    *restore_ms = restore(m, snap, n, err);
+    if (*restore_ms < 0) return -1;
+    if (time_steps(m, n, warmup, steps, ms, err)) return -1;
+    *med = median(ms, steps);
+    *mn = ms[0];
+    return 0;
+}
+
+static void step_row(lmb *m, int n, int p, double med, double mn, double restore_ms) {
+    char nb[16], pb[32];
+    snprintf(nb, sizeof nb, "%d", n);
+    snprintf(pb, sizeof pb, "%d", p);
+    double gbps = m->wbytes / (med * 1e6);
+    if (m->copy_gbps > 0) {
+        double read_ms = m->wbytes / (m->copy_gbps * 1e6);
+        row("step", nb, pb, med,
+            "weights %.4g GB/s = %.3g of copy; %.3gx the weight-read time (%.3g ms); %.3f ms per slot; min %.3f; "
+            "restore %.1f ms",
+            gbps, gbps / m->copy_gbps, med / read_ms, read_ms, med / n, mn, restore_ms);
+    } else {
+        row("step", nb, pb, med, "weights %.4g GB/s (no copy ceiling); %.3f ms per slot; min %.3f", gbps, med / n, mn);
+    }
+}
+
+/* search: the largest batch in 1..m->slots under the budget at the
+ * snapshot's position, by bisection (step time assumed to grow with the
+ * batch); a row per probe and the result row. */
+static int search(lmb *m, const lm_kv_snap *snap, int p, ms_error *err) {
+    const lmb_opts *o = m->o;
+    char pb[32], nb[16];
+    snprintf(pb, sizeof pb, "%d", p);
+    int lo = 0, hi = m->slots + 1;   /* lo: known under the budget (0: none); hi: known over (slots+1: none) */
+    double lo_ms = -1;
+    while (hi - lo > 1) {
+        if (deadline_passed(o)) {
+            row("max batch under budget", "-", pb, -1, "search cut short by --deadline-s: between %d and %d", lo,
+                hi - 1);
+            return 0;
+        }
+        int mid = lo + (hi - lo) / 2;
+        double med, mn, rms;
+        int w = o->warmup < LMB_SEARCH_WARMUP ? o->warmup : LMB_SEARCH_WARMUP;
+        int n = o->steps < LMB_SEARCH_STEPS ? o->steps : LMB_SEARCH_STEPS;
+        if (measure(m, snap, mid, w, n, &med, &mn, &rms, err)) return -1;
+        snprintf(nb, sizeof nb, "%d", mid);
+        row("search", nb, pb, med, "%s %.0f ms", med < o->budget_ms ? "under" : "over", o->budget_ms);
+        if (med < o->budget_ms) {
+            lo = mid;
+            lo_ms = med;
+        } else {
+            hi = mid;
+        }
+    }
+    snprintf(nb, sizeof nb, "%d", lo);
+    if (lo == 0) row("max batch under budget", "0", pb, -1, "even batch 1 takes %.0f ms or more", o->budget_ms);
+    else
+        row("max batch under budget", nb, pb, lo_ms, "largest batch under %.0f ms per step%s (of %d slots opened)",
+            o->budget_ms, lo == m->slots ? ", every slot opened" : "", m->slots);
+    return 0;
+}
+
+/* open_backend: the largest slot count the backend accepts, from want
+ * down by 7/8 steps; NULL when none (row written). */
+static lm_backend *open_backend(const lm_backend_ops *ops, const char *dir, const lmb_opts *o, int want, int *got) {
+    ms_error err = {0};
+    for (int t = 0; t < LMB_OPEN_TRIES && want >= 1; t++) {
+        lm_backend_opts bo = {
+            .max_slots = want,
+            .threads = 1,
+            .variant = o->variant,
+            .device = 0,
+            .mimi = NULL,           /* LM only: the benchmark steps the LM */
+            .pipeline = 0,
+            .random_weights = o->cpu ? 0 : o->seed,
+        };
+        char nb[16];
+        snprintf(nb, sizeof nb, "%d", want);
+        double t0 = now_s();
+        lm_backend *b = lm_backend_open(ops, dir, &bo, &err);
+        double ms = (now_s() - t0) * 1e3;
+        if (b) {
+            if (o->cpu) row("open", nb, "-", ms, "backend \"%s\" opened with %d slots, checkpoint %s", ops->name, want, dir);
+            else
+                row("open", nb, "-", ms, "backend \"%s\" opened with %d slots, random bf16 weights (seed %llu)",
+                    ops->name, want, (unsigned long long)o->seed);
+            *got = want;
+            return b;
+        }
+        row("open", nb, "-", ms, "refused: %s: %s", ms_err_name(err.code), err.msg);
+        /* not enough memory by the backend's own plan, or a cudaMalloc that
+         * failed where the plan was optimistic (not a sticky error) */
+        int nomem = err.code == MS_ERR_NOMEM || err.code == MS_ERR_LIMIT ||
+                    (err.code == MS_ERR_DEVICE && strstr(err.msg, "cudaErrorMemoryAllocation"));
+        if (!nomem) return NULL;
+        want = want * 7 / 8;
+    }
+    return NULL;
+}
+
+#ifdef LMB_LINKED_PLUGIN
+/* the emulator build: the plugin's objects are linked in (cu_plugin.c) */
+const moshid_plugin *moshid_plugin_entry(void);
+#endif
+
+static const moshid_plugin *get_plugin(ms_error *err) {
+#ifdef LMB_LINKED_PLUGIN
+    (void)err;
+    return moshid_plugin_entry();
+#else
+    return plugin_load("cuda", err);
+#endif
+}
+
+int main(int argc, char **argv) {
+    lmb_opts o;
+    if (parse_args(argc, argv, &o)) return 2;
+    lmb_t0 = now_s();
+    char json[4096];
+    if (shape_json(&o, json, sizeof json)) {
+        fprintf(stderr, "lm-bench: config too long\n");
+        return 1;
+    }
+    if (o.write_config) {
+        if (write_file(o.write_config, json)) {
+            fprintf(stderr, "lm-bench: cannot write %s: %s\n", o.write_config, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    if (o.out && !(lmb_out = fopen(o.out, "a"))) {
+        fprintf(stderr, "lm-bench: cannot open %s: %s\n", o.out, strerror(errno));
+        return 1;
+    }
+    ms_error err = {0};
+    lm_config cfg;
+    if (lm_config_parse(&cfg, json, strlen(json), "lm-bench config", &err)) {
+        fprintf(stderr, "lm-bench: the built-in %s config is refused: %s\n", o.shape->name, err.msg);
+        return 1;
+    }
+    cfg.variant = o.variant;
+    if (lm_config_finish(&cfg, &err)) {
+        fprintf(stderr, "lm-bench: %s\n", err.msg);
+        return 1;
+    }
+
+    lmb m = {.o = &o, .rng = {o.seed}};
+    int want = o.max_slots, rc = 1;
+    if (o.cpu) {
+        emit("lm-bench %s on the CPU reference backend (self-test), checkpoint %s", o.shape->name, o.model_dir);
+        emit("| source | measure | batch | position | ms | result |");
+        emit("|---|---|---|---|---|---|");
+        row("copy D2D", "-", "-", -1, "not measured: CPU backend");
+        if (want <= 0) want = 4;
+        m.b = open_backend(&lm_cpu_backend, o.model_dir, &o, want, &m.slots);
+        if (!m.b) return 1;
+    } else {
+        char why[512];
+        if (gu_devices(why, sizeof why) == 0) {
+            row("lm-bench", "-", "-", -1, "skipped: %s", why);
+            return 77;
+        }
+        const moshid_plugin *p = get_plugin(&err);
+        if (!p) {
+            row("lm-bench", "-", "-", -1, "skipped: plugin not loadable: %s", err.msg);
+            return 77;
+        }
+        if (!p->backend) {
+            row("lm-bench", "-", "-", -1, "skipped: plugin carries no backend table (%s)", p->build);
+            return 77;
+        }
+        const lm_backend_ops *ops = p->backend;
+
+        struct cudaDeviceProp prop;
+        size_t mem_free = 0, mem_total = 0;
+        CU_CHECK_FATAL(cudaGetDeviceProperties(&prop, 0));
+        CU_CHECK_FATAL(cudaMemGetInfo(&mem_free, &mem_total));
+        emit("lm-bench %s (%s), device %s sm_%d%d, %.1f GiB; plugin %s", o.shape->name,
+             o.variant == LM_VARIANT_PERSONAPLEX ? "personaplex" : "kyutai", prop.name, prop.major, prop.minor,
+             (double)mem_total / (1 << 30), p->build);
+        emit("| source | measure | batch | position | ms | result |");
+        emit("|---|---|---|---|---|---|");
+
+        double copy_ms = 0;
+        m.copy_gbps = copy_gbps(o.shape->copy_bytes, &copy_ms);
+        if (m.copy_gbps > 0)
+            row("copy D2D", "-", "-", copy_ms, "%.1f GB/s (read + write), %zu MiB buffer", m.copy_gbps,
+                o.shape->copy_bytes >> 20);
+
+#if LMB_HAVE_PLAN
+        cu_plan_req req = {
+            .slots = 1,
+            .context = cfg.context,
+            .snapshots = 1,                 /* the fill snapshot */
+            .snap_positions = cfg.context,
+            .max_bucket = 0,
+            .weight_bytes_per_el = 2,
+            .codec = 0,
+        };
+        int fit = cu_plan_max_slots(&cfg, &req, mem_total);
+        char desc[512] = "";
+        cu_plan plan;
+        req.slots = fit > 0 ? fit : 1;
+        if (cu_plan_compute(&cfg, &req, &plan) == 0) cu_plan_describe(&plan, req.slots, desc, sizeof desc);
+        char fb[16];
+        snprintf(fb, sizeof fb, "%d", fit);
+        row("fits in memory (plan)", fb, "-", -1, "%d slots at context %d in %.1f GiB: %s", fit, cfg.context,
+            (double)mem_total / (1 << 30), desc);
+        if (fit <= 0) return 1;
+        if (want <= 0 || want > fit) want = fit;
+#else
+        row("fits in memory (plan)", "-", "-", -1, "cuda/cu_plan.c was not built: no plan; asking for %d slots",
+            want > 0 ? want : 64);
+        if (want <= 0) want = 64;
+#endif
+        if (want > LM_MAX_SLOTS) want = LM_MAX_SLOTS;
+
+        /* model_dir for random_weights: config.json alone */
+        char dir[] = "/tmp/lm-bench.XXXXXX";
+        if (!mkdtemp(dir)) {
+            fprintf(stderr, "lm-bench: mkdtemp: %s\n", strerror(errno));
+            return 1;
+        }
+        char cpath[sizeof dir + 16];
+        snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+        if (write_file(cpath, json)) {
+            fprintf(stderr, "lm-bench: cannot write %s\n", cpath);
+            rmdir(dir);
+            return 1;
+        }
+        m.b = open_backend(ops, dir, &o, want, &m.slots);
+        unlink(cpath);
+        rmdir(dir);
+        if (!m.b) return 1;
+    }
+    m.cfg = &m.b->cfg;
+    m.wbytes = step_matrix_bytes(m.cfg, m.cfg->dep_q);
+    m.ss = calloc((size_t)m.slots, sizeof *m.ss);
+    m.tokens = malloc((size_t)m.cfg->context * (size_t)m.cfg->n_streams * sizeof *m.tokens);
+    if (!m.ss || !m.tokens) {
+        fprintf(stderr, "lm-bench: out of memory\n");
+        goto out;
+    }
+    emit("(step matrices: %.3f GB in bf16 with %d depformer steps)", m.wbytes / 1e9, m.cfg->dep_q);
+
+    /* prefill: one warm-up (when more than one is timed), then the median */
+    {
+        int reps = o.shape->prefill_reps;
+        double ms[LMB_PREFILL_REPS];
+        char pb[32];
+        snprintf(pb, sizeof pb, "0-%d", o.prefill - 1);
+        for (int r = reps > 1 ? -1 : 0; r < reps; r++) {
+            random_tokens(&m, m.tokens, o.prefill);
+            if (lm_backend_reset_slot(m.b, 0, &err)) goto fail;
+            double t0 = now_s();
+            if (lm_backend_prefill(m.b, 0, 0, o.prefill, m.tokens, NULL, &err)) goto fail;
+            if (r >= 0) ms[r] = (now_s() - t0) * 1e3;
+        }
+        double med = median(ms, reps);
+        row("prefill", "1", pb, med, "%d positions, %.0f positions/s (median of %d)", o.prefill,
+            o.prefill / (med * 1e-3), reps);
+    }
+
+    for (int pi = 0; pi < o.n_positions; pi++) {
+        int p = o.positions[pi];
+        int last = pi == o.n_positions - 1;   /* the search runs at the last position */
+        if (deadline_passed(&o)) {
+            row("step", "-", "-", -1, "cut short by --deadline-s before position %d", p);
+            break;
+        }
+        lm_kv_snap *snap = fill(&m, p, &err);
+        if (!snap) goto out;
+        for (int bi = 0; bi < o.n_batches; bi++) {
+            int n = o.batches[bi];
+            char nb[16], pb[32];
+            snprintf(nb, sizeof nb, "%d", n);
+            snprintf(pb, sizeof pb, "%d", p);
+            if (n > m.slots) {
+                row("step", nb, pb, -1, "not run: only %d slots fit", m.slots);
+                continue;
+            }
+            if (deadline_passed(&o)) {
+                row("step", nb, pb, -1, "cut short by --deadline-s");
+                continue;
+            }
+            double med, mn, rms;
+            if (measure(&m, snap, n, o.warmup, o.steps, &med, &mn, &rms, &err)) {
+                row("step", nb, pb, -1, "FAILED: %s", err.msg);
+                lm_backend_kv_snap_free(m.b, snap);
+                goto out;
+            }
+            step_row(&m, n, p, med, mn, rms);
+        }
+        if (last && search(&m, snap, p, &err)) {
+            row("search", "-", "-", -1, "FAILED: %s", err.msg);
+            lm_backend_kv_snap_free(m.b, snap);
+            goto out;
+        }
+        lm_backend_kv_snap_free(m.b, snap);
+    }
+    rc = 0;
+    goto out;
+fail:
+    row("prefill", "1", "-", -1, "FAILED: %s", err.msg);
+out:
+    free(m.ss);
+    free(m.tokens);
+    lm_backend_close(m.b);
+    emit("(lm-bench: %.1f s)", now_s() - lmb_t0);
+    if (lmb_out) fclose(lmb_out);
+    return rc;
+}
