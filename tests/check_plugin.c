@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "backend.h"
 #include "plugin.h"
 #include "kern_cpu.h"
 #include "samp.h"
@@ -55,7 +56,13 @@ START_TEST(test_cuda_plugin) {
     ck_assert_int_eq(p->abi, MOSHID_PLUGIN_ABI);
     ck_assert_str_eq(p->name, "cuda");
     ck_assert_msg(strstr(p->build, "sm_80 sm_89 sm_90") && strstr(p->build, "PTX"), "build: %s", p->build);
-    ck_assert_ptr_null(p->backend);   /* no CUDA backend table yet: must not be faked */
+    /* the CUDA backend table (cuda/cu_backend.c): interface v2, every entry
+     * the dispatcher cannot do without */
+    ck_assert_ptr_nonnull(p->backend);
+    const lm_backend_ops *ops = p->backend;
+    ck_assert_str_eq(ops->name, "cuda");
+    ck_assert(ops->open && ops->close && ops->config && ops->step && ops->prefill && ops->reset_slot && ops->pos);
+    ck_assert(ops->kv_snapshot && ops->kv_restore && ops->kv_snap_free && ops->kv_snap_info && ops->stats);
     char what[512];
     int n = p->probe(what, sizeof what);
     ck_assert_msg(n >= 0, "probe failed: %s", what);
