@@ -82,7 +82,7 @@ pc_libs = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 # Every pkg-config module the build uses; tests/check_deps.sh checks that each
 # is mapped to a Debian package in tests/deps.txt.
-PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas sentencepiece libebur128 libsystemd
+PKG_MODULES := libuv libwebsockets opus ogg check libcjson sndfile soxr openblas sentencepiece libebur128 libsystemd libssl libcrypto
 
 # Archives the fragments link against (defined before they are included).
 LIBENGINE := $(BUILD)/libengine.a
