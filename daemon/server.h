@@ -19,7 +19,7 @@ typedef struct server_opts {
     int text_topk, audio_topk;
     double input_buffer_s;     /* queued input audio per session (>= 3 s accepts opusenc's 1 s pages) */
     double output_queue_s;     /* unsent output audio before a slow client is closed */
-    double idle_timeout_s;     /* no message from the client for this long closes it */
+    double idle_timeout_s;     /* no audio from the client for this long closes it */
     int64_t close_timeout_s;   /* a close the server decides: connection dropped after this long (0 = never) */
     int64_t max_steps;         /* frames per session; 0 = no limit */
     int input_pre_skip;        /* audio_pre_skip for client audio */

@@ -647,7 +647,7 @@ void sess_tick(sess *s, double now) {
     }
     double idle = (now - s->last_rx_ms) / 1000.0;
     if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
-        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no message from the client for %.1f s (limits.idle_timeout_s = %g)",
+        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
                   idle, s->a->o.idle_timeout_s);
 }
 

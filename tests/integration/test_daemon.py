@@ -467,7 +467,7 @@ def test_idle_timeout(build_dir, tmp_path):
     try:
         t0 = time.monotonic()
         res = run(mc.session(port, tail_s=10))
-        assert res.errors and res.errors[0].startswith("no message from the client for "), res.errors
+        assert res.errors and res.errors[0].startswith("no audio from the client for "), res.errors
         assert res.errors[0].endswith(" s (limits.idle_timeout_s = 1)"), res.errors
         assert res.close_code == 1008 and time.monotonic() - t0 < 8
     finally:

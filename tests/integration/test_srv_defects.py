@@ -530,7 +530,7 @@ def test_unknown_messages_do_not_hold_a_slot(build_dir, tmp_path):
 
     try:
         errors, code, elapsed = asyncio.run(go())
-        assert errors and errors[0].startswith("no message from the client for "), errors
+        assert errors and errors[0].startswith("no audio from the client for "), errors
         assert code == 1008 and elapsed < 20
     finally:
         stop_daemon(p, log)
