@@ -1,5 +1,6 @@
 /* cu_backend.c - the CUDA backend table (engine/lm/backend.h, interface v2)
- * for the LM, with the engine's CPU Mimi on the host for the codec.
+ * for the LM, and the Mimi codec on the device (cuda/cu_mimi.c; the
+ * engine's CPU Mimi on host state per slot with MOSHID_CU_MIMI=cpu).
  *
  * Device memory (docs/cuda.md, "The backend"), all allocated at open:
  *  - weights: one slab, every matrix bf16 (f32 and f16 checkpoints are
@@ -47,6 +48,7 @@
 #define CU_CHECK_CUBLAS
 #include "cu_check.h"
 #include "cu_kern.h"
+#include "cu_mimi.h"
 #include "cu_plan.h"
 
 #include "backend.h"
@@ -151,8 +153,13 @@ typedef struct cu_ctx {
     int dead;
     ms_error dead_err;
     lm_backend_stats st_;
-    /* codec (host) */
+    /* codec: the CPU model (weights read from it at open; the sizes), then
+     * the device codec, or (MOSHID_CU_MIMI=cpu) host streams */
     mimi_model *mimi;
+    cu_mimi *gm;
+    int pipeline;                /* frame_submit leaves the frame's decode running (opts.pipeline, device codec) */
+    int fq[LM_MAX_INFLIGHT];     /* frames submitted, not waited: their decode tickets (-1: none), FIFO */
+    int fq_head, fq_n;
     mimi_stream **streams;
     mimi_ws *enc_ws, *dec_ws;
     mimi_stream **tab;
@@ -417,6 +424,7 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
 static void cu_close(void *vctx) {
     cu_ctx *c = vctx;
     if (!c) return;
+    cu_mimi_close(c->gm);   /* borrows c->mimi */
     for (int i = 0; c->streams && i < c->nslots; i++) mimi_stream_free(c->streams[i]);
     free(c->streams);
     free(c->tab);
@@ -468,6 +476,19 @@ static int random_config(lm_config *g, const char *dir, lm_variant variant, ms_e
 static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
     if (mimi_model_load(&c->mimi, opts->mimi, opts->mimi_config, err) != MS_OK) return err ? err->code : MS_ERR_FORMAT;
     if (mimi_model_check_serving(c->mimi, err) != MS_OK) return err ? err->code : MS_ERR_UNSUPPORTED;
+    /* MOSHID_CU_MIMI=cpu keeps the codec on the host (the CPU Mimi): for
+     * comparisons, and as the fallback should the device codec misbehave */
+    const char *where = getenv("MOSHID_CU_MIMI");
+    if (!(where && !strcmp(where, "cpu"))) {
+        int rc = cu_mimi_open(&c->gm, c->mimi, c->nslots, err);
+        if (rc != MS_OK) return rc;
+        c->st_.codec_bytes = mimi_model_bytes(c->mimi) + cu_mimi_bytes(c->gm);
+        c->pipeline = opts->pipeline != 0;
+        c->st_.pipeline = c->pipeline;
+        LOGI("cuda_mimi", "where=device slots=%d device_mb=%.1f", c->nslots, cu_mimi_bytes(c->gm) / 1048576.0);
+        return MS_OK;
+    }
+    LOGI("cuda_mimi", "where=host slots=%d (MOSHID_CU_MIMI=cpu)", c->nslots);
     c->streams = calloc((size_t)c->nslots, sizeof *c->streams);
     c->tab = calloc((size_t)c->nslots, sizeof *c->tab);
     if (!c->streams || !c->tab) return ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of memory");
@@ -917,7 +938,7 @@ static int cu_stats(void *vctx, lm_backend_stats *st) {
     return MS_OK;
 }
 
-/* ---- Mimi on the host (GPU Mimi is issue 15) ------------------------------------ */
+/* ---- Mimi: on the device (cu_mimi), or on the host with MOSHID_CU_MIMI=cpu ---------- */
 
 static int cu_codec_books(void *vctx) {
     cu_ctx *c = vctx;
@@ -925,27 +946,90 @@ static int cu_codec_books(void *vctx) {
 }
 
 static int cu_codec_reset(void *vctx, int slot, int which, ms_error *err) {
-    (void)err;
     cu_ctx *c = vctx;
+    if (c->gm) {
+        if (c->dead) return dead_answer(c, err);
+        int rc = cu_mimi_reset(c->gm, slot, (which & LM_CODEC_ENCODER ? 1 : 0) | (which & LM_CODEC_DECODER ? 2 : 0), err);
+        return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
+    }
     if (which & LM_CODEC_ENCODER) mimi_stream_reset_encoder(c->streams[slot]);
     if (which & LM_CODEC_DECODER) mimi_stream_reset_decoder(c->streams[slot]);
     return MS_OK;
 }
 
-static int cu_mimi_encode(void *vctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
+static int cu_codec_encode(void *vctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
     cu_ctx *c = vctx;
+    if (c->gm) {
+        if (c->dead) return dead_answer(c, err);
+        int rc = cu_mimi_encode(c->gm, slots, n, pcm, codes, err);
+        return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
+    }
     for (int i = 0; i < n; i++) c->tab[i] = c->streams[slots[i]];
     return mimi_encode_batch_ws(c->mimi, c->enc_ws, c->tab, n, pcm, codes, err);
 }
 
-static int cu_mimi_decode(void *vctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
+static int cu_codec_decode(void *vctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
     cu_ctx *c = vctx;
+    if (c->gm) {
+        if (c->dead) return dead_answer(c, err);
+        int rc = cu_mimi_decode(c->gm, slots, n, codes, pcm, err);
+        return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
+    }
     for (int i = 0; i < n; i++) c->tab[i] = c->streams[slots[i]];
     return mimi_decode_batch_ws(c->mimi, c->dec_ws, c->tab, n, codes, pcm, err);
 }
 
-/* frame_submit / frame_wait are NULL: the dispatcher runs the synchronous
- * frame step (encode, step, decode) from the entries above. */
+/* ---- the frame step, pipelined (issue 15) ---------------------------------------------
+ *
+ * frame_submit runs the frame's encode (the codec's encode stream; the
+ * host waits for the codes, which LMGen's bookkeeping needs) and its LMGen
+ * + LM step (the LM's stream; the host waits for the sampled tokens, which
+ * LMGen's commit needs), then enqueues the decode of the rows that have
+ * output on the codec's decode stream and returns. So the decode of frame t
+ * runs on the device while frame t + 1's encode and LM step do; frame_wait
+ * waits for that decode and scatters its PCM. The host work between the LM
+ * step and the decode is LMGen's commit and the list of rows to decode: a
+ * few integers per slot (engine/lm/frame.c's stages, in the same order).
+ * Without opts.pipeline, or with the host codec (MOSHID_CU_MIMI=cpu),
+ * submit does the whole frame (lm_frame_run) and wait has nothing to do. */
+
+static int cu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+    cu_ctx *c = vctx;
+    if (c->dead) return dead_answer(c, err);
+    if (c->fq_n == LM_MAX_INFLIGHT) return ms_err_set(err, MS_ERR_STATE, "frame_submit: %d frames in flight", c->fq_n);
+    int rc, t = -1;
+    if (!c->gm || !c->pipeline) {
+        rc = lm_frame_run(b, f, err);
+    } else {
+        rc = lm_frame_run_encode(b, f, err);
+        if (rc == MS_OK) rc = lm_frame_run_step(b, f, err);
+        if (rc == MS_OK && f->n_dec) {
+            rc = cu_mimi_decode_submit(c->gm, f->dec_slots, f->n_dec, f->dec_codes, &t, err);
+            if (rc == MS_ERR_DEVICE) return kill_ctx(c, err);
+        }
+    }
+    if (rc != MS_OK) return rc;
+    c->fq[(c->fq_head + c->fq_n++) % LM_MAX_INFLIGHT] = t;
+    return MS_OK;
+}
+
+static int cu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+    (void)b;
+    cu_ctx *c = vctx;
+    if (c->fq_n == 0) return ms_err_set(err, MS_ERR_STATE, "frame_wait: nothing in flight");
+    int t = c->fq[c->fq_head];
+    c->fq_head = (c->fq_head + 1) % LM_MAX_INFLIGHT;
+    c->fq_n--;
+    if (t < 0) return MS_OK;
+    if (c->dead) return dead_answer(c, err);
+    if (cu_mimi_decode_finish(c->gm, t, f->dec_pcm, err) != MS_OK) return kill_ctx(c, err);
+    for (int j = 0, d = 0; j < f->n; j++)
+        if (f->has_out[j])
+            memcpy(f->pcm_out + (size_t)j * MS_FRAME_SAMPLES, f->dec_pcm + (size_t)d++ * MS_FRAME_SAMPLES,
+                   sizeof(float) * MS_FRAME_SAMPLES);
+    return MS_OK;
+}
+
 const lm_backend_ops lm_cuda_backend = {
     .name = "cuda",
     .open = cu_open,
@@ -963,9 +1047,9 @@ const lm_backend_ops lm_cuda_backend = {
     .kv_snap_info = cu_kv_snap_info,
     .codec_books = cu_codec_books,
     .codec_reset = cu_codec_reset,
-    .mimi_encode = cu_mimi_encode,
-    .mimi_decode = cu_mimi_decode,
-    .frame_submit = NULL,
-    .frame_wait = NULL,
+    .mimi_encode = cu_codec_encode,
+    .mimi_decode = cu_codec_decode,
+    .frame_submit = cu_frame_submit,
+    .frame_wait = cu_frame_wait,
     .stats = cu_stats,
 };

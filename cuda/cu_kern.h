@@ -150,6 +150,70 @@ cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);
 
+/* ---- Mimi (cuda/cu_mimi_kern.cu) ------------------------------------------------
+ * float32 throughout; activations channel-major (C, n*T) as the CPU codec
+ * (engine/mimi/mimi_int.h); per-slot state in slabs reached through slot[]
+ * (device arrays of the call's n items). C twins: the CPU codec's own
+ * layers (engine/mimi/mimi_layers.c, mimi.c), compared in
+ * tests/gpu/engine_test.c (kernels) and tests/gpu/mimi_test.c (the codec):
+ *     cu_mimi_conv_stage + cu_mimi_conv   mimi_conv_forward (plain conv)
+ *     cu_mimi_convtr                      mimi_conv_forward (transposed,
+ *                                         depthwise)
+ *     cu_mimi_elu, cu_mimi_gelu           mimi_elu, the transformer's GELU
+ *     cu_mimi_gemm                        mimi_gemm
+ *     cu_mimi_layer_norm, cu_mimi_rope_store, cu_mimi_attend,
+ *     cu_mimi_add_scaled                  mimi_transformer_forward's steps
+ *     cu_mimi_rvq_level, cu_mimi_rvq_sum  mimi.c's rvq_encode, rvq_sum */
+
+/* y = ELU(x) (n), the CPU's expm1 polynomial. */
+cudaError_t cu_mimi_elu(float *y, const float *x, size_t n, cudaStream_t stream);
+/* x = GELU(x) (n), erf form. */
+cudaError_t cu_mimi_gelu(float *x, size_t n, cudaStream_t stream);
+/* x (D, N) += g[d] * h (D, N); g NULL: 1. */
+cudaError_t cu_mimi_add_scaled(float *x, const float *h, const float *g, int D, int N, cudaStream_t stream);
+/* C (M, N) [+]= A (M, K) . B (K, N), row-major. */
+cudaError_t cu_mimi_gemm(float *C, const float *A, const float *B, int M, int N, int K, int accumulate,
+                         cudaStream_t stream);
+/* Causal conv input: xb (n, cin, P + T) = [slot state (cin, P) | elu?(x)
+ * columns of item s], first[s] (NULL: none) replicates the first input
+ * column into the state part; then the slot's state = the last P columns.
+ * state + slot[s] * state_stride + state_off is the slot's (cin, P). */
+cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_stride, size_t state_off,
+                               const float *x /* (cin, n*T) */, const int32_t *slot /* (n) */,
+                               const int32_t *first /* (n) or NULL */, int n, int cin, int T, int P, int elu,
+                               cudaStream_t stream);
+/* y (cout, n*Tout) [+]= b + w (cout, cin*K) conv xb (n, cin, L), stride S,
+ * dilation dil. */
+cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, const float *b /* (cout) or NULL */, int n,
+                         int cin, int cout, int K, int S, int dil, int L, int Tout, int accumulate,
+                         cudaStream_t stream);
+/* Transposed conv (K >= S, kept partial sums (cout, K - S) per slot):
+ * y (cout, n*T*S) [+]= b + convtr(x (cin, n*T)); w (cout*K, cin), or
+ * depthwise (cout, K) with cin == cout; full: scratch (n, cout, T*S + K - S). */
+cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_t state_stride, size_t state_off,
+                           const float *x, const float *w, const float *b, const int32_t *slot, int n, int cin,
+                           int cout, int K, int S, int T, int depthwise, int accumulate, cudaStream_t stream);
+/* y (D, N) = LayerNorm over D of x (D, N), eps 1e-5, scale w, shift b. */
+cudaError_t cu_mimi_layer_norm(float *y, const float *x, const float *w, const float *b, int D, int N,
+                               cudaStream_t stream);
+/* RoPE on q and k of qkv (3D, n*T) at positions offset[s] + t (freq:
+ * (head_dim / 2)), then k and v into ring row pos % ctx of layer `layer`
+ * of slot slot[s]: kv + slot * kv_slot + layer * 2 * ctx * D, K then V. */
+cudaError_t cu_mimi_rope_store(float *qkv, float *kv, size_t kv_slot, const int32_t *slot, const int64_t *offset,
+                               const float *freq, int layer, int n, int T, int D, int heads, int ctx,
+                               cudaStream_t stream);
+/* att (D, n*T): each column's heads over the valid rows of its slot's ring. */
+cudaError_t cu_mimi_attend(float *att, const float *qkv, const float *kv, size_t kv_slot, const int32_t *slot,
+                           const int64_t *offset, int layer, int n, int T, int D, int heads, int ctx,
+                           cudaStream_t stream);
+/* One RVQ level: codes[s * code_stride] = argmin_j |e_j|^2 - 2 e_j . r[:, s]
+ * (lowest j on ties), r (Dq, n) -= e_code. cb (bins, Dq), norms (bins). */
+cudaError_t cu_mimi_rvq_level(int32_t *codes, int code_stride, float *r, const float *cb, const float *norms, int n,
+                              int Dq, int bins, cudaStream_t stream);
+/* sum (Dq, n) = sum over levels of cb[l][codes[s * code_stride + l]]. */
+cudaError_t cu_mimi_rvq_sum(float *sum, const int32_t *codes, int code_stride, const float *cb /* (levels, bins, Dq) */,
+                            int levels, int n, int Dq, int bins, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,12 +71,13 @@ cu-config:
 
 # The kernel files: the plugin's, and the emulator's (tests/gpu/emu/emu.mk),
 # which runs each of them on the host without a device.
-CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu cuda/cu_lm.cu
+CU_SRCS := cuda/cu_matvec.cu cuda/cu_rmsnorm.cu cuda/cu_sample.cu cuda/cu_lm.cu cuda/cu_mimi_kern.cu
 
 CU_PLUGIN := $(BUILD)/libmoshid-cuda.so
 CU_TEST := $(BUILD)/engine-test
 CU_BENCH := $(BUILD)/engine-bench
 CU_BACKEND_TEST := $(BUILD)/backend-test
+CU_MIMI_TEST := $(BUILD)/mimi-test
 
 ifneq ($(CU_NVCC),)
 NVCC_VERSION := $(shell $(CU_NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
@@ -94,7 +95,7 @@ CU_LIBDIR := $(firstword $(wildcard $(CU_HOME)/lib64 $(CU_HOME)/lib))
 # Kernels (nvcc), the plugin entry and the backend table (plain C against
 # the runtime API and cuBLAS).
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
-CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(BUILD)/obj/cuda/cu_backend.o $(CU_OBJS)
+CU_PLUGIN_OBJS := $(BUILD)/obj/cuda/cu_plugin.o $(BUILD)/obj/cuda/cu_backend.o $(BUILD)/obj/cuda/cu_mimi.o $(CU_OBJS)
 # (-isystem: the toolkit's headers are not held to -Werror)
 EXTRA_CFLAGS_cuda_ := -isystem $(CU_HOME)/include -DCU_BUILD_STR='"$(CU_BUILD_STR)"'
 EXTRA_CFLAGS_tests_gpu_ := -isystem $(CU_HOME)/include -Itests/gpu
@@ -132,8 +133,16 @@ $(CU_BENCH): $(CU_BENCH_OBJS) $(CU_OBJS) $(LIBENGINE)
 # backend-test links the backend table directly (no dlopen), beside the
 # CPU backend it is compared with.
 CU_BACKEND_TEST_OBJS := $(BUILD)/obj/tests/gpu/backend_test.o $(BUILD)/obj/tests/gpu/gpu_util.o \
-	$(BUILD)/obj/cuda/cu_backend.o
+	$(BUILD)/obj/cuda/cu_backend.o $(BUILD)/obj/cuda/cu_mimi.o
 $(CU_BACKEND_TEST): $(CU_BACKEND_TEST_OBJS) $(CU_OBJS) $(LIBENGINE)
+	@echo "  NVLD    $@"
+	$(Q)$(CU_NVCC) --cudart static -o $@ $^ $(CU_BLAS_LIBS) -lpthread -lm
+
+# mimi-test: the device Mimi (cuda/cu_mimi.c) against the CPU codec on the
+# committed tiny fixture (tests/gpu/mimi_test.c).
+CU_MIMI_TEST_OBJS := $(BUILD)/obj/tests/gpu/mimi_test.o $(BUILD)/obj/tests/gpu/gpu_util.o \
+	$(BUILD)/obj/cuda/cu_backend.o $(BUILD)/obj/cuda/cu_mimi.o
+$(CU_MIMI_TEST): $(CU_MIMI_TEST_OBJS) $(CU_OBJS) $(LIBENGINE)
 	@echo "  NVLD    $@"
 	$(Q)$(CU_NVCC) --cudart static -o $@ $^ $(CU_BLAS_LIBS) -lpthread -lm
 
@@ -154,7 +163,7 @@ cu-ptxas:
 	@echo "  wrote $(CU_PTXAS_DOC)"
 .PHONY: cu-ptxas
 
-CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH) $(CU_BACKEND_TEST)
+CU_TARGETS := $(CU_PLUGIN) $(CU_TEST) $(CU_BENCH) $(CU_BACKEND_TEST) $(CU_MIMI_TEST)
 CU_LINE := "✓ CUDA backend plugin (nvcc $(NVCC_VERSION) in $(CU_HOME), $(CU_ARCHS) + PTX)"
 BENCHES += '$(CU_BENCH)'
 BENCH_DEPS += $(CU_BENCH)

@@ -13,6 +13,10 @@
 #include <unistd.h>
 
 #define DIGEST_BYTES 32
+/* Bytes of a presented credential looked at (srv hands over headers of at
+ * most 1023 bytes and query values of at most PROTO_QUERY_MAX_BYTES; past
+ * this a credential is too long to be a token anyway). */
+#define ACCESS_CRED_SCAN (64 * 1024)
 #define HOST_MAX 253                   /* RFC 1035 */
 
 /* One token. Kept while it can be presented (in the file) or while a
@@ -441,18 +445,12 @@ static const char *query_arg(const access_request *r, const char *key) {
     return NULL;
 }
 
-void access_admit(access_ctl *a, const access_request *r, access_verdict *v) {
-    memset(v, 0, sizeof *v);
-    int st = judge_origin(a, r, v->why, sizeof v->why);
-    if (st) {
-        v->status = st;
-        v->reason = ACCESS_R_origin;
-        return;
-    }
-    if (!a->required) return;
-    /* The credential: the first present of Authorization: Bearer,
-     * kyutai-api-key, auth=, auth_id= (the Kyutai servers take their
-     * header over their query parameter too). */
+/* The token part of a verdict: the credential presented (the first of
+ * Authorization: Bearer, kyutai-api-key, auth=, auth_id=; the Kyutai
+ * servers take their header over their query parameter too) against every
+ * token. Fills v->status/reason/why on a refusal, v->name/token on a
+ * match; returns the matching token or NULL. */
+static const access_tok *judge_token(const access_ctl *a, const access_request *r, access_verdict *v) {
     const char *cred = NULL;
     int header = 1;   /* from a header: blanks after it are not part of it (RFC 9110 5.5) */
     const char *au = r->authorization ? r->authorization : "";
@@ -462,7 +460,7 @@ void access_admit(access_ctl *a, const access_request *r, access_verdict *v) {
             v->reason = ACCESS_R_missing_token;
             snprintf(v->why, sizeof v->why,
                      "authentication required: only \"Authorization: Bearer TOKEN\" is accepted");
-            return;
+            return NULL;
         }
         cred = au + 7;
         while (*cred == ' ') cred++;
@@ -478,16 +476,23 @@ void access_admit(access_ctl *a, const access_request *r, access_verdict *v) {
         v->reason = ACCESS_R_missing_token;
         snprintf(v->why, sizeof v->why,
                  "authentication required: send a token (Authorization: Bearer, or the auth query parameter)");
-        return;
+        return NULL;
     }
+    /* The whole credential, up to a bound well past the longest token:
+     * one cut at ACCESS_TOKEN_MAX + 1 bytes would let "TOKEN junk" (a
+     * 256-byte token, a blank, anything) pass as TOKEN once the blank
+     * after the cut is trimmed. A credential still longer after the trim
+     * can match nothing; it is hashed all the same (the work does not
+     * depend on the tokens). */
     uint8_t d[DIGEST_BYTES];
-    size_t cl = strnlen(cred, ACCESS_TOKEN_MAX + 1);
+    size_t cl = strnlen(cred, ACCESS_CRED_SCAN);
     while (header && cl && (cred[cl - 1] == ' ' || cred[cl - 1] == '\t')) cl--;
-    access_sha256(cred, cl, d);
+    int too_long = cl > ACCESS_TOKEN_MAX;
+    access_sha256(cred, too_long ? ACCESS_TOKEN_MAX + 1 : cl, d);
     /* every presentable token is compared, none skipped at a match */
     int found = -1;
     for (int i = 0; i < a->ntok; i++) {
-        int m = -(int)(digest_eq(d, a->tok[i].digest) & (unsigned)!a->tok[i].withdrawn);
+        int m = -(int)(digest_eq(d, a->tok[i].digest) & (unsigned)!a->tok[i].withdrawn & (unsigned)!too_long);
         found = (found & ~m) | (i & m);
     }
     memset(d, 0, sizeof d);
@@ -495,17 +500,35 @@ void access_admit(access_ctl *a, const access_request *r, access_verdict *v) {
         v->status = 401;
         v->reason = ACCESS_R_unknown_token;
         snprintf(v->why, sizeof v->why, "authentication failed: unknown token");
-        return;
+        return NULL;
     }
     const access_tok *t = &a->tok[found];
     snprintf(v->name, sizeof v->name, "%s", t->name);
     v->token = t->id;
-    if (t->max_sessions && t->open >= t->max_sessions) {
+    return t;
+}
+
+void access_admit(access_ctl *a, const access_request *r, access_verdict *v) {
+    memset(v, 0, sizeof *v);
+    int st = judge_origin(a, r, v->why, sizeof v->why);
+    if (st) {
+        v->status = st;
+        v->reason = ACCESS_R_origin;
+        return;
+    }
+    if (!a->required) return;
+    const access_tok *t = judge_token(a, r, v);
+    if (t && t->max_sessions && t->open >= t->max_sessions) {
         v->status = 429;
         v->reason = ACCESS_R_token_limit;
         snprintf(v->why, sizeof v->why, "this token's session limit is reached: %d sessions open; try again later",
                  t->open);
     }
+}
+
+void access_authenticate(const access_ctl *a, const access_request *r, access_verdict *v) {
+    memset(v, 0, sizeof *v);
+    if (a->required) judge_token(a, r, v);
 }
 
 static access_tok *find(const access_ctl *a, uint64_t id) {

@@ -70,8 +70,9 @@ const char *access_reason_name(int reason);
 
 typedef struct access_ctl access_ctl;
 
-/* What the policy sees of an upgrade request (borrowed; absent headers
- * are ""). args: the decoded query arguments, "name=value". */
+/* What the policy sees of an upgrade (or, for access_authenticate, a
+ * plain HTTP) request (borrowed; absent headers are ""). args: the
+ * decoded query arguments, "name=value". */
 typedef struct access_request {
     const char *host;              /* Host header */
     const char *origin;            /* Origin header */
@@ -127,6 +128,13 @@ int access_ntokens(const access_ctl *a);
 /* access_admit: judge an upgrade: the origin (403), then, when tokens are
  * required, the token (401) and its session limit (429). Fills *v. */
 void access_admit(access_ctl *a, const access_request *r, access_verdict *v);
+
+/* access_authenticate: the token alone (no origin, no session limit: a
+ * plain HTTP request such as /metrics under auth.protect_http). status 0
+ * when no token is required or a valid one is presented (v->name, token
+ * set); else 401 with v->reason (missing_token, unknown_token) and
+ * v->why. */
+void access_authenticate(const access_ctl *a, const access_request *r, access_verdict *v);
 
 /* access_acquire: a session of token id opens (the id from an admitted
  * verdict; 0 = none required: nothing to count, MS_OK). MS_OK (counted:

@@ -91,6 +91,7 @@ typedef struct cfg {
     } server;
     struct {
         char *tokens_file;          /* NAME:TOKEN[:MAX_SESSIONS] lines (access.h); "" = no authentication */
+        bool protect_http;          /* /metrics and /api/personas need a token too */
     } auth;
     struct {
         char *lm_dir;               /* config.json + model.safetensors */

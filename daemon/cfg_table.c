@@ -155,7 +155,9 @@ const cfg_option cfg_options[] = {
     OPT_DBL("server.conn_rate_per_ip", server.conn_rate_per_ip, 0, 50.0, 0.0, 100000.0,
             "New connections per second one client address may open (token bucket of "
             "server.conn_burst_per_ip); more are closed at accept. 0 = no limit. Addresses are tracked in a "
-            "table of 4096 entries; an entry with no open connection is reused for a new address."),
+            "table of 4096 entries; an entry with no open connection is reused for a new address. For these "
+            "and the other per-address limits an IPv6 client counts by its /64 prefix (one host holds a whole "
+            "/64)."),
     OPT_INT("server.conn_burst_per_ip", server.conn_burst_per_ip, 0, 100, 1, 100000,
             "Connections one client address may open at once before server.conn_rate_per_ip applies."),
 
@@ -164,6 +166,10 @@ const cfg_option cfg_options[] = {
             "present one (Authorization: Bearer, kyutai-api-key, or the auth / auth_id query parameter). Empty = "
             "no authentication: for a port only this machine reaches; set it whenever others can reach the port. "
             "Re-read on SIGHUP (a bad file keeps the tokens in force)."),
+    OPT_BOOL("auth.protect_http", auth.protect_http, R, 0,
+             "With auth.tokens_file set, /metrics and /api/personas need a token as upgrades do "
+             "(Authorization: Bearer, kyutai-api-key, or the auth / auth_id query parameter); others get 401. "
+             "/healthz stays open. No effect without auth.tokens_file (a warning says so)."),
 
     OPT_STR("model.lm_dir", model.lm_dir, DIR_PATH | CFG_F_REQUIRED, "", PATH_MAX_BYTES, NULL,
             "LM checkpoint directory: model.safetensors and optional config.json (official names)."),

@@ -8,7 +8,9 @@ MOSHID_VERSION := 0.1.0-dev
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
-SERVER_SRCS := daemon/srv.c daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
+# srv_*.c: the HTTP/WebSocket front end (daemon/srv_int.h lists its files).
+SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c
+SERVER_SRCS := $(SRV_SRCS) daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/access.c
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules, the prime job.
@@ -73,11 +75,14 @@ OPTIONAL_LINES += $(if $(shell command -v spm_train 2>/dev/null),"✓ spm_train 
 # the engine thread with a stand-in model, and the daemon end to end.
 PROGRAMS += $(BUILD)/tests/srv_echo
 $(BUILD)/obj/tests/tools/srv_echo.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv)
-$(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(BUILD)/obj/daemon/srv.o $(LIBPROTO) $(LIBENGINE)
+$(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(SRV_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBPROTO) $(LIBENGINE)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv libssl libcrypto) $(LDLIBS_ALL)
-CHECK_SUITES += metrics scheduler access
+CHECK_SUITES += metrics scheduler access srv_limit
+CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/srv_limit.o $(LIBENGINE)
+CHECK_srv_limit_CFLAGS = $(call pc_cflags,libwebsockets libuv)
+CHECK_srv_limit_LIBS = $(call pc_libs,libwebsockets libuv)
 CHECK_access_DEPS = $(BUILD)/obj/daemon/access.o $(LIBENGINE)
 CHECK_access_LIBS = $(call pc_libs,libcrypto)
 CHECK_metrics_DEPS = $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)

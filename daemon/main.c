@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "buildinfo.h" /* generated: MOSHID_VERSION, MOSHID_GIT, MOSHID_CFLAGS */
 #include "cfg.h"
 #include "err.h"
@@ -96,6 +97,7 @@ static void to_server_opts(const cfg *c, server_opts *o) {
     o->origins = (const char *const *)c->server.allowed_origins.v;
     o->norigins = c->server.allowed_origins.n;
     o->tokens_file = c->auth.tokens_file;
+    o->protect_http = c->auth.protect_http;
     o->srv.max_message_bytes = (size_t)c->limits.max_message_bytes;
     o->srv.max_header_bytes = (unsigned)c->limits.max_header_bytes;
     o->srv.max_connections = (unsigned)(c->server.max_connections ? c->server.max_connections : 2 * c->sessions.max + 16);
@@ -211,6 +213,20 @@ static int check_personas(const cfg *c, ms_error *err) {
     return MS_OK;
 }
 
+/* --check-config: the tokens file's contents, read by the daemon's own
+ * loader (access_load_tokens): a bad line fails with the file and line
+ * number, never the token; a file others can read gets a warning. */
+static int check_tokens(const cfg *c, ms_error *err) {
+    if (!c->auth.tokens_file[0]) return MS_OK;
+    access_ctl *a = access_create();
+    if (!a) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    int loose = 0, rc = access_load_tokens(a, c->auth.tokens_file, &loose, err);
+    if (rc == MS_OK && loose)
+        fprintf(stderr, "moshid: warning: %s is readable by group or others: chmod 600 it\n", c->auth.tokens_file);
+    access_free(a);
+    return rc;
+}
+
 static void usage(FILE *f) {
     fputs("usage: moshid [--config FILE] [--set section.name=VALUE]... [--check-config | --dump-config]\n"
           "       moshid --help | --version | --help-config\n"
@@ -220,7 +236,7 @@ static void usage(FILE *f) {
           "  -s, --set P=VALUE   override one option after the file, e.g. --set server.port=9000\n"
           "                      (repeatable; VALUE is text for strings, JSON otherwise)\n"
           "      --check-config  load and validate the configuration, check that the\n"
-          "                      files it names exist, then exit\n"
+          "                      files it names exist and the tokens file parses, then exit\n"
           "      --dump-config   print the effective configuration (defaults included)\n"
           "      --help-config   print the option reference (Markdown)\n"
           "      --self-signed DIR  write DIR/moshid.crt and DIR/moshid.key, a self-signed\n"
@@ -354,7 +370,8 @@ int main(int argc, char **argv) {
         free(txt);
     }
     if (check) {
-        if (cfg_check_files(&c, &err) != MS_OK || check_personas(&c, &err) != MS_OK) {
+        if (cfg_check_files(&c, &err) != MS_OK || check_personas(&c, &err) != MS_OK ||
+            check_tokens(&c, &err) != MS_OK) {
             fprintf(stderr, "moshid: %s: %s\n", path ? path : "(defaults)", err.msg);
             rc = MAIN_EXIT_CONFIG;
         } else {

@@ -172,15 +172,51 @@ static int load_tokens(app *a, const char *path, ms_error *err) {
     if (loose) LOGW("auth", "file=%s msg=\"the tokens file is readable by group or others: chmod 600 it\"", path);
     const char *l = a->o.srv.listen;
     int local = !l || !l[0] ? 0 : strncmp(l, "127.", 4) == 0 || strcmp(l, "::1") == 0 || strcmp(l, "localhost") == 0;
-    if (access_required(a->acc)) LOGI("auth", "tokens=%d", access_ntokens(a->acc));
-    else if (!local)
+    if (access_required(a->acc)) {
+        LOGI("auth", "tokens=%d protect_http=%s", access_ntokens(a->acc), a->o.protect_http ? "true" : "false");
+        return MS_OK;
+    }
+    if (a->o.protect_http)
+        LOGW("auth", "msg=\"auth.protect_http has no effect without auth.tokens_file: /metrics and /api/personas "
+             "are open\"");
+    if (!local)
         LOGW("auth", "listen=%s msg=\"no auth.tokens_file: whoever reaches this port can open sessions\"",
              l && l[0] ? l : "*");
     return MS_OK;
 }
 
+/* auth.protect_http: a request for /metrics or /api/personas without a
+ * valid token gets 401 with the one-line reason (srv adds the
+ * WWW-Authenticate challenge); counted and logged as upgrade refusals are
+ * (the token's name at most, never the token). 1 when refused (r
+ * filled; r->body NULL when out of memory for it), 0 to serve. Loop
+ * thread. */
+static int http_refused(app *a, const char *path, srv_http_reply *r) {
+    const srv_http_req *q = r->req;
+    access_request ar = {.host = "", .origin = "", .authorization = q ? q->authorization : "",
+                         .api_key = q ? q->api_key : "", .args = q ? q->args : NULL, .nargs = q ? q->nargs : 0,
+                         .tls = q ? q->tls : 0};
+    access_verdict v;
+    access_authenticate(a->acc, &ar, &v);
+    if (!v.status) return 0;
+    met_auth_refused(v.reason - 1);
+    LOGI("http_auth_refused", "peer=%s path=%s status=%d reason=%s", q ? q->peer : "-", path, v.status,
+         access_reason_name(v.reason));
+    size_t n = strlen(v.why);
+    if (!(r->body = malloc(n + 2))) return 1;
+    memcpy(r->body, v.why, n);
+    r->body[n++] = '\n';
+    r->body[n] = '\0';
+    r->body_len = n;
+    r->status = v.status;
+    r->content_type = "text/plain; charset=utf-8";
+    return 1;
+}
+
 static int http_get(void *ud, const char *path, srv_http_reply *r) {
     app *a = ud;
+    /* refused: 401, or 404 when out of memory for the answer (never served) */
+    if (a->o.protect_http && strcmp(path, "/healthz") != 0 && http_refused(a, path, r)) return r->body != NULL;
     if (strcmp(path, "/api/personas") == 0) {
         r->body = pers_list_json(a->pers);
         if (!r->body) return 0;
@@ -369,6 +405,7 @@ static void on_hup(uv_signal_t *h, int sig) {
     a->o.origins = n.origins;     /* borrowed, as personas */
     a->o.norigins = n.norigins;
     a->o.tokens_file = n.tokens_file;
+    a->o.protect_http = n.protect_http;
     ms_error ae = {0};
     if (access_set_origins(a->acc, n.origins, n.norigins, &ae) != MS_OK)
         LOGE("reload_origins_refused", "msg=\"%s\"", ae.msg);

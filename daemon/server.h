@@ -25,6 +25,7 @@ typedef struct server_opts {
     int input_pre_skip;        /* audio_pre_skip for client audio */
     int metrics;               /* serve /metrics */
     const char *tokens_file;   /* auth.tokens_file, "" = no authentication (access.h) */
+    int protect_http;          /* auth.protect_http: /metrics and /api/personas need a token */
     const char *const *origins;    /* server.allowed_origins (borrowed from the configuration) */
     int norigins;
     pers_opts personas;        /* personas (pointers borrowed from the configuration:

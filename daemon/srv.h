@@ -19,6 +19,11 @@
  * and active limits in total and per client IP, the per-IP rate; each
  * refusal is reported through srv_config.on_refuse.
  *
+ * Every 401 srv sends (a ws_admit or http_get verdict) carries
+ * "WWW-Authenticate: Bearer realm="moshid"".
+ *
+ * The implementation: srv.c and the files daemon/srv_int.h lists.
+ *
  * Threading: every srv_* call and every handler runs on the loop thread.
  */
 #ifndef MOSHID_SRV_H
@@ -29,6 +34,7 @@
 #include <uv.h>
 
 #include "err.h"
+#include "srv_rx.h" /* WebSocket message reassembly (pure; the fuzz target drives it) */
 
 /* Bytes of headroom libwebsockets needs before every payload passed to
  * srv_conn_send (LWS_PRE, fixed by the library build). */
@@ -82,8 +88,25 @@ typedef enum srv_refusal {
     SRV_REF__COUNT
 } srv_refusal;
 
+/* What http_get sees of a request for a dynamic path (borrowed for the
+ * call; absent headers are ""). Headers longer than 1023 bytes and
+ * queries over PROTO_QUERY_MAX_BYTES / PROTO_QUERY_MAX_PARAMS never get
+ * here: srv answers 431 / hands nargs -1. */
+typedef struct srv_http_req {
+    const char *path;              /* "/metrics" (without the query) */
+    const char *peer;              /* client IP */
+    const char *authorization;     /* Authorization header */
+    const char *api_key;           /* kyutai-api-key header */
+    const char *const *args;       /* decoded query arguments, "name=value" (as ws_open) */
+    int nargs;                     /* -1: over the query limits */
+    int tls;                       /* 1 on an https listener */
+} srv_http_req;
+
+/* http_get's answer. A 401 gets "WWW-Authenticate: Bearer realm="moshid""
+ * added by srv (RFC 7235 4.1: a 401 carries a challenge). */
 typedef struct srv_http_reply {
-    int status;                    /* 200, 503, ... */
+    const srv_http_req *req;       /* in: the request, set by srv before http_get (borrowed for the call) */
+    int status;                    /* 200, 401, 503, ... */
     const char *content_type;
     char *body;                    /* malloc'd; the server frees it */
     size_t body_len;
@@ -104,8 +127,10 @@ typedef struct srv_admit_req {
 } srv_admit_req;
 
 typedef struct srv_handlers {
-    /* http_get: claim a dynamic GET path. Fill reply and return 1, or 0 to
-     * let the static files / 404 handle it. */
+    /* http_get: claim a dynamic GET path (reply->req: the request, with
+     * the headers an access check needs). Fill reply and return 1, or 0
+     * for a 404. (The request travels in the reply so that the handler's
+     * signature stays that of the handlers written before it.) */
     int (*http_get)(void *ud, const char *path, srv_http_reply *reply);
     /* ws_open: a WebSocket on /api/chat is up. query: the decoded query
      * arguments as "name=value" strings (n of them, borrowed for the call);
@@ -128,42 +153,11 @@ typedef struct srv_handlers {
      * accept (*principal, NULL unless set, is kept with the connection:
      * srv_conn_principal), or the HTTP status to refuse with (401, 403,
      * 429, 503), why[0..whylen) holding a one-line reason sent as the
-     * text/plain body. NULL: every upgrade on /api/chat is accepted. */
+     * text/plain body (a 401 with "WWW-Authenticate: Bearer
+     * realm="moshid""). NULL: every upgrade on /api/chat is accepted. */
     int (*ws_admit)(void *ud, const srv_admit_req *r, void **principal, char *why, size_t whylen);
 } srv_handlers;
 
-/* ---- WebSocket message reassembly (pure: no socket; the fuzz target
- * tests/fuzz/fuzz_srv.c drives the same code) ----
- *
- * srv_rx_feed takes each piece of payload libwebsockets hands over (a frame
- * may come in several pieces): flags say whether this piece belongs to the
- * message's final frame (SRV_RX_FINAL, lws_is_final_fragment) and starts a
- * message (SRV_RX_FIRST, lws_is_first_fragment); frame_left is what the
- * current frame still announces after this piece (lws_remaining_packet_payload).
- * The message is complete at a piece of the final frame with frame_left 0.
- * The size verdict comes at once: as soon as the bytes received plus what
- * the current frame announces exceed max, SRV_RX_OVERSIZE with *size that
- * sum (a lower bound of the message's size), not at the message's end. */
-typedef struct srv_rx {
-    uint8_t *buf;
-    size_t len, cap;               /* bytes of the message so far, allocated */
-    int dead;                      /* an OVERSIZE or NOMEM verdict was given: every later piece is ignored */
-} srv_rx;
-
-#define SRV_RX_FIRST 1u
-#define SRV_RX_FINAL 2u
-
-typedef enum srv_rx_verdict {
-    SRV_RX_MORE,                   /* keep feeding */
-    SRV_RX_MESSAGE,                /* *msg, *size: the complete message (valid until the next feed) */
-    SRV_RX_OVERSIZE,               /* over max; *size: the least the message is, bytes */
-    SRV_RX_NOMEM,                  /* no memory for the message */
-    SRV_RX_IGNORED,                /* after OVERSIZE or NOMEM */
-} srv_rx_verdict;
-
-srv_rx_verdict srv_rx_feed(srv_rx *r, unsigned flags, uint64_t frame_left, const uint8_t *data, size_t len,
-                           size_t max, const uint8_t **msg, size_t *size);
-void srv_rx_free(srv_rx *r);
 
 /* srv_create: listen and serve on loop. NULL with err set on failure (port
  * in use, bad certificate, ...); then nothing is leaked, but libwebsockets

@@ -428,6 +428,80 @@ START_TEST(test_load_file) {
 }
 END_TEST
 
+/* A token of the largest length: a credential of that token, a blank and
+ * more bytes is not that token (a cut of the credential at
+ * ACCESS_TOKEN_MAX + 1 bytes, then the trim of trailing blanks, once let
+ * it through), in a header and in the query alike; trailing blanks of a
+ * header alone are still dropped. */
+START_TEST(test_longest_token_and_junk) {
+    char tok[ACCESS_TOKEN_MAX + 1], line[ACCESS_TOKEN_MAX + 16], cred[ACCESS_TOKEN_MAX + 64];
+    memset(tok, 'k', ACCESS_TOKEN_MAX);
+    tok[ACCESS_TOKEN_MAX] = '\0';
+    snprintf(line, sizeof line, "big:%s\n", tok);
+    access_ctl *a = with_tokens(line);
+    snprintf(cred, sizeof cred, "Bearer %s", tok);
+    ck_assert_int_eq(admit_q(a, cred, NULL, NULL).status, 0);
+    snprintf(cred, sizeof cred, "Bearer %s   ", tok);
+    ck_assert_int_eq(admit_q(a, cred, NULL, NULL).status, 0);
+    snprintf(cred, sizeof cred, "Bearer %s junk", tok);
+    access_verdict v = admit_q(a, cred, NULL, NULL);
+    ck_assert_int_eq(v.status, 401);
+    ck_assert_int_eq(v.reason, ACCESS_R_unknown_token);
+    snprintf(cred, sizeof cred, "%s x", tok);
+    ck_assert_int_eq(admit_q(a, NULL, cred, NULL).status, 401);
+    snprintf(cred, sizeof cred, "auth=%s x", tok);
+    const char *q[] = {cred, NULL};
+    ck_assert_int_eq(admit_q(a, NULL, NULL, q).status, 401);
+    /* one byte more than the token, no blank: not it either */
+    snprintf(cred, sizeof cred, "Bearer %sk", tok);
+    ck_assert_int_eq(admit_q(a, cred, NULL, NULL).status, 401);
+    access_free(a);
+}
+END_TEST
+
+/* access_authenticate: the token alone, for plain HTTP requests: no
+ * origin check, no session limit; open without a tokens file. */
+START_TEST(test_authenticate) {
+    access_ctl *open_ = access_create();
+    access_request r = {.host = "h", .origin = "http://evil.example", .authorization = "", .api_key = "",
+                        .args = NULL, .nargs = 0};
+    access_verdict v;
+    access_authenticate(open_, &r, &v);
+    ck_assert_int_eq(v.status, 0);
+    access_free(open_);
+
+    access_ctl *a = with_tokens("lim:" TOK_A ":1\n");
+    access_authenticate(a, &r, &v);
+    ck_assert_int_eq(v.status, 401);
+    ck_assert_int_eq(v.reason, ACCESS_R_missing_token);
+    ck_assert_ptr_nonnull(strstr(v.why, "authentication required"));
+    r.authorization = "Bearer " TOK_B;
+    access_authenticate(a, &r, &v);
+    ck_assert_int_eq(v.status, 401);
+    ck_assert_int_eq(v.reason, ACCESS_R_unknown_token);
+    /* the origin is not judged, and a token at its session limit still
+     * authenticates (a request is no session) */
+    ms_error e = {0};
+    access_verdict adm = admit_q(a, NULL, TOK_A, NULL);
+    ck_assert_int_eq(adm.status, 0);
+    ck_assert_int_eq(access_acquire(a, adm.token, &e), MS_OK);
+    r.authorization = "";
+    r.api_key = TOK_A;
+    access_authenticate(a, &r, &v);
+    ck_assert_int_eq(v.status, 0);
+    ck_assert_str_eq(v.name, "lim");
+    ck_assert_int_eq(admit_q(a, NULL, TOK_A, NULL).status, 429);
+    const char *q[] = {"auth_id=" TOK_A, NULL};
+    r.api_key = "";
+    r.args = q;
+    r.nargs = 1;
+    access_authenticate(a, &r, &v);
+    ck_assert_int_eq(v.status, 0);
+    access_release(a, adm.token);
+    access_free(a);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("access");
     TCase *tc = tcase_new("core");
@@ -441,6 +515,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_session_limits);
     tcase_add_test(tc, test_reload);
     tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_longest_token_and_junk);
+    tcase_add_test(tc, test_authenticate);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -258,7 +258,7 @@ static const char *all_set =
     "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false,"
     "\"handshake_timeout_ms\":1000,\"max_connections\":40,\"max_connections_per_ip\":3,\"max_pending_handshakes\":9,"
     "\"max_pending_per_ip\":2,\"conn_rate_per_ip\":0.5,\"conn_burst_per_ip\":7},"
-    "\"auth\":{\"tokens_file\":\"/tokens\"},"
+    "\"auth\":{\"tokens_file\":\"/tokens\",\"protect_http\":true},"
     "\"model\":{\"lm_dir\":\"/lm\",\"mimi\":\"/m\",\"mimi_config\":\"/mc\",\"tokenizer\":\"/t\",\"variant\":\"kyutai\"},"
     "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"

@@ -183,7 +183,11 @@ async function loadPersonas(saved) {
   const sel = $("persona"), note = $("persona-note");
   let list = [];
   try {
-    const r = await fetch("/api/personas", { cache: "no-store" });
+    // with auth.protect_http the list needs the token too (a plain fetch can send the header)
+    let t = "";
+    try { t = localStorage.getItem(TOKEN_KEY) || ""; } catch { /* private mode */ }
+    const headers = t && TOKEN_RE.test(t) ? { Authorization: `Bearer ${t}` } : {};
+    const r = await fetch("/api/personas", { cache: "no-store", headers });
     stats.personasStatus = r.status;
     if (r.ok) {
       const j = await r.json();
@@ -202,7 +206,9 @@ async function loadPersonas(saved) {
     sel.append(o);
   }
   if (saved && list.some((p) => p.name === saved)) sel.value = saved;
-  note.textContent = list.length ? "" : "This server offers no personas.";
+  note.textContent = list.length ? "" : stats.personasStatus === 401
+    ? "The persona list needs the access token: enter it, start once, then reload the page."
+    : "This server offers no personas.";
   sel.onchange = () => { describePersona(list); setState(stats.state); };
   describePersona(list);
   setState(stats.state);

@@ -44,6 +44,23 @@ J
 run check "$MOSHID" --config "$TMP/m/ok.json" --check-config
 expect_rc 0 "--check-config on a good file"
 expect_in "$err" "configuration OK" "--check-config"
+# --check-config reads the tokens file with the daemon's parser: a bad
+# line fails the check with the file and line number, never the token.
+tok_a=alice-0123456789abcdef0123 tok_b=bob-0123456789abcdef0123
+printf '# tokens\nalice:%s\n\nbob:%s:many\n' "$tok_a" "$tok_b" > "$TMP/m/tokens"
+chmod 600 "$TMP/m/tokens"
+run tokbad "$MOSHID" -c "$TMP/m/ok.json" --set auth.tokens_file="$TMP/m/tokens" --check-config
+expect_rc 1 "--check-config with a bad tokens file"
+expect_in "$err" "$TMP/m/tokens:4: MAX_SESSIONS must be" "--check-config names the tokens file's line"
+case "$err" in *"$tok_a"*|*"$tok_b"*) fail "--check-config echoed a token: $err" ;; esac
+printf 'alice:%s\nbob:%s:2\n' "$tok_a" "$tok_b" > "$TMP/m/tokens"
+run tokok "$MOSHID" -c "$TMP/m/ok.json" --set auth.tokens_file="$TMP/m/tokens" --check-config
+expect_rc 0 "--check-config with a good tokens file"
+expect_in "$err" "configuration OK" "--check-config with a good tokens file"
+chmod 644 "$TMP/m/tokens"
+run tokloose "$MOSHID" -c "$TMP/m/ok.json" --set auth.tokens_file="$TMP/m/tokens" --check-config
+expect_rc 0 "--check-config with a tokens file others can read"
+expect_in "$err" "readable by group or others" "--check-config warns about the tokens file's mode"
 run dumpok "$MOSHID" -c "$TMP/m/ok.json" --dump-config
 expect_rc 0 "--dump-config with a file"
 expect_in "$out" "\"port\":	9100" "--dump-config shows the file's value"

@@ -15,12 +15,10 @@ FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_SRCS := daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
-# The server's receive path (srv_rx_feed in daemon/srv.c); srv.c comes
-# whole, so libwebsockets, libuv and OpenSSL are linked (none of it runs).
+# The server's receive path (srv_rx_feed, daemon/srv_rx.c: pure, no
+# libwebsockets).
 FUZZ_TARGETS += srv
-FUZZ_srv_SRCS := daemon/srv.c proto/msg.c proto/utf8.c engine/base/err.c engine/base/log.c
-FUZZ_srv_CFLAGS = $(call pc_cflags,libwebsockets libuv)
-FUZZ_srv_LIBS = $(call pc_libs,libwebsockets libuv libssl libcrypto)
+FUZZ_srv_SRCS := daemon/srv_rx.c
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60

@@ -1,6 +1,7 @@
 /* fuzz_srv.c - libFuzzer target: the server's receive path, WebSocket
  * message reassembly with its fragment and size handling (srv_rx_feed,
- * daemon/srv.c, the function srv.c's LWS_CALLBACK_RECEIVE calls).
+ * daemon/srv_rx.c, the function srv.c's LWS_CALLBACK_RECEIVE calls; it
+ * links alone, without libwebsockets).
  *
  * Input: 2 bytes little-endian: the message limit; then pieces, each
  *   1 byte flags: bit 0 first fragment, bit 1 final frame, bit 2 a huge
@@ -15,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv.h"
+#include "srv_rx.h"
 
 static uint8_t model[65536 + 65536]; /* what the current message holds (at most the limit) */
 

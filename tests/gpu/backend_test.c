@@ -82,6 +82,7 @@
 #include "frame.h"
 #include "gpu_util.h"
 #include "lm_config.h"
+#include "lmgen.h"
 #include "rng.h"
 #include "samp.h"
 #include "st.h"
@@ -121,9 +122,11 @@ static int n_pass, n_fail;
  * graphs or the matvec path say so; on a device every case runs with the
  * backend's defaults (graphs on, the built-in crossover). */
 static int on_emu;
-static void knobs(int graphs, int gemm_min) {
+/* force: the crossover applies on a device too (the teacher_forced GEMM
+ * cases: the path under test is cuBLAS's, whatever the batch). */
+static void knobs_f(int graphs, int gemm_min, int force) {
     char v[16];
-    if (!on_emu) {
+    if (!on_emu && !force) {
         unsetenv("MOSHID_CU_GEMM_MIN_ROWS");
         if (graphs == 0) setenv("MOSHID_CU_GRAPHS", "0", 1);
         else unsetenv("MOSHID_CU_GRAPHS");
@@ -138,6 +141,7 @@ static void knobs(int graphs, int gemm_min) {
         unsetenv("MOSHID_CU_GEMM_MIN_ROWS");
     }
 }
+static void knobs(int graphs, int gemm_min) { knobs_f(graphs, gemm_min, 0); }
 
 static const char *filter;
 static char tmpdir[256];
@@ -177,31 +181,53 @@ static void die(const char *what, const ms_error *e) {
 
 /* ---- the tiny model ------------------------------------------------------------ */
 
+/* How make_model writes a model (make_model: the defaults, all zero). */
+typedef struct mopt {
+    int card;     /* audio card (0: T_CARD; the frame case needs the fixture Mimi's 64 bins) */
+    int peaked;   /* 1: realistic logit spreads (below) */
+    int f16;      /* 0: f32 file of bf16-exact values; 1: f32 file of f16-exact values; 2: the same
+                     values as an f16 file */
+} mopt;
+
 typedef struct mk {
     st_writer *w;
-    float **bufs;
+    void **bufs;
     int n;
     uint64_t seed;
     uint32_t tensor;
+    const mopt *o;
 } mk;
 
 static int gated(int dim, int ff) { return ff == 4 * dim ? 21 * dim / 8 : 2 * ff / 3; }
 
-/* A float32 tensor of bf16-exact values: uniform(-a, a) rounded to bf16
- * ('u') or the constant a ('c'). */
-static void add(mk *m, const char *name, char mode, double a, int rows, int cols, int norm) {
+/* The f16 file's tensors: the float32 values (f16-exact) converted at save. */
+static int to_f16(void *ctx, void *dst, size_t nbytes) {
+    const float *src = ctx;
+    uint16_t *d = dst;
+    for (size_t i = 0; i < nbytes / 2; i++) d[i] = st_f32_to_f16(src[i]);
+    return MS_OK;
+}
+
+/* A tensor of uniform(-a, a) ('u') or constant a ('c') values, each rounded
+ * to bf16 (so that the upload does not round them again; mopt.f16: to f16
+ * instead). Returns the float32 values (kept until save: make_model edits
+ * the peaked models' columns in place before the f16 copy is made). */
+static float *add(mk *m, const char *name, char mode, double a, int rows, int cols, int norm) {
     size_t n = (size_t)rows * cols;
     float *b = malloc(n * sizeof *b);
     if (!b) die("out of memory", NULL);
     uint32_t t = m->tensor++;
     for (size_t i = 0; i < n; i++) {
         float v = mode == 'c' ? (float)a : (float)(a * (2.0 * rng_uniform(m->seed, t, 0, (uint32_t)i) - 1.0));
-        b[i] = st_bf16_to_f32(st_f32_to_bf16(v));
+        b[i] = m->o->f16 ? st_f16_to_f32(st_f32_to_f16(v)) : st_bf16_to_f32(st_f32_to_bf16(v));
     }
     m->bufs = realloc(m->bufs, sizeof *m->bufs * (size_t)(m->n + 1));
     m->bufs[m->n++] = b;
     int64_t shape3[3] = {1, 1, cols}, shape2[2] = {rows, cols};
-    if (st_writer_add(m->w, name, ST_F32, norm ? 3 : 2, norm ? shape3 : shape2, b) != MS_OK) die(name, NULL);
+    int rc = m->o->f16 == 2 ? st_writer_add_fn(m->w, name, ST_F16, norm ? 3 : 2, norm ? shape3 : shape2, to_f16, b)
+                            : st_writer_add(m->w, name, ST_F32, norm ? 3 : 2, norm ? shape3 : shape2, b);
+    if (rc != MS_OK) die(name, NULL);
+    return b;
 }
 
 static double lin_scale(int fan_in) { return sqrt(3.0 / fan_in); }
@@ -211,7 +237,7 @@ static void write_file(const char *path, const char *text) {
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) die(path, NULL);
 }
 
-static void config_json(char *cfg, size_t len, int dep_q, int context) {
+static void config_json(char *cfg, size_t len, int dep_q, int context, int card) {
     snprintf(cfg, len,
              "{\"dim\": %d, \"text_card\": %d, \"existing_text_padding_id\": 3, \"n_q\": %d, \"dep_q\": %d,"
              " \"card\": %d, \"num_heads\": %d, \"num_layers\": %d, \"hidden_scale\": 4.125, \"causal\": true,"
@@ -221,32 +247,79 @@ static void config_json(char *cfg, size_t len, int dep_q, int context) {
              " \"depformer_context\": %d, \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\","
              " \"depformer_pos_emb\": \"none\", \"depformer_weights_per_step\": true,"
              " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n",
-             T_DIM, T_TEXT_CARD, T_NQ, dep_q, T_CARD, T_HEADS, T_LAYERS, context, T_DDIM, T_DFF, T_DHEADS, T_DLAYERS,
+             T_DIM, T_TEXT_CARD, T_NQ, dep_q, card, T_HEADS, T_LAYERS, context, T_DDIM, T_DFF, T_DHEADS, T_DLAYERS,
              dep_q);
 }
 
-/* make_model: DIR/config.json + DIR/model.safetensors; returns DIR. */
-static const char *make_model(const char *tag, int dep_q, int context, int weights) {
+/* Realistic logit spreads (mopt.peaked). A random model's head sees a
+ * hidden state unrelated to its rows, so its logits are like independent
+ * draws of one distribution: the best leads the second by a small fraction
+ * of the row's spread (for 40 draws the gap is about 0.35 sigma on average,
+ * with most of its density near zero), and a bf16 rounding of a few 1e-3 of
+ * the rms flips a few percent of the rows. A trained LM's logits have a few
+ * clearly leading tokens: a strong prior (the token frequencies: Moshi's
+ * text stream is mostly padding) plus the context. The peaked models build
+ * that the way trained transformers carry it: one channel of the residual
+ * stream (channel 0) holds a large constant (every input embedding row
+ * adds PK_EMB there; the depformer's embeddings PK_DEP), and each head row
+ * reads it with weight -PK_PRIOR * ln(1 + rank) (a Zipf prior over a random
+ * permutation of the tokens: logit gaps of PK_PRIOR * ln 2, ln 1.5, ...
+ * times the channel's value between the first few); the other 31 (15)
+ * channels are the random model's, so the context still moves the logits
+ * by O(1) and decides among the leading tokens. Every kernel runs on the
+ * same data as before; the argmax is simply no longer balanced on a knife's
+ * edge for most rows. The values are bf16-exact like the rest. */
+#define PK_EMB 0.5
+#define PK_DEP 4.0
+#define PK_PRIOR 0.5
+
+static void peak_rows(float *b, int rows, int cols, double v) {
+    for (int r = 0; r < rows; r++) b[(size_t)r * cols] = st_bf16_to_f32(st_f32_to_bf16((float)v));
+}
+
+static void peak_head(mk *m, float *b, int rows, int cols) {
+    int *perm = malloc(sizeof(int) * rows);
+    if (!perm) die("out of memory", NULL);
+    gu_rng r = {m->seed ^ (0x9E37ULL * (m->tensor + 1))};
+    for (int i = 0; i < rows; i++) perm[i] = i;
+    for (int i = rows - 1; i > 0; i--) {
+        int j = gu_int(&r, 0, i), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < rows; i++)
+        b[(size_t)perm[i] * cols] = st_bf16_to_f32(st_f32_to_bf16((float)(-PK_PRIOR * log(1.0 + i))));
+    free(perm);
+}
+
+/* make_model_o: DIR/config.json + DIR/model.safetensors; returns DIR. */
+static const char *make_model_o(const char *tag, int dep_q, int context, int weights, const mopt *o) {
     static char dirs[8][512];
     static int nd;
     char *dir = dirs[nd++ % 8];
+    int card = o->card ? o->card : T_CARD;
     snprintf(dir, 512, "%s/%s", tmpdir, tag);
     mkdir(dir, 0700);
     char path[640], cfg[2048];
-    config_json(cfg, sizeof cfg, dep_q, context);
+    config_json(cfg, sizeof cfg, dep_q, context, card);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_file(path, cfg);
     if (!weights) return dir;
-    mk m = {.w = st_writer_create(), .seed = 0x5eedULL + (uint64_t)dep_q};
+    mk m = {.w = st_writer_create(), .seed = 0x5eedULL + (uint64_t)dep_q, .o = o};
     char name[160];
     int H = gated(T_DIM, (int)(4.125 * T_DIM)), DH = gated(T_DDIM, T_DFF);
+    float *b;
     for (int k = 0; k < T_NQ; k++) {
         snprintf(name, sizeof name, "emb.%d.weight", k);
-        add(&m, name, 'u', 1.0, T_CARD + 1, T_DIM, 0);
+        b = add(&m, name, 'u', 1.0, card + 1, T_DIM, 0);
+        if (o->peaked) peak_rows(b, card + 1, T_DIM, PK_EMB);
     }
-    add(&m, "text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DIM, 0);
-    add(&m, "text_linear.weight", 'u', lin_scale(T_DIM), T_TEXT_CARD, T_DIM, 0);
-    add(&m, "out_norm.alpha", 'u', 1.0, 1, T_DIM, 1);
+    b = add(&m, "text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DIM, 0);
+    if (o->peaked) peak_rows(b, T_TEXT_CARD + 1, T_DIM, PK_EMB);
+    b = add(&m, "text_linear.weight", 'u', lin_scale(T_DIM), T_TEXT_CARD, T_DIM, 0);
+    if (o->peaked) peak_head(&m, b, T_TEXT_CARD, T_DIM);
+    b = add(&m, "out_norm.alpha", 'u', 1.0, 1, T_DIM, 1);
+    if (o->peaked) b[0] = 1.0f;
     for (int l = 0; l < T_LAYERS; l++) {
 #define LAYER(fmt) (snprintf(name, sizeof name, "transformer.layers.%d." fmt, l), name)
         add(&m, LAYER("norm1.alpha"), 'u', 1.0, 1, T_DIM, 1);
@@ -261,13 +334,16 @@ static const char *make_model(const char *tag, int dep_q, int context, int weigh
         snprintf(name, sizeof name, "depformer_in.%d.weight", k);
         add(&m, name, 'u', lin_scale(T_DIM), T_DDIM, T_DIM, 0);
         snprintf(name, sizeof name, "linears.%d.weight", k);
-        add(&m, name, 'u', lin_scale(T_DDIM), T_CARD, T_DDIM, 0);
+        b = add(&m, name, 'u', lin_scale(T_DDIM), card, T_DDIM, 0);
+        if (o->peaked) peak_head(&m, b, card, T_DDIM);
         if (k < dep_q - 1) {
             snprintf(name, sizeof name, "depformer_emb.%d.weight", k);
-            add(&m, name, 'u', 1.0, T_CARD + 1, T_DDIM, 0);
+            b = add(&m, name, 'u', 1.0, card + 1, T_DDIM, 0);
+            if (o->peaked) peak_rows(b, card + 1, T_DDIM, PK_DEP);
         }
     }
-    add(&m, "depformer_text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DDIM, 0);
+    b = add(&m, "depformer_text_emb.weight", 'u', 1.0, T_TEXT_CARD + 1, T_DDIM, 0);
+    if (o->peaked) peak_rows(b, T_TEXT_CARD + 1, T_DDIM, PK_DEP);
     for (int l = 0; l < T_DLAYERS; l++) {
 #define DLAYER(fmt, ...) (snprintf(name, sizeof name, "depformer.layers.%d." fmt, l, ##__VA_ARGS__), name)
         add(&m, DLAYER("norm1.alpha"), 'u', 1.0, 1, T_DDIM, 1);
@@ -289,6 +365,11 @@ static const char *make_model(const char *tag, int dep_q, int context, int weigh
     return dir;
 }
 
+static const char *make_model(const char *tag, int dep_q, int context, int weights) {
+    static const mopt dflt = {0};
+    return make_model_o(tag, dep_q, context, weights, &dflt);
+}
+
 static lm_backend *open_b(const lm_backend_ops *ops, const char *dir, int slots, uint64_t rnd) {
     lm_backend_opts o = {.max_slots = slots, .threads = 1, .variant = LM_VARIANT_AUTO, .random_weights = rnd};
     ms_error e = {0};
@@ -304,10 +385,17 @@ static void step_or_die(lm_backend *b, lm_step_slot *s, int n) {
 
 /* ---- comparisons ----------------------------------------------------------------- */
 
+/* Rows kept per stream for the margin diagnostics (the medians). */
+#define CMP_KEEP 512
+
 typedef struct cmp {
     long n, agree;
     long decisive, decisive_agree;   /* rows whose two best CPU logits lie more than 2 tol rms apart */
     double worst;   /* max |a - b| / rms(b) */
+    double flip_margin;              /* largest CPU margin (/ rms) of a row whose argmax differs */
+    double margin[CMP_KEEP], err[CMP_KEEP];   /* per row: best - second CPU logit, max |a - b|; / rms */
+    uint8_t won[4096];                        /* tokens that were the CPU's argmax of a row */
+    int winners;                              /* how many distinct */
 } cmp;
 
 static int argmax(const float *v, int n) {
@@ -319,7 +407,7 @@ static int argmax(const float *v, int n) {
 
 /* tol: the case's logit bound; rows whose best CPU logit leads the second
  * by more than 2 tol rms are "decisive" (no error within the bound can
- * flip them). */
+ * flip them). rms is the CPU row's root mean square. */
 static void compare(cmp *c, const float *gpu, const float *cpu, int n, double tol) {
     double ss = 0, mx = 0;
     for (int i = 0; i < n; i++) ss += (double)cpu[i] * cpu[i];
@@ -334,13 +422,53 @@ static void compare(cmp *c, const float *gpu, const float *cpu, int n, double to
     for (int i = 0; i < n; i++)
         if (i != a && cpu[i] > second) second = cpu[i];
     int same = argmax(gpu, n) == a;
+    double margin = (cpu[a] - second) / rms;
+    if (a < (int)sizeof c->won && !c->won[a]) {
+        c->won[a] = 1;
+        c->winners++;
+    }
+    if (c->n < CMP_KEEP) {
+        c->margin[c->n] = margin;
+        c->err[c->n] = mx / rms;
+    }
     c->n++;
     c->agree += same;
+    if (!same && margin > c->flip_margin) c->flip_margin = margin;
     if (cpu[a] - second > 2.0 * tol * rms) {
         c->decisive++;
         c->decisive_agree += same;
     }
     if (mx / rms > c->worst) c->worst = mx / rms;
+}
+
+static int cmp_dbl(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double median(const double *v, long n) {
+    double t[CMP_KEEP];
+    if (n > CMP_KEEP) n = CMP_KEEP;
+    if (n <= 0) return 0;
+    memcpy(t, v, sizeof(double) * (size_t)n);
+    qsort(t, (size_t)n, sizeof *t, cmp_dbl);
+    return t[n / 2];
+}
+
+/* One diagnostic line per stream: agreement, the CPU's top-1/top-2 margin
+ * (median, smallest, rows within 2 tol) beside the logit error (median and
+ * worst row), and the largest margin a flip had. */
+static void cmp_print(const char *stream, const cmp *c, double tol) {
+    long kept = c->n < CMP_KEEP ? c->n : CMP_KEEP, close = 0;
+    double mn = INFINITY;
+    for (long i = 0; i < kept; i++) {
+        if (c->margin[i] < mn) mn = c->margin[i];
+        close += c->margin[i] <= 2 * tol;
+    }
+    printf("       %-8s agree %ld/%ld (%.3f), %d distinct winners; margin/rms median %.3f min %.4f, %ld rows <= 2 "
+           "tol; err/rms median %.1e worst %.1e; flips' largest margin %.4f\n",
+           stream, c->agree, c->n, (double)c->agree / (c->n ? c->n : 1), c->winners, median(c->margin, c->n), mn,
+           close, median(c->err, c->n), c->worst, c->flip_margin);
 }
 
 /* ---- teacher forcing ------------------------------------------------------------------ */
@@ -368,16 +496,21 @@ static int tf_batch(int t, int *slots) {
  * more than twice the tolerance (2 tol rms) must agree, and the
  * overall agreement is reported. */
 static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
-                   double tol);
+                   double tol, int plain);
 
-static void test_teacher_forced(const char *variant, const char *path, int dep_q, int context, int gemm_min, int t0,
-                                int steps, int dep_steps) {
+static void test_teacher_forced(const char *variant, const char *path, int peaked, int dep_q, int context,
+                                int gemm_min, int t0, int steps, int dep_steps) {
     char name[96];
-    snprintf(name, sizeof name, "teacher_forced/%s/%s", variant, path);
+    snprintf(name, sizeof name, "teacher_forced/%s%s/%s", variant, peaked ? "-peaked" : "", path);
     if (!begin(name)) return;
     char tag[64];
-    snprintf(tag, sizeof tag, "tf-%s", variant);
-    tf_run(name, make_model(tag, dep_q, context, 1), context, gemm_min, t0, steps, dep_steps, LOGIT_TOL);
+    snprintf(tag, sizeof tag, "tf-%s%s", variant, peaked ? "-pk" : "");
+    mopt o = {.peaked = peaked};
+    /* the plain rule (>= 99 % per stream) on the peaked models on both paths
+     * and on the random ones on the matvec; the near-tie rule alone on the
+     * random models' GEMM path */
+    int plain = peaked || gemm_min != 1;
+    tf_run(name, make_model_o(tag, dep_q, context, 1, &o), context, gemm_min, t0, steps, dep_steps, LOGIT_TOL, plain);
 }
 
 /* The same on moshid-mkmodel's demo LM, whose f32 weights are not
@@ -405,12 +538,12 @@ static void test_teacher_forced_mkmodel(int dep_q) {
         return;
     }
     snprintf(lm, sizeof lm, "%s/lm", dir);
-    tf_run(name, lm, 8, 1, 4, 8, -1, MK_LOGIT_TOL);   /* slot 0 reaches 8: the ring's end */
+    tf_run(name, lm, 8, 1, 4, 8, -1, MK_LOGIT_TOL, 0);   /* slot 0 reaches 8: the ring's end */
 }
 
 static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
-                   double tol) {
-    knobs(0, gemm_min);
+                   double tol, int plain) {
+    knobs_f(0, gemm_min, gemm_min == 1);
     lm_backend *cpu = open_b(&lm_cpu_backend, dir, 4, 0), *gpu = open_b(&lm_cuda_backend, dir, 4, 0);
     const lm_config *g = &cpu->cfg;
     int ns = g->n_streams, nt = 1 + g->dep_q;
@@ -469,7 +602,6 @@ static void tf_run(const char *name, const char *dir, int context, int gemm_min,
         }
         (void)nt;
     }
-    int gemm = on_emu && gemm_min == 1;
     int nd = dep_steps < 0 ? g->dep_q : dep_steps;
     cmp *all[1 + LM_MAX_DEP_Q];
     all[0] = &text;
@@ -479,19 +611,25 @@ static void tf_run(const char *name, const char *dir, int context, int gemm_min,
     long dec = 0, dec_agree = 0;
     for (int i = 0; i <= nd; i++) {
         const cmp *c = all[i];
-        ok = ok && c->n > 0 && c->worst <= tol &&
-             (gemm ? c->decisive_agree == c->decisive : c->agree >= AGREE_MIN * c->n);
+        /* every rule: the logit bound, and no decisive row flips (the
+         * near-tie rule); the plain rule on top: >= 99 % of all rows */
+        ok = ok && c->n > 0 && c->worst <= tol && c->decisive_agree == c->decisive &&
+             (!plain || c->agree >= AGREE_MIN * c->n);
         if (c->worst > worst) worst = c->worst;
         double a = (double)c->agree / c->n;
         if (a < min_agree) min_agree = a;
         dec += c->decisive;
         dec_agree += c->decisive_agree;
+        char sn[16];
+        if (i == 0) snprintf(sn, sizeof sn, "text");
+        else snprintf(sn, sizeof sn, "audio%d", i - 1);
+        cmp_print(sn, c, tol);
     }
     result(ok, name,
            "%d streams x %ld rows: argmax agree >= %.3f per stream (%s), decisive rows %ld/%ld; worst logit err "
            "%.2e (tol %.2g); text err %.2e; slot 0 at %lld (context %d)",
-           1 + nd, text.n, min_agree, gemm ? "GEMM: bf16 activations" : "need 0.99", dec_agree, dec, worst, tol,
-           text.worst, (long long)lm_backend_pos(gpu, 0), context);
+           1 + nd, text.n, min_agree, plain ? "need 0.99" : "near-tie rule only: bf16 activations on random logits",
+           dec_agree, dec, worst, tol, text.worst, (long long)lm_backend_pos(gpu, 0), context);
     free(tl_c); free(tl_g); free(al_c); free(al_g);
     lm_backend_close(cpu);
     lm_backend_close(gpu);
@@ -730,9 +868,11 @@ static void test_snapshot(void) {
 /* ---- graphs ------------------------------------------------------------------------------------ */
 
 /* The same schedule on b: returns a hash of every sampled token. */
-static uint64_t graph_run(lm_backend *b, int steps, int dep_steps) {
+static uint64_t graph_run(lm_backend *b, int steps, int dep_steps, int logits) {
     const lm_config *g = &b->cfg;
     uint64_t h = 1469598103934665603ULL;
+    float *tl = logits ? malloc(sizeof(float) * TF_SLOTS * g->text_card) : NULL;
+    float *al = logits ? malloc(sizeof(float) * TF_SLOTS * g->dep_q * g->card) : NULL;
     int tok[TF_SLOTS][LM_MAX_STREAMS];
     for (int s = 0; s < TF_SLOTS; s++)
         for (int i = 0; i < g->n_streams; i++) tok[s][i] = i == 0 ? g->text_card : g->card;
@@ -746,6 +886,10 @@ static uint64_t graph_run(lm_backend *b, int steps, int dep_steps) {
             lm_samp_defaults(&s[i].samp, 500 + (uint64_t)sl[i]);
             s[i].step = (uint64_t)t;
             s[i].dep_steps = dep_steps;
+            if (logits) {
+                s[i].text_logits = tl + (size_t)i * g->text_card;
+                s[i].audio_logits = al + (size_t)i * g->dep_q * g->card;
+            }
         }
         step_or_die(b, s, n);
         for (int i = 0; i < n; i++) {
@@ -755,6 +899,8 @@ static uint64_t graph_run(lm_backend *b, int steps, int dep_steps) {
             for (int q = 0; q < g->n_q; q++) tok[sl[i]][1 + q] = q < g->dep_q && s[i].out_audio[q] >= 0 ? s[i].out_audio[q] : q;
         }
     }
+    free(tl);
+    free(al);
     return h;
 }
 
@@ -770,9 +916,21 @@ static void test_graphs(const char *variant, int dep_q, int dep_steps) {
     knobs(0, 1);
     lm_backend *b = open_b(&lm_cuda_backend, dir, 4, 0);
     int steps = 8;   /* slot 0 reaches 8: its ring of 6 wraps */
-    uint64_t ha = graph_run(a, steps, dep_steps), hb = graph_run(b, steps, dep_steps);
-    result(ha == hb, name, "%d steps (batches of 2 and 3 in buckets 2 and 4, dep_steps %d): tokens %s", steps, dep_steps,
-           ha == hb ? "identical" : "DIFFER");
+    uint64_t ha = graph_run(a, steps, dep_steps, 0), hb = graph_run(b, steps, dep_steps, 0);
+    /* requested logits take the uncaptured path on the graphs' backend: the
+     * same schedule again on a's slots, reset, asking for every row's logits */
+    ms_error e = {0};
+    uint64_t hc = ha;
+    if (dep_steps < 0) {   /* once (Kyutai): the uncaptured path itself is b's */
+        for (int s = 0; s < TF_SLOTS; s++)
+            if (lm_backend_reset_slot(a, s, &e) != MS_OK) die("reset_slot", &e);
+        hc = graph_run(a, steps, dep_steps, 1);
+    }
+    result(ha == hb && ha == hc, name,
+           "%d steps (batches of 2 and 3 in buckets 2 and 4, dep_steps %d): replayed vs uncaptured tokens %s; with "
+           "logits requested (uncaptured, after a slot reset) %s",
+           steps, dep_steps, ha == hb ? "identical" : "DIFFER",
+           dep_steps >= 0 ? "not run" : ha == hc ? "identical" : "DIFFER");
     lm_backend_close(a);
     lm_backend_close(b);
 }
@@ -874,6 +1032,441 @@ static void test_codec(void) {
     lm_backend_close(gpu);
 }
 
+/* ---- checkpoints in f16 ------------------------------------------------------------------- */
+
+/* The same values (f16-exact uniforms) as a float32 file and as an f16
+ * file: the upload rounds both to bf16 from the same numbers (f16 -> f32 is
+ * exact), so the two backends must step bit for bit alike; the f32 path is
+ * the one teacher_forced checks against the CPU. */
+static void test_f16(void) {
+    const char *name = "checkpoint_f16";
+    if (!begin(name)) return;
+    mopt o32 = {.f16 = 1}, o16 = {.f16 = 2};
+    const char *d32 = make_model_o("f16-as-f32", 8, 12, 1, &o32), *d16 = make_model_o("f16", 8, 12, 1, &o16);
+    /* the file really holds f16 tensors */
+    char path[640];
+    snprintf(path, sizeof path, "%s/model.safetensors", d16);
+    ms_error e = {0};
+    st_file *f = st_open(path, &e);
+    if (!f) die("st_open", &e);
+    const st_tensor *t = st_find(f, "text_linear.weight");
+    int is_f16 = t && t->dtype == ST_F16;
+    st_close(f);
+    knobs(0, 1);
+    lm_backend *a = open_b(&lm_cuda_backend, d32, 2, 0), *b = open_b(&lm_cuda_backend, d16, 2, 0);
+    const lm_config *g = &a->cfg;
+    size_t nt = (size_t)g->text_card, na = (size_t)g->dep_q * g->card;
+    float *la = malloc(sizeof(float) * 2 * (nt + na)), *lb = malloc(sizeof(float) * 2 * (nt + na));
+    int *tok = malloc(sizeof(int) * 6 * 2 * g->n_streams);
+    rand_tokens(tok, 12, g, 16);
+    int same = 1, steps = 6;
+    for (int st = 0; st < steps; st++) {
+        lm_step_slot sa[2], sb[2];
+        memset(sa, 0, sizeof sa);
+        for (int i = 0; i < 2; i++) {
+            sa[i].slot = i;
+            memcpy(sa[i].tokens, tok + (size_t)(st * 2 + i) * g->n_streams, sizeof(int) * g->n_streams);
+            lm_samp_defaults(&sa[i].samp, 40 + (uint64_t)i);
+            sa[i].step = (uint64_t)st;
+            sa[i].dep_steps = -1;
+            sb[i] = sa[i];
+            sa[i].text_logits = la + (size_t)i * (nt + na);
+            sa[i].audio_logits = sa[i].text_logits + nt;
+            sb[i].text_logits = lb + (size_t)i * (nt + na);
+            sb[i].audio_logits = sb[i].text_logits + nt;
+        }
+        step_or_die(a, sa, 2);
+        step_or_die(b, sb, 2);
+        same = same && !memcmp(la, lb, sizeof(float) * 2 * (nt + na));
+        for (int i = 0; i < 2; i++)
+            same = same && sa[i].out_text == sb[i].out_text &&
+                   !memcmp(sa[i].out_audio, sb[i].out_audio, sizeof(int) * g->dep_q);
+    }
+    lm_backend_stats sta, stb;
+    lm_backend_stats_get(a, &sta);
+    lm_backend_stats_get(b, &stb);
+    int ok = is_f16 && same && sta.weight_bytes == stb.weight_bytes;
+    result(ok, name, "f16 file (%s) vs the same values as f32: %d steps of 2 slots, logits and tokens %s; %zu vs %zu "
+           "weight bytes (bf16 both)", is_f16 ? "F16 tensors" : "NOT F16", steps, same ? "identical" : "DIFFER",
+           stb.weight_bytes, sta.weight_bytes);
+    free(la); free(lb); free(tok);
+    lm_backend_close(a);
+    lm_backend_close(b);
+}
+
+/* ---- slot reset ------------------------------------------------------------------------------ */
+
+/* Session A on slot 0 (past the ring's wrap), reset, session B on slot 0;
+ * session B alone on slot 1, never used: the same logits bit for bit (same
+ * kernels, same single-row calls; only the K/V slot differs, and nothing of
+ * A may be read). Then slot 0 is reset again after only 3 steps of a third
+ * session, which leaves A's and B's rows in its ring past position 3. */
+static void reset_session(lm_backend *b, int slot, uint64_t seed, int steps, float *lg, int *out) {
+    const lm_config *g = &b->cfg;
+    int *tok = malloc(sizeof(int) * steps * g->n_streams);
+    rand_tokens(tok, steps, g, seed);
+    for (int t = 0; t < steps; t++) {
+        lm_step_slot s;
+        memset(&s, 0, sizeof s);
+        s.slot = slot;
+        memcpy(s.tokens, tok + (size_t)t * g->n_streams, sizeof(int) * g->n_streams);
+        lm_samp_defaults(&s.samp, seed);
+        s.step = (uint64_t)t;
+        s.dep_steps = -1;
+        s.text_logits = lg ? lg + (size_t)t * g->text_card : NULL;
+        step_or_die(b, &s, 1);
+        if (out) out[t] = s.out_text;
+    }
+    free(tok);
+}
+
+static void test_reset(void) {
+    const char *name = "slot_reset";
+    if (!begin(name)) return;
+    const char *dir = make_model("reset", 8, 12, 1);
+    knobs(0, 1);
+    lm_backend *b = open_b(&lm_cuda_backend, dir, 2, 0);
+    const lm_config *g = &b->cfg;
+    int nb = 8;
+    float *l0 = malloc(sizeof(float) * nb * g->text_card), *l1 = malloc(sizeof(float) * nb * g->text_card);
+    int t0[8], t1[8];
+    ms_error e = {0};
+    reset_session(b, 0, 1, 15, NULL, NULL);   /* A: 15 steps, the ring of 12 wraps */
+    if (lm_backend_reset_slot(b, 0, &e) != MS_OK) die("reset_slot", &e);
+    int pos_ok = lm_backend_pos(b, 0) == 0;
+    reset_session(b, 0, 2, nb, l0, t0);       /* B on the reset slot */
+    reset_session(b, 1, 2, nb, l1, t1);       /* B on a fresh slot */
+    int same = !memcmp(l0, l1, sizeof(float) * nb * g->text_card) && !memcmp(t0, t1, sizeof t0);
+    /* a short session, then B again */
+    if (lm_backend_reset_slot(b, 0, &e) != MS_OK) die("reset_slot", &e);
+    reset_session(b, 0, 3, 3, NULL, NULL);
+    if (lm_backend_reset_slot(b, 0, &e) != MS_OK) die("reset_slot", &e);
+    reset_session(b, 0, 2, nb, l0, t0);
+    int same2 = !memcmp(l0, l1, sizeof(float) * nb * g->text_card) && !memcmp(t0, t1, sizeof t0);
+    result(pos_ok && same && same2, name,
+           "after 15 steps (wrapped) and a reset, %d steps of a new session equal a fresh slot's: %s; after a 3-step "
+           "session: %s%s", nb, same ? "bit for bit" : "DIFFER", same2 ? "bit for bit" : "DIFFER",
+           pos_ok ? "" : "; position not 0 after reset");
+    free(l0); free(l1);
+    lm_backend_close(b);
+}
+
+/* ---- dep_steps < dep_q ---------------------------------------------------------------------- */
+
+/* Two slots with the same history and inputs in one batch, one asking for
+ * every sub-step, one for fewer: the same text token, the same first
+ * sub-steps, -1 for the others (and their audio logits left as they were);
+ * on the replayed graph (no logits) and on the uncaptured path (logits). */
+static void test_dep_steps(void) {
+    const char *name = "dep_steps";
+    if (!begin(name)) return;
+    const char *dir = make_model("dep", 8, 12, 1);
+    knobs(1, 1);
+    lm_backend *b = open_b(&lm_cuda_backend, dir, 2, 0);
+    const lm_config *g = &b->cfg;
+    int tok[LM_MAX_STREAMS];
+    int ok = 1, checked = 0;
+    const int want[4] = {3, 0, 1, 8};
+    float *al = malloc(sizeof(float) * 2 * g->dep_q * g->card), *tl = malloc(sizeof(float) * 2 * g->text_card);
+    for (int t = 0; t < 4; t++) {
+        rand_tokens(tok, 1, g, 70 + (uint64_t)t);
+        int logits = t % 2;
+        lm_step_slot s[2];
+        memset(s, 0, sizeof s);
+        for (int i = 0; i < 2; i++) {
+            s[i].slot = i;
+            memcpy(s[i].tokens, tok, sizeof tok);
+            lm_samp_defaults(&s[i].samp, 9);
+            s[i].step = (uint64_t)t;
+            s[i].dep_steps = i ? want[t] : -1;
+            if (logits) {
+                s[i].text_logits = tl + (size_t)i * g->text_card;
+                s[i].audio_logits = al + (size_t)i * g->dep_q * g->card;
+            }
+        }
+        for (size_t i = 0; i < 2 * (size_t)g->dep_q * g->card; i++) al[i] = 1234.5f;
+        step_or_die(b, s, 2);
+        int nd = want[t];
+        ok = ok && s[0].out_text == s[1].out_text;
+        for (int k = 0; k < g->dep_q; k++) {
+            ok = ok && s[0].out_audio[k] >= 0 && (k < nd ? s[1].out_audio[k] == s[0].out_audio[k] : s[1].out_audio[k] == -1);
+            if (logits) {
+                const float *a1 = al + ((size_t)g->dep_q + k) * g->card;
+                ok = ok && (k < nd ? !memcmp(a1, al + (size_t)k * g->card, sizeof(float) * g->card) : a1[0] == 1234.5f);
+            }
+        }
+        checked++;
+    }
+    result(ok, name, "%d steps, dep_steps 3/0/1/8 beside -1 in one batch (graph, then uncaptured with logits): "
+           "common sub-steps identical, the others -1%s", checked, ok ? "" : ": WRONG");
+    free(al); free(tl);
+    lm_backend_close(b);
+}
+
+/* ---- invalid arguments --------------------------------------------------------------------- */
+
+/* Each bad call answers its error from the dispatcher, changes nothing (no
+ * position moves, the backend is not marked dead) and the next good step
+ * works. */
+static void test_invalid(void) {
+    const char *name = "invalid_arguments";
+    if (!begin(name)) return;
+    const char *dir = make_model("inval", 8, 12, 1);
+    knobs(0, 1);
+    lm_backend *b = open_b(&lm_cuda_backend, dir, 3, 0);
+    const lm_config *g = &b->cfg;
+    lm_step_slot good;
+    memset(&good, 0, sizeof good);
+    for (int i = 0; i < g->n_streams; i++) good.tokens[i] = i == 0 ? g->text_card : g->card;
+    lm_samp_defaults(&good.samp, 1);
+    good.dep_steps = -1;
+    step_or_die(b, &good, 1);
+    int target[LM_MAX_DEP_Q + 1] = {0};
+    uint8_t prov[LM_MAX_DEP_Q + 1] = {1};
+    struct { const char *what; int want; lm_step_slot s[2]; int n; } bad[12];
+    int nb = 0;
+#define BAD(w, code, n_, ...) do { bad[nb].what = w; bad[nb].want = code; bad[nb].n = n_; bad[nb].s[0] = good; \
+        bad[nb].s[1] = good; bad[nb].s[1].slot = 1; __VA_ARGS__; nb++; } while (0)
+    BAD("slot -1", MS_ERR_RANGE, 1, bad[nb].s[0].slot = -1);
+    BAD("slot max_slots", MS_ERR_RANGE, 1, bad[nb].s[0].slot = 3);
+    BAD("slot twice", MS_ERR_ARG, 2, bad[nb].s[1].slot = 0);
+    BAD("text token text_card + 1", MS_ERR_RANGE, 1, bad[nb].s[0].tokens[0] = g->text_card + 1);
+    BAD("audio token -2", MS_ERR_RANGE, 2, bad[nb].s[1].tokens[3] = -2);
+    BAD("target without provided", MS_ERR_ARG, 1, bad[nb].s[0].target = target);
+    BAD("target out of range", MS_ERR_RANGE, 1, bad[nb].s[0].target = target; bad[nb].s[0].provided = prov;
+        target[0] = g->text_card + 1);
+    BAD("dep_steps dep_q + 1", MS_ERR_RANGE, 1, bad[nb].s[0].dep_steps = g->dep_q + 1);
+    BAD("dep_steps -2", MS_ERR_RANGE, 1, bad[nb].s[0].dep_steps = -2);
+    BAD("temperature NaN", MS_ERR_RANGE, 2, bad[nb].s[1].samp.audio_temp = NAN);
+    BAD("n > max_slots", MS_ERR_ARG, 4);
+#undef BAD
+    int ok = 1;
+    char fails[512] = "";
+    for (int i = 0; i < nb; i++) {
+        ms_error e = {0};
+        int rc = lm_backend_step(b, bad[i].s, bad[i].n, &e);
+        if (rc != bad[i].want || !e.msg[0]) {
+            ok = 0;
+            snprintf(fails + strlen(fails), sizeof fails - strlen(fails), " [%s: rc %d]", bad[i].what, rc);
+        }
+    }
+    /* prefill and snapshots */
+    int tok[LM_MAX_STREAMS] = {0};
+    ms_error e = {0};
+    lm_kv_snap *snap = NULL;
+    int rc_pf = lm_backend_prefill(b, 1, 3, 1, tok, NULL, &e);       /* pos0 not the slot's position */
+    int rc_pf0 = lm_backend_prefill(b, 1, 0, 0, tok, NULL, &e);      /* no positions */
+    int rc_pf2 = lm_backend_prefill(b, 1, 0, 1, NULL, NULL, &e);     /* neither tokens nor embeddings */
+    int rc_sn = lm_backend_kv_snapshot(b, 0, 2, &snap, &e);          /* slot 0 holds 1 position */
+    int rc_rs = lm_backend_kv_restore_layers(b, 1, NULL, 0, 1, &e);
+    int rc_ms = lm_backend_mimi_encode(b, (int[]){0}, 1, (float[MS_FRAME_SAMPLES]){0}, (int[32]){0}, &e);  /* no codec */
+    int others = rc_pf == MS_ERR_STATE && rc_pf0 == MS_ERR_ARG && rc_pf2 == MS_ERR_ARG && rc_sn == MS_ERR_RANGE &&
+                 !snap && rc_rs == MS_ERR_ARG && rc_ms == MS_ERR_STATE;
+    /* nothing moved, and the backend still steps */
+    int pos_ok = lm_backend_pos(b, 0) == 1 && lm_backend_pos(b, 1) == 0 && lm_backend_pos(b, 2) == 0;
+    ms_error eg = {0};
+    int rc_good = lm_backend_step(b, &good, 1, &eg);
+    int after = rc_good == MS_OK && lm_backend_pos(b, 0) == 2 && good.out_text >= 0 && good.out_text < g->text_card;
+    result(ok && others && pos_ok && after, name,
+           "%d bad steps, 3 bad prefills, a bad snapshot, restore and codec call answered by the dispatcher%s%s; "
+           "positions unchanged: %s; next step: %s", nb, ok ? "" : ": WRONG", fails, pos_ok ? "yes" : "NO",
+           after ? "ok" : eg.msg);
+    lm_backend_close(b);
+}
+
+/* ---- a batch of max_slots ------------------------------------------------------------------ */
+
+/* Every slot in one call (the largest bucket, no padding row), against the
+ * CPU on the same inputs, in two orders: the logit bound and the near-tie
+ * rule (the rows are few: the plain 99 % rule would allow no flip). */
+static void test_max_slots(void) {
+    const char *name = "batch_max_slots";
+    if (!begin(name)) return;
+    enum { MS = 5 };
+    mopt o = {.peaked = 1};
+    const char *dir = make_model_o("maxs", 8, 12, 1, &o);
+    knobs(0, 1);
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, MS, 0), *gpu = open_b(&lm_cuda_backend, dir, MS, 0);
+    const lm_config *g = &cpu->cfg;
+    size_t nt = (size_t)g->text_card, na = (size_t)g->dep_q * g->card;
+    float *lc = malloc(sizeof(float) * MS * (nt + na)), *lg = malloc(sizeof(float) * MS * (nt + na));
+    int *tok = malloc(sizeof(int) * MS * g->n_streams);
+    cmp text = {0}, audio = {0};
+    int steps = 4, tokens_ok = 1;
+    for (int t = 0; t < steps; t++) {
+        rand_tokens(tok, MS, g, 300 + (uint64_t)t);
+        lm_step_slot sc[MS], sg[MS];
+        memset(sc, 0, sizeof sc);
+        for (int i = 0; i < MS; i++) {
+            sc[i].slot = t % 2 ? MS - 1 - i : i;
+            memcpy(sc[i].tokens, tok + (size_t)i * g->n_streams, sizeof(int) * g->n_streams);
+            lm_samp_greedy(&sc[i].samp);
+            sc[i].step = (uint64_t)t;
+            sc[i].dep_steps = -1;
+            sc[i].text_logits = lc + (size_t)i * (nt + na);
+            sc[i].audio_logits = sc[i].text_logits + nt;
+        }
+        step_or_die(cpu, sc, MS);
+        for (int i = 0; i < MS; i++) {
+            sg[i] = sc[i];
+            /* teacher-forced on the CPU's samples */
+            static int target[MS][LM_MAX_DEP_Q + 1];
+            static uint8_t prov[MS][LM_MAX_DEP_Q + 1];
+            target[i][0] = sc[i].out_text;
+            prov[i][0] = 1;
+            for (int k = 0; k < g->dep_q; k++) {
+                target[i][1 + k] = sc[i].out_audio[k];
+                prov[i][1 + k] = 1;
+            }
+            sg[i].target = target[i];
+            sg[i].provided = prov[i];
+            sg[i].text_logits = lg + (size_t)i * (nt + na);
+            sg[i].audio_logits = sg[i].text_logits + nt;
+        }
+        step_or_die(gpu, sg, MS);
+        for (int i = 0; i < MS; i++) {
+            compare(&text, sg[i].text_logits, sc[i].text_logits, g->text_card, LOGIT_TOL);
+            for (int k = 0; k < g->dep_q; k++)
+                compare(&audio, sg[i].audio_logits + (size_t)k * g->card, sc[i].audio_logits + (size_t)k * g->card,
+                        g->card, LOGIT_TOL);
+            tokens_ok = tokens_ok && sg[i].out_text >= 0 && sg[i].out_text < g->text_card;
+        }
+    }
+    int pos_ok = 1;
+    for (int s = 0; s < MS; s++) pos_ok = pos_ok && lm_backend_pos(gpu, s) == steps;
+    cmp_print("text", &text, LOGIT_TOL);
+    cmp_print("audio", &audio, LOGIT_TOL);
+    int ok = tokens_ok && pos_ok && text.worst <= LOGIT_TOL && audio.worst <= LOGIT_TOL &&
+             text.decisive_agree == text.decisive && audio.decisive_agree == audio.decisive;
+    result(ok, name, "%d steps of all %d slots (two orders) vs the CPU: worst logit err %.2e / %.2e (tol %.2g), "
+           "argmax %ld/%ld and %ld/%ld, decisive rows all agree: %s%s", steps, MS, text.worst, audio.worst, LOGIT_TOL,
+           text.agree, text.n, audio.agree, audio.n,
+           text.decisive_agree == text.decisive && audio.decisive_agree == audio.decisive ? "yes" : "NO",
+           pos_ok ? "" : "; positions wrong");
+    free(lc); free(lg); free(tok);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+/* ---- the dispatcher's frame step with a codec ------------------------------------------------ */
+
+/* The fixture Mimi (tests/fixtures/mimi/tiny: 8 codebooks of 64 bins; its
+ * path from $MIMI_FIXTURES or the repository root) with a peaked LM of card
+ * 64, on the CPU backend and on the CUDA backend, through lm_frame_submit /
+ * lm_frame_wait (the dispatcher's frame step: the CUDA table has no
+ * frame_submit yet), greedy, on the matvec path: the same codes in, the same
+ * tokens and frames out. codec "host": the CUDA backend's Mimi on the host
+ * (MOSHID_CU_MIMI=cpu), so the codes and the PCM must be bit for bit the
+ * CPU backend's; "device": its device codec (cuda/cu_mimi.c), whose codes
+ * must still be the CPU's on this input (a code that differs is reported:
+ * the codec's own bounds are mimi-test's) and whose PCM must lie within
+ * FRAME_PCM_TOL of the rms (float rounding is ~1e-5 of it; a wrong slot's
+ * state or wrong codes cost O(1)). The device variant runs on a GPU only:
+ * emulating the codec's convolutions would double the case's time. */
+#define FRAME_PCM_TOL 1e-3
+static void frame_case(const char *codec) {
+    char name[96];
+    snprintf(name, sizeof name, "frame_step/%s", codec);
+    if (!begin(name)) return;
+    const char *fx = getenv("MIMI_FIXTURES");
+    char mimi[600], mcfg[600];
+    snprintf(mimi, sizeof mimi, "%s/tiny.safetensors", fx && fx[0] ? fx : "tests/fixtures/mimi");
+    snprintf(mcfg, sizeof mcfg, "%s/tiny.json", fx && fx[0] ? fx : "tests/fixtures/mimi");
+    if (access(mimi, R_OK) != 0 || access(mcfg, R_OK) != 0) {
+        printf("skip %-36s %s not found (run from the repository root or set MIMI_FIXTURES)\n", name, mimi);
+        return;
+    }
+    mopt o = {.peaked = 1, .card = 64};
+    const char *dir = make_model_o("frame", 8, 12, 1, &o);
+    knobs(0, 0);   /* the matvec path on the emulator too */
+    char saved[32] = "";
+    const char *cm = getenv("MOSHID_CU_MIMI");
+    int had = cm != NULL;
+    if (had) snprintf(saved, sizeof saved, "%s", cm);
+    int host = !strcmp(codec, "host");
+    if (host) setenv("MOSHID_CU_MIMI", "cpu", 1);
+    else unsetenv("MOSHID_CU_MIMI");
+    lm_backend_opts bo = {.max_slots = 3, .threads = 1, .variant = LM_VARIANT_AUTO, .mimi = mimi, .mimi_config = mcfg};
+    ms_error e = {0};
+    lm_backend *be[2];
+    be[0] = lm_backend_open(&lm_cpu_backend, dir, &bo, &e);
+    if (!be[0]) die("cpu open with the fixture Mimi", &e);
+    be[1] = lm_backend_open(&lm_cuda_backend, dir, &bo, &e);
+    if (!be[1]) die("cuda open with the fixture Mimi", &e);
+    if (had) setenv("MOSHID_CU_MIMI", saved, 1);
+    else unsetenv("MOSHID_CU_MIMI");
+    enum { FR = 3, N = 2 };   /* Kyutai's delay of 1: frames 2 and 3 come out */
+    const int slots[N] = {2, 0};
+    lmgen_slot gen[2][N];
+    lmgen_slot *gp[2][N];
+    lm_frame f[2];
+    lm_samp sp;
+    lm_samp_defaults(&sp, 5);
+    lm_samp_greedy(&sp);
+    for (int k = 0; k < 2; k++) {
+        if (lm_frame_alloc(be[k], &f[k], N, &e) != MS_OK) die("lm_frame_alloc", &e);
+        for (int i = 0; i < N; i++) {
+            lmgen_init(&gen[k][i], &be[k]->cfg, slots[i], &sp);
+            gp[k][i] = &gen[k][i];
+        }
+    }
+    float *pcm = malloc(sizeof(float) * N * MS_FRAME_SAMPLES);
+    int nout = 1 + be[0]->cfg.dep_q, nu = be[0]->n_user;
+    int same_codes = 1, same_out = 1, frames_out = 0, tokens = 0, code_frame = -1;
+    double pcm_err = 0;
+    for (int fr = 0; fr < FR; fr++) {
+        for (int i = 0; i < N * MS_FRAME_SAMPLES; i++)
+            pcm[i] = 0.25f * sinf(0.013f * (float)(i + fr * MS_FRAME_SAMPLES) * (1.0f + 0.5f * (float)(i / MS_FRAME_SAMPLES)));
+        for (int k = 0; k < 2; k++) {
+            f[k].n = N;
+            f[k].slots = slots;
+            f[k].gens = gp[k];
+            f[k].pcm_in = pcm;
+            if (lm_frame_submit(be[k], &f[k], &e) != MS_OK || lm_frame_wait(be[k], &f[k], &e) != MS_OK)
+                die(k ? "cuda frame" : "cpu frame", &e);
+        }
+        if (memcmp(f[0].codes, f[1].codes, sizeof(int) * N * nu) && code_frame < 0) code_frame = fr;
+        same_codes = same_codes && code_frame < 0;
+        for (int i = 0; i < N; i++) {
+            same_out = same_out && f[0].has_out[i] == f[1].has_out[i];
+            if (!f[0].has_out[i] || !f[1].has_out[i]) continue;
+            frames_out++;
+            for (int j = 0; j < nout; j++) {
+                tokens++;
+                same_out = same_out && f[0].out[i * nout + j] == f[1].out[i * nout + j];
+            }
+            /* the decoded audio of this row, normalised by the CPU's rms */
+            const float *a = f[0].pcm_out + (size_t)i * MS_FRAME_SAMPLES, *b = f[1].pcm_out + (size_t)i * MS_FRAME_SAMPLES;
+            double ss = 0, mx = 0;
+            for (int j = 0; j < MS_FRAME_SAMPLES; j++) {
+                double d = fabs((double)a[j] - b[j]);
+                ss += (double)a[j] * a[j];
+                if (!(d <= mx)) mx = d != d ? INFINITY : d;
+            }
+            double r = mx / (sqrt(ss / MS_FRAME_SAMPLES) + 1e-30);
+            if (r > pcm_err) pcm_err = r;
+        }
+    }
+    int pcm_ok = host ? pcm_err == 0 : pcm_err <= FRAME_PCM_TOL;
+    int ok = same_codes && same_out && pcm_ok && frames_out == N * (FR - 1);
+    char codes_msg[64];
+    if (same_codes) snprintf(codes_msg, sizeof codes_msg, "identical");
+    else snprintf(codes_msg, sizeof codes_msg, "DIFFER from frame %d", code_frame);
+    result(ok, name, "%d frames of %d slots (fixture Mimi, %d codebooks), greedy, matvec: codes %s; %d frames out, %d "
+           "tokens %s; PCM err %.1e of the rms (%s)", FR, N, be[1]->ncb, codes_msg, frames_out, tokens,
+           same_out ? "identical" : "DIFFER", pcm_err, host ? "must be 0" : "tol 1e-3");
+    free(pcm);
+    for (int k = 0; k < 2; k++) {
+        lm_frame_free(&f[k]);
+        lm_backend_close(be[k]);
+    }
+}
+
+static void test_frame(void) {
+    frame_case("host");
+    if (!on_emu) frame_case("device");
+}
+
 /* ---- device errors ------------------------------------------------------------------------- */
 
 static void test_device_error(void) {
@@ -934,10 +1527,19 @@ int main(int argc, char **argv) {
     atexit(cleanup);
     double t0 = now_ms();
     /* batches of 2 and 3 on the matvec (2 sub-steps: the emulated matvec is slow) */
-    test_teacher_forced("kyutai", "matvec", 8, 12, 0, 5, 5, 2);
+    test_teacher_forced("kyutai", "matvec", 0, 8, 12, 0, 5, 5, 2);
     /* every product a GEMM on the emulator; 16 steps: slot 0 past the wrap */
-    test_teacher_forced("kyutai", "gemm", 8, 12, 1, 0, 16, -1);
-    test_teacher_forced("personaplex", "gemm", 16, 12, 1, 0, 16, -1);
+    test_teacher_forced("kyutai", "gemm", 0, 8, 12, 1, 0, 16, -1);
+    test_teacher_forced("personaplex", "gemm", 0, 16, 12, 1, 0, 16, -1);
+    /* the peaked models: the issue's plain rule on the GEMM path (110 rows
+     * per stream: one flip in 100 is allowed). The matvec path meets it on
+     * the random model already (above); the peaked model there (same
+     * schedule, measured: 13/13 per stream, err <= 1.7e-4) costs another
+     * 6 s of emulated matvec and is run by `backend-test peaked/matvec`. */
+    if (filter && strstr("teacher_forced/kyutai-peaked/matvec", filter))
+        test_teacher_forced("kyutai", "matvec", 1, 8, 12, 0, 5, 5, 2);
+    test_teacher_forced("kyutai", "gemm", 1, 8, 12, 1, 0, 40, -1);
+    test_teacher_forced("personaplex", "gemm", 1, 16, 12, 1, 0, 40, -1);
     test_sampler("kyutai", 8);
     test_prefill_steps(40, 18, 0);   /* one chunk of 18 rows on the GEMM, single steps on the matvec */
     test_prefill_steps(12, 20, 1);   /* chunks of 12, the ring wraps inside */
@@ -949,6 +1551,12 @@ int main(int argc, char **argv) {
     test_codec();
     test_teacher_forced_mkmodel(8);    /* Kyutai-shaped */
     test_teacher_forced_mkmodel(16);   /* PersonaPlex-shaped */
+    test_f16();
+    test_reset();
+    test_dep_steps();
+    test_invalid();
+    test_max_slots();
+    test_frame();
     test_device_error();               /* last: leaves the emulated device faulted until its reset */
     printf("%d passed, %d failed in %.1f s\n", n_pass, n_fail, (now_ms() - t0) / 1e3);
     return n_fail ? 1 : 0;

@@ -45,7 +45,18 @@
  *    |gpu - ref| <= 1e-5 of the values' largest magnitude (softmax
  *    weights and sums of at most a few hundred f32 terms, each rounding at
  *    6e-8 relative: a random walk stays near 1e-6, one wrong key moves the
- *    output by its weight, ~1/nk >= 1e-3 here).
+ *    output by its weight, ~1/nk >= 1e-3 here);
+ *  - Mimi's kernels (cuda/cu_mimi_kern.cu) against the CPU codec's layer
+ *    (mimi_conv_forward, mimi_elu, mimi_gemm): |gpu - ref| <= (2 sqrt(n) +
+ *    16) units of 2^-24 of the sum of the n terms' magnitudes (computed by
+ *    the twin itself on |w|, |x|, |state|, which bounds it: ELU(|x|) >=
+ *    |ELU(x)|): float sums in another order, as the matvec's bound, plus a
+ *    few ulps of ELU (the same polynomial, fused or not); the kept conv
+ *    state exactly where it is a copy. The RVQ search: the code the
+ *    distances in double pick, or one within 1e-5 of the best distance's
+ *    scale (a near tie the float order may flip), and on exact duplicate
+ *    entries always the lowest index (the C's strict <); the residual
+ *    within the same bound as a sum.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -59,6 +70,7 @@
 #include "gpu_util.h"
 #include "lm_config.h"
 #include "kern_cpu.h"
+#include "mimi_int.h"
 #include "samp.h"
 #include "samp_core.h"
 #include "st.h"
@@ -754,6 +766,261 @@ static void test_lm_kernels(void) {
     elementwise_case(3, 300);
 }
 
+/* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */
+
+/* A CPU workspace for the twin alone (mimi_int.h's struct, no model). */
+static mimi_ws *twin_ws(size_t floats) {
+    mimi_ws *w = calloc(1, sizeof *w);
+    w->xb = malloc(floats * sizeof(float));
+    w->col = malloc(floats * sizeof(float));
+    w->pack = aligned_alloc(64, MIMI_GEMM_SCRATCH * sizeof(float));
+    return w;
+}
+static void twin_ws_free(mimi_ws *w) {
+    free(w->xb);
+    free(w->col);
+    free(w->pack);
+    free(w);
+}
+
+static void fill_normal(gu_rng *r, float *p, size_t n, double sd) {
+    for (size_t i = 0; i < n; i++) p[i] = (float)(sd * gu_normal(r));
+}
+static void fabs_all(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = fabsf(p[i]);
+}
+
+/* One conv (transposed: tr) on n = 3 items in slots {2, 0, 1} of a slab of
+ * 4, against mimi_conv_forward on the same states. layout: 0 raw w (one
+ * output channel, or depthwise), 1 panel, 2 pre-packed (blocked). */
+static void mimi_conv_case(const char *what, int tr, int depthwise, int cin, int cout, int K, int S, int dil, int T,
+                           int elu, int rep, int accumulate, int layout) {
+    char name[120];
+    snprintf(name, sizeof name, "mimi_%s cin=%d cout=%d K=%d S=%d dil=%d T=%d", what, cin, cout, K, S, dil, T);
+    const int n = 3, NS = 4, slots[3] = {2, 0, 1};
+    int Tout = tr ? T * S : T / S, P = tr ? K - S : (K - 1) * dil + 1 - S;
+    if (!begin(name, 1, (double)n * cout * Tout * (depthwise ? K : cin * K))) return;
+    gu_rng r = {4242 + (uint64_t)cin * 31 + K};
+    int M = tr ? (depthwise ? cout : cout * K) : cout, KK = tr ? (depthwise ? K : cin) : cin * K;
+    size_t nw = (size_t)M * KK, nx = (size_t)cin * n * T, ny = (size_t)cout * n * Tout;
+    size_t stride = (size_t)(tr ? cout : cin) * P, nst = stride * NS;
+    float *w = malloc(sizeof(float) * nw), *b = malloc(sizeof(float) * cout), *x = malloc(sizeof(float) * nx);
+    float *y0 = malloc(sizeof(float) * ny), *st0 = malloc(sizeof(float) * (nst + 1));
+    fill_normal(&r, w, nw, 1.0 / sqrt((double)KK));
+    fill_normal(&r, b, (size_t)cout, 0.5);
+    fill_normal(&r, x, nx, 1.0);
+    fill_normal(&r, y0, ny, 1.0);
+    fill_normal(&r, st0, nst + 1, 1.0);
+    unsigned char fl[3] = {1, 0, 1};
+    /* the twin, twice: the values, then the magnitudes (|w|, |x|, ...) */
+    float *yr = malloc(sizeof(float) * ny), *str = malloc(sizeof(float) * (nst + 1));
+    float *ym = malloc(sizeof(float) * ny), *stm = malloc(sizeof(float) * (nst + 1));
+    for (int pass = 0; pass < 2; pass++) {
+        float *wc = malloc(sizeof(float) * nw), *xc = malloc(sizeof(float) * nx), *bc = malloc(sizeof(float) * cout);
+        float *yy = pass ? ym : yr, *ss = pass ? stm : str;
+        memcpy(wc, w, sizeof(float) * nw);
+        memcpy(xc, x, sizeof(float) * nx);
+        memcpy(bc, b, sizeof(float) * cout);
+        memcpy(yy, y0, sizeof(float) * ny);
+        memcpy(ss, st0, sizeof(float) * (nst + 1));
+        if (pass) {
+            fabs_all(wc, nw); fabs_all(xc, nx); fabs_all(bc, (size_t)cout); fabs_all(yy, ny); fabs_all(ss, nst + 1);
+        }
+        mimi_conv c = {.cin = cin, .cout = cout, .k = K, .stride = S, .dil = dil, .transposed = tr,
+                       .depthwise = depthwise, .replicate = rep, .pad = P, .b = bc};
+        float *packed = NULL;
+        if (layout == 0) c.w = wc;
+        else if (layout == 1) {
+            packed = aligned_alloc(64, ((mimi_panel_size(M, KK) * sizeof(float) + 63) / 64) * 64);
+            mimi_panel_pack(M, KK, wc, KK, packed);
+            c.wpanel = packed;
+        } else {
+            packed = aligned_alloc(64, ((mimi_gemm_packed_size(M, KK) * sizeof(float) + 63) / 64) * 64);
+            mimi_gemm_pack_a(M, KK, wc, KK, packed);
+            c.wp = packed;
+        }
+        float *states[3];
+        unsigned char fc[3] = {fl[0], fl[1], fl[2]}, *first[3] = {&fc[0], &fc[1], &fc[2]};
+        for (int i = 0; i < n; i++) states[i] = ss + (size_t)slots[i] * stride;
+        size_t wsn = (size_t)64 * (cin + cout) * K * (T + P + Tout + 16) * n + 4096;
+        mimi_ws *ws = twin_ws(wsn);
+        mimi_conv_forward(&c, n, T, xc, elu, states, rep ? first : NULL, yy, accumulate, ws);
+        twin_ws_free(ws);
+        free(packed); free(wc); free(xc); free(bc);
+    }
+    /* the kernels */
+    float *dw = gu_dalloc(sizeof(float) * nw), *db = gu_dalloc(sizeof(float) * cout), *dx = gu_dalloc(sizeof(float) * nx);
+    float *dy = gu_dalloc(sizeof(float) * ny), *dst = gu_dalloc(sizeof(float) * (nst + 1));
+    size_t nxb = (size_t)n * cin * (P + T) + nx, nfull = (size_t)n * cout * (Tout + P);
+    float *dxb = gu_dalloc(sizeof(float) * nxb), *dfull = gu_dalloc(sizeof(float) * (nfull + 1));
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * n), *dfirst = gu_dalloc(sizeof(int32_t) * n);
+    int32_t fi[3] = {fl[0], fl[1], fl[2]};
+    gu_h2d(dw, w, sizeof(float) * nw);
+    gu_h2d(db, b, sizeof(float) * cout);
+    gu_h2d(dx, x, sizeof(float) * nx);
+    gu_h2d(dy, y0, sizeof(float) * ny);
+    gu_h2d(dst, st0, sizeof(float) * (nst + 1));
+    gu_h2d(dslot, slots, sizeof(int32_t) * n);
+    gu_h2d(dfirst, fi, sizeof(int32_t) * n);
+    if (tr) {
+        const float *X = dx;
+        if (elu) {
+            CU_CHECK_FATAL(cu_mimi_elu(dxb, dx, nx, 0));
+            X = dxb;
+        }
+        CU_CHECK_FATAL(cu_mimi_convtr(dy, dfull, dst, stride, 0, X, dw, db, dslot, n, cin, cout, K, S, T, depthwise,
+                                      accumulate, 0));
+    } else {
+        CU_CHECK_FATAL(cu_mimi_conv_stage(dxb, dst, stride, 0, dx, dslot, rep ? dfirst : NULL, n, cin, T, P, elu, 0));
+        CU_CHECK_FATAL(cu_mimi_conv(dy, dxb, dw, db, n, cin, cout, K, S, dil, P + T, Tout, accumulate, 0));
+    }
+    gu_sync();
+    float *y = malloc(sizeof(float) * ny), *st = malloc(sizeof(float) * (nst + 1));
+    gu_d2h(y, dy, sizeof(float) * ny);
+    gu_d2h(st, dst, sizeof(float) * (nst + 1));
+    double terms = (double)(depthwise ? K : (tr ? cin * ((K + S - 1) / S) : cin * K)) + 3;
+    double tol = 2 * sqrt(terms) + 16;
+    long at, ats;
+    double e1 = worst_err(y, yr, ym, ldexp(1.0, -24), ny, tol, &at);
+    double e2 = worst_err(st, str, stm, ldexp(1.0, -24), nst + 1, tr ? tol : 16.0, &ats);
+    if (at >= 0) result(0, name, "output at %ld: gpu %.9g twin %.9g (error %.3g units, tolerance %.0f)", at, y[at], yr[at], e1, tol);
+    else if (ats >= 0) result(0, name, "kept state at %ld: gpu %.9g twin %.9g (error %.3g units)", ats, st[ats], str[ats], e2);
+    else result(1, name, "worst %.3g units of 2^-24 (tolerance %.0f); kept state %.3g", e1, tol, e2);
+    gu_dfree(dw); gu_dfree(db); gu_dfree(dx); gu_dfree(dy); gu_dfree(dst); gu_dfree(dxb); gu_dfree(dfull);
+    gu_dfree(dslot); gu_dfree(dfirst);
+    free(w); free(b); free(x); free(y0); free(st0); free(yr); free(str); free(ym); free(stm); free(y); free(st);
+}
+
+/* cu_mimi_gemm against mimi_gemm, and cu_mimi_elu against mimi_elu. */
+static void mimi_gemm_elu_case(int M, int N, int K) {
+    char name[96];
+    snprintf(name, sizeof name, "mimi_gemm+elu M=%d N=%d K=%d", M, N, K);
+    if (!begin(name, 1, (double)M * N * K)) return;
+    gu_rng r = {99};
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *C0 = malloc(sizeof(float) * nc);
+    fill_normal(&r, A, na, 1.0);
+    fill_normal(&r, B, nb, 3.0);
+    fill_normal(&r, C0, nc, 1.0);
+    B[0] = -100.f; B[1] = -1e-7f; B[2] = 0.f; B[3] = -0.f;   /* ELU's clamp, tiny, zeros */
+    float *Cr = malloc(sizeof(float) * nc), *Cm = malloc(sizeof(float) * nc), *Am = malloc(sizeof(float) * na),
+          *Bm = malloc(sizeof(float) * nb);
+    memcpy(Cr, C0, sizeof(float) * nc);
+    mimi_gemm(M, N, K, A, K, B, N, Cr, N, 1);
+    memcpy(Am, A, sizeof(float) * na); fabs_all(Am, na);
+    memcpy(Bm, B, sizeof(float) * nb); fabs_all(Bm, nb);
+    memcpy(Cm, C0, sizeof(float) * nc); fabs_all(Cm, nc);
+    mimi_gemm(M, N, K, Am, K, Bm, N, Cm, N, 1);
+    float *er = malloc(sizeof(float) * nb), *eg = malloc(sizeof(float) * nb), *emag = malloc(sizeof(float) * nb);
+    mimi_elu(er, B, nb);
+    for (size_t i = 0; i < nb; i++) emag[i] = fabsf(er[i]) + 1e-30f;
+    float *dA = gu_dalloc(sizeof(float) * na), *dB = gu_dalloc(sizeof(float) * nb), *dC = gu_dalloc(sizeof(float) * nc),
+          *dE = gu_dalloc(sizeof(float) * nb);
+    gu_h2d(dA, A, sizeof(float) * na);
+    gu_h2d(dB, B, sizeof(float) * nb);
+    gu_h2d(dC, C0, sizeof(float) * nc);
+    CU_CHECK_FATAL(cu_mimi_gemm(dC, dA, dB, M, N, K, 1, 0));
+    CU_CHECK_FATAL(cu_mimi_elu(dE, dB, nb, 0));
+    gu_sync();
+    float *C = malloc(sizeof(float) * nc);
+    gu_d2h(C, dC, sizeof(float) * nc);
+    gu_d2h(eg, dE, sizeof(float) * nb);
+    double tol = 2 * sqrt((double)K + 1) + 16;
+    long at, ate;
+    double e1 = worst_err(C, Cr, Cm, ldexp(1.0, -24), nc, tol, &at);
+    double e2 = worst_err(eg, er, emag, ldexp(1.0, -24), nb, 8.0, &ate);
+    if (at >= 0) result(0, name, "gemm at %ld: gpu %.9g twin %.9g", at, C[at], Cr[at]);
+    else if (ate >= 0) result(0, name, "elu of %.9g: gpu %.9g twin %.9g", B[ate], eg[ate], er[ate]);
+    else result(1, name, "gemm worst %.3g units (tolerance %.0f); elu worst %.3g units of |elu| (tolerance 8)", e1, tol, e2);
+    gu_dfree(dA); gu_dfree(dB); gu_dfree(dC); gu_dfree(dE);
+    free(A); free(B); free(C0); free(Cr); free(Cm); free(Am); free(Bm); free(er); free(eg); free(emag); free(C);
+}
+
+/* One RVQ level on n items: random codebook with exact duplicates (entry
+ * dup_of[k] repeated at a higher index) and items sitting on a duplicated
+ * entry, so the lowest-index rule decides. */
+static void mimi_rvq_case(int n, int Dq, int bins) {
+    char name[96];
+    snprintf(name, sizeof name, "mimi_rvq_level n=%d Dq=%d bins=%d", n, Dq, bins);
+    if (!begin(name, 1, (double)n * Dq * bins)) return;
+    gu_rng r = {31337};
+    float *cb = malloc(sizeof(float) * bins * Dq), *nn = malloc(sizeof(float) * bins), *res = malloc(sizeof(float) * Dq * n);
+    fill_normal(&r, cb, (size_t)bins * Dq, 1.0);
+    memcpy(cb + (size_t)(bins - 1) * Dq, cb + (size_t)3 * Dq, sizeof(float) * Dq);   /* 3 == bins-1 */
+    memcpy(cb + (size_t)(bins / 2) * Dq, cb + (size_t)3 * Dq, sizeof(float) * Dq);   /* 3 == bins/2 */
+    for (int j = 0; j < bins; j++) {
+        float s = 0.f;
+        for (int d = 0; d < Dq; d++) s += cb[(size_t)j * Dq + d] * cb[(size_t)j * Dq + d];
+        nn[j] = s;
+    }
+    fill_normal(&r, res, (size_t)Dq * n, 1.0);
+    for (int d = 0; d < Dq; d++) res[(size_t)d * n + 0] = cb[(size_t)3 * Dq + d];   /* item 0 on the triple */
+    float *dcb = gu_dalloc(sizeof(float) * bins * Dq), *dnn = gu_dalloc(sizeof(float) * bins),
+          *dr = gu_dalloc(sizeof(float) * Dq * n);
+    int32_t *dcodes = gu_dalloc(sizeof(int32_t) * n * 2);
+    gu_h2d(dcb, cb, sizeof(float) * bins * Dq);
+    gu_h2d(dnn, nn, sizeof(float) * bins);
+    gu_h2d(dr, res, sizeof(float) * Dq * n);
+    CU_CHECK_FATAL(cu_mimi_rvq_level(dcodes + 1, 2, dr, dcb, dnn, n, Dq, bins, 0));
+    gu_sync();
+    int32_t *codes = malloc(sizeof(int32_t) * n * 2);
+    float *rg = malloc(sizeof(float) * Dq * n);
+    gu_d2h(codes, dcodes, sizeof(int32_t) * n * 2);
+    gu_d2h(rg, dr, sizeof(float) * Dq * n);
+    int bad = -1;
+    double worst_r = 0;
+    for (int s = 0; s < n && bad < 0; s++) {
+        double best = INFINITY, scale = 0;
+        int bi = 0;
+        for (int j = 0; j < bins; j++) {
+            double dot = 0;
+            for (int d = 0; d < Dq; d++) dot += (double)cb[(size_t)j * Dq + d] * res[(size_t)d * n + s];
+            double dist = nn[j] - 2 * dot;
+            if (dist < best) { best = dist; bi = j; }
+            if (fabs(dist) > scale) scale = fabs(dist);
+        }
+        int g = codes[(size_t)s * 2 + 1];
+        double dg = INFINITY;
+        if (g >= 0 && g < bins) {
+            double dot = 0;
+            for (int d = 0; d < Dq; d++) dot += (double)cb[(size_t)g * Dq + d] * res[(size_t)d * n + s];
+            dg = nn[g] - 2 * dot;
+        }
+        if (s == 0 ? g != 3 : !(g == bi || dg - best <= 1e-5 * scale)) bad = s;
+        for (int d = 0; d < Dq && g >= 0 && g < bins; d++) {
+            double want = (double)res[(size_t)d * n + s] - cb[(size_t)g * Dq + d];
+            double e = fabs(rg[(size_t)d * n + s] - want) / (ldexp(1.0, -24) * (fabs(res[(size_t)d * n + s]) + fabs(cb[(size_t)g * Dq + d])));
+            if (e > worst_r) worst_r = e;
+        }
+        if (bad < 0 && s == 0) (void)0;
+    }
+    if (bad >= 0) result(0, name, "item %d: gpu code %d (item 0 sits on entries 3, %d, %d: must be 3)", bad,
+                         codes[(size_t)bad * 2 + 1], bins / 2, bins - 1);
+    else if (worst_r > 2) result(0, name, "residual error %.3g units", worst_r);
+    else result(1, name, "every code the nearest (duplicates: lowest index); residual within %.3g units", worst_r);
+    gu_dfree(dcb); gu_dfree(dnn); gu_dfree(dr); gu_dfree(dcodes);
+    free(cb); free(nn); free(res); free(codes); free(rg);
+}
+
+static void test_mimi_kernels(void) {
+    /* as the codec calls them: a stride-1 dilated conv on the blocked path,
+     * a strided downsampling conv (panel), the replicate-initialised
+     * downsample, the one-channel last conv (raw w), a residual block's
+     * 1x1 accumulate, a kept state longer than the input (the decoder's
+     * first conv at 25 Hz), a transposed conv and the depthwise upsample */
+    mimi_conv_case("conv", 0, 0, 5, 7, 3, 1, 2, 16, 1, 0, 1, 2);
+    mimi_conv_case("conv", 0, 0, 4, 6, 8, 4, 1, 32, 1, 0, 0, 1);
+    mimi_conv_case("down", 0, 0, 6, 6, 4, 2, 1, 2, 0, 1, 0, 1);
+    mimi_conv_case("conv", 0, 0, 4, 1, 3, 1, 1, 20, 1, 0, 0, 0);
+    mimi_conv_case("conv", 0, 0, 3, 5, 1, 1, 1, 16, 1, 0, 1, 2);
+    mimi_conv_case("conv", 0, 0, 8, 6, 7, 1, 1, 2, 0, 0, 0, 1);
+    mimi_conv_case("convtr", 1, 0, 6, 3, 8, 4, 1, 3, 1, 0, 0, 1);
+    mimi_conv_case("up", 1, 1, 5, 5, 4, 2, 1, 1, 0, 0, 0, 0);
+    mimi_gemm_elu_case(9, 5, 37);
+    mimi_rvq_case(3, 16, 64);
+    mimi_rvq_case(2, 24, 300);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--small")) small_only = 1;
@@ -783,6 +1050,7 @@ int main(int argc, char **argv) {
     test_rmsnorm();
     test_sample();
     test_lm_kernels();
+    test_mimi_kernels();
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail ? 1 : 0;
 }

@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import aiohttp
 import numpy as np
@@ -46,6 +48,13 @@ def upgrade(port, query="", headers=None, host=None):
     """A WebSocket upgrade on a plain socket: (status, body) of the answer.
     The socket is closed after reading it (for a 101: a session that opens
     and ends at once)."""
+    status, _, body = upgrade_h(port, query, headers, host)
+    return status, body
+
+
+def upgrade_h(port, query="", headers=None, host=None):
+    """upgrade(), with the answer's headers (lower-case names):
+    (status, headers, body)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=ANSWER_S)
     try:
         key = base64.b64encode(os.urandom(16)).decode()
@@ -64,19 +73,19 @@ def upgrade(port, query="", headers=None, host=None):
         head, body = buf.split(b"\r\n\r\n", 1)
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
-        if status == 101:
-            return status, ""
-        length = None
+        hdrs = {}
         for l in lines[1:]:
             k, _, v = l.partition(":")
-            if k.strip().lower() == "content-length":
-                length = int(v.strip())
+            hdrs[k.strip().lower()] = v.strip()
+        if status == 101:
+            return status, hdrs, ""
+        length = int(hdrs["content-length"]) if "content-length" in hdrs else None
         while length is None or len(body) < length:
             b = s.recv(4096)
             if not b:
                 break
             body += b
-        return status, body.decode("utf-8", "replace").strip()
+        return status, hdrs, body.decode("utf-8", "replace").strip()
     finally:
         s.close()
 
@@ -355,3 +364,104 @@ def test_bad_tokens_file_at_start(build_dir, tmp_path):
     assert r.returncode == 1, r
     assert ":2: name alice given twice" in r.stderr, r.stderr
     assert TOK_ALICE not in r.stderr and TOK_BOB not in r.stderr
+
+
+CHALLENGE = 'Bearer realm="moshid"'
+
+
+def http(port, path, headers=None):
+    """GET path: (status, headers with lower-case names, body)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=ANSWER_S) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read().decode()
+
+
+def test_401_carries_the_bearer_challenge(authd):
+    """RFC 6750 3 / RFC 7235 4.1: every 401 names the scheme and realm;
+    other refusals do not carry it."""
+    p, port, log = authd
+    st, h, body = upgrade_h(port)
+    assert st == 401 and h.get("www-authenticate") == CHALLENGE, (st, h, body)
+    st, h, _ = upgrade_h(port, headers={"Authorization": "Bearer " + "w" * 40})
+    assert st == 401 and h.get("www-authenticate") == CHALLENGE, (st, h)
+    st, h, _ = upgrade_h(port, headers={"Origin": "http://evil.example"})
+    assert st == 403 and "www-authenticate" not in h, (st, h)
+
+
+@pytest.fixture
+def protectd(build_dir, tmp_path):
+    """A daemon with tokens and auth.protect_http on."""
+    tokens = tmp_path / "tokens"
+    write_tokens(tokens, [f"alice:{TOK_ALICE}", f"lim:{TOK_LIM}:1"])
+    p, port, log = start_daemon(build_dir, tmp_path, auth__tokens_file=str(tokens), auth__protect_http=True,
+                                sessions=2)
+    try:
+        yield p, port, log
+    finally:
+        stop_daemon(p, log)
+        text = open(log).read()
+        for t in ALL_TOKENS:
+            assert t not in text, "a token appears in the daemon's log"
+
+
+def test_protect_http(protectd):
+    """auth.protect_http: /metrics and /api/personas need a token (each of
+    the four places, as upgrades), /healthz stays open; refusals are 401
+    with a one-line reason and the challenge, counted and logged."""
+    p, port, log = protectd
+    for path in ("/metrics", "/api/personas"):
+        st, h, body = http(port, path)
+        assert st == 401 and h.get("www-authenticate") == CHALLENGE, (path, st, h)
+        assert body.startswith("authentication required") and body.count("\n") == 1, body
+        assert h.get("content-type", "").startswith("text/plain")
+    st, h, body = http(port, "/metrics", {"Authorization": "Bearer " + TOK_ALICE + "x"})
+    assert (st, body) == (401, "authentication failed: unknown token\n"), (st, body)
+    st, _, body = http(port, "/metrics", {"Authorization": "Basic YWxpY2U6eA=="})
+    assert st == 401 and "Bearer" in body
+    # /healthz: open (503 only says "not accepting now": a loaded machine)
+    st, h, body = http(port, "/healthz")
+    assert st in (200, 503) and json.loads(body)["ready"] is True and "www-authenticate" not in h
+    # with a token, from each place; the token at its session limit still reads (a request is no session)
+    ok = [({"Authorization": "Bearer " + TOK_ALICE}, ""), ({"kyutai-api-key": TOK_LIM}, ""),
+          ({}, "?auth=" + TOK_ALICE), ({}, "?x=1&auth_id=" + TOK_LIM)]
+    for hdrs, q in ok:
+        st, _, body = http(port, "/metrics" + q, hdrs)
+        assert st == 200 and "moshid_auth_refused_total" in body, (hdrs, q, st)
+    st, _, body = http(port, "/api/personas", {"Authorization": "Bearer " + TOK_ALICE})
+    assert st == 200, (st, body)
+    json.loads(body)
+    # the four refusals above were counted (missing x2, unknown, Basic = missing)
+    _, _, m = http(port, "/metrics", {"Authorization": "Bearer " + TOK_ALICE})
+    counts = {l.split('"')[1]: int(l.split()[-1]) for l in m.splitlines()
+              if l.startswith("moshid_auth_refused_total{")}
+    assert counts["missing_token"] == 3 and counts["unknown_token"] == 1, counts
+    text = open(log).read()
+    assert "event=http_auth_refused" in text and "path=/metrics" in text and "reason=unknown_token" in text
+    # upgrades still need the token as before
+    assert upgrade(port)[0] == 401
+    assert upgrade(port, query="auth=" + TOK_ALICE)[0] == 101
+
+
+def test_protect_http_reload(protectd):
+    """auth.protect_http is reloadable (SIGHUP): turned off, /metrics is
+    open again; the tokens stay required for upgrades."""
+    p, port, log = protectd
+    assert http(port, "/metrics")[0] == 401
+    cfg = p.cfg
+    cfg["auth"]["protect_http"] = False
+    p.cfg_path.write_text(json.dumps(cfg))
+    sighup_and_wait(p, log, "event=reloaded")
+    assert http(port, "/metrics")[0] == 200
+    assert http(port, "/api/personas")[0] == 200
+    assert upgrade(port)[0] == 401
+
+
+def test_protect_http_off_by_default(authd):
+    """Without auth.protect_http, /metrics and /api/personas stay open
+    (monitoring that cannot carry a token keeps working)."""
+    p, port, log = authd
+    assert http(port, "/metrics")[0] == 200
+    assert http(port, "/api/personas")[0] == 200

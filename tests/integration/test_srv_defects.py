@@ -1,5 +1,5 @@
 """The connection-layer defects of issue 16, each reproduced over raw
-sockets against the front end alone (tests/tools/srv_echo.c, daemon/srv.c):
+sockets against the front end alone (tests/tools/srv_echo.c, daemon/srv*.c):
 the WebSocket handshake checks, close codes, the size verdict, the empty
 first message, paths, the subprotocol answer, ws_admit, and the
 connection limits (handshake timeout, pending limits, rate, active limits).
@@ -208,9 +208,10 @@ def test_ws_admit_refusal_is_an_http_answer(echo):
     s = upgrade(echo, extra="kyutai-api-key: deny\r\n")
     st, h, body = read_http(s)
     assert st == 401 and body == b"denied by srv_echo\n" and h["content-type"].startswith("text/plain")
+    assert h["www-authenticate"] == 'Bearer realm="moshid"'  # RFC 7235 4.1: a 401 carries a challenge
     s = upgrade(echo, path="/api/chat?a=b&deny=1")  # ws_admit sees the decoded query
-    st, _, body = read_http(s)
-    assert st == 403 and body == b"denied by srv_echo: query\n"
+    st, h, body = read_http(s)
+    assert st == 403 and body == b"denied by srv_echo: query\n" and "www-authenticate" not in h
     s = ws_open(echo, extra="kyutai-api-key: p\r\n")  # principal kept with the connection
     s2 = upgrade(echo, extra="kyutai-api-key: p\r\n")
     assert read_http(s2)[0] == 101 and read_frame(s2) == (2, b"principal\n")
@@ -234,6 +235,21 @@ def test_too_long_path_gets_414_and_post_405(echo):
     s.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
     st, h, _ = read_http(s)
     assert st == 405 and h.get("allow") == "GET"
+
+
+def test_dynamic_path_headers_bounded(echo):
+    """The headers copied for http_get's access check are bounded as for
+    upgrades (1023 bytes): a longer Authorization or kyutai-api-key is
+    431, one that fits is served."""
+    for name in ("Authorization", "kyutai-api-key"):
+        s = connect(echo)
+        s.sendall(f"GET /healthz HTTP/1.1\r\nHost: x\r\n{name}: Bearer {'t' * 1100}\r\n\r\n".encode())
+        st, _, body = read_http(s)
+        assert st == 431 and b"too large" in body, (name, st, body)
+    s = connect(echo)
+    s.sendall(f"GET /healthz?auth={'t' * 500} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {'t' * 900}\r\n\r\n"
+              .encode())
+    assert read_http(s)[0] == 200
 
 
 def test_long_path_with_static_files(build_dir):

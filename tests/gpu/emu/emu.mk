@@ -33,7 +33,8 @@ EMU_ENGINE_TEST := $(BUILD)/engine-test-emu
 # its API: events, cuBLAS), never run (its shapes are for a GPU).
 EMU_BENCH := $(EMU_OUT)/engine-bench-emu
 EMU_BACKEND_TEST := $(BUILD)/backend-test-emu
-EMU_BINS := $(EMU_TEST) $(EMU_ENGINE_TEST) $(EMU_BENCH) $(EMU_BACKEND_TEST)
+EMU_MIMI_TEST := $(BUILD)/mimi-test-emu
+EMU_BINS := $(EMU_TEST) $(EMU_ENGINE_TEST) $(EMU_BENCH) $(EMU_BACKEND_TEST) $(EMU_MIMI_TEST)
 
 # The toolkit's headers are replaced by the emulator's (include/), first.
 EMU_CPPFLAGS := -D_GNU_SOURCE -I$(EMU_DIR)/include -I$(EMU_DIR) $(ENGINE_INC) -Icuda -Itests/gpu
@@ -84,7 +85,11 @@ $(EMU_BENCH): $(EMU_OUT)/tests/gpu/engine_bench.o $(EMU_OUT)/tests/gpu/gpu_util.
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
 $(EMU_BACKEND_TEST): $(EMU_OUT)/tests/gpu/backend_test.o $(EMU_OUT)/tests/gpu/gpu_util.o \
-		$(EMU_OUT)/host/cuda/cu_backend.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
+		$(EMU_OUT)/host/cuda/cu_backend.o $(EMU_OUT)/host/cuda/cu_mimi.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
+$(EMU_MIMI_TEST): $(EMU_OUT)/tests/gpu/mimi_test.o $(EMU_OUT)/tests/gpu/gpu_util.o \
+		$(EMU_OUT)/host/cuda/cu_backend.o $(EMU_OUT)/host/cuda/cu_mimi.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o $(EMU_OUT)/tests/gpu/gpu_util.o \
@@ -92,7 +97,8 @@ $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
 
-EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh
+EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh \
+	$(EMU_DIR)/mimi_test_emu.sh
 TEST_SCRIPTS += $(EMU_SCRIPTS)
 test test-unit: $(EMU_BINS) $(BUILD)/moshid-mkmodel
 

@@ -1,0 +1,640 @@
+/* cu_mimi.c - the Mimi codec on the device (cu_mimi.h): weights uploaded
+ * from the CPU model, per-slot state slabs, and the encode and decode of a
+ * batch as the CPU codec's sequence of layers (engine/mimi/mimi.c), each
+ * layer one or two launches of cuda/cu_mimi_kern.cu.
+ *
+ * Weights: the CPU model keeps most matrices re-packed for its GEMM (panel
+ * or blocked layouts, the plain row-major array freed). Rather than know
+ * those layouts here, each matrix is read back through the CPU's own
+ * product with identity columns: A . I = A exactly (every sum has one
+ * non-zero term, x * 1 and + 0 are exact), so the upload is the CPU's
+ * weights bit for bit whatever its packing. It costs M * K * K
+ * multiply-adds on the CPU at open (about a second for the official Mimi).
+ *
+ * Device layout (all float32):
+ *  - weights: one cudaMalloc per tensor, freed at close;
+ *  - conv state slabs: enc (max_slots, enc_state) and dec (max_slots,
+ *    dec_state), the CPU's per-stream offsets (mimi_conv.state_off) inside;
+ *  - K/V slabs: enc and dec, per slot (layers, 2, context, d_model), as the
+ *    CPU's mimi_tstate.kv; a ring row's position is implied by the slot's
+ *    step count (cu_mimi_kern.cu's header), kept on the host with the
+ *    downsample's first-frame flag;
+ *  - workspaces act0, act1, act2, col, xb for max_slots items, sized by
+ *    walking the layers (plan below);
+ *  - an upload block per call (slot indices, step counts, first flags,
+ *    then the PCM or the codes), pinned on the host, one copy each way.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_check.h"
+#include "cu_kern.h"
+#include "cu_mimi.h"
+#include "mimi_int.h"
+
+/* Identity columns per CPU product when reading weights back. */
+#define CU_MIMI_PROBE_COLS 64
+
+typedef struct gconv {
+    const mimi_conv *c;
+    float *w, *b;
+} gconv;
+
+typedef struct gop {
+    gconv a, b;
+} gop;
+
+typedef struct glayer {
+    float *n1w, *n1b, *n2w, *n2b, *in, *out, *l1, *l2, *ls1, *ls2;
+} glayer;
+
+typedef struct grvq {
+    int levels;
+    float *in, *out, *cb, *norms;
+} grvq;
+
+/* Byte offsets in an upload block. */
+typedef struct up_layout {
+    size_t slot, first, off, payload, total;
+} up_layout;
+
+/* One side of the codec (encode, decode): its own stream and workspaces,
+ * so a decode may run on the device while the next encode and LM step do.
+ * Decode calls may be in flight CU_MIMI_TICKETS deep (submit, then
+ * finish): each ticket has its own upload/download block and event. */
+typedef struct side {
+    cudaStream_t st;
+    float *act0, *act1, *act2, *col, *xb;
+    unsigned char *dup[CU_MIMI_TICKETS], *hup[CU_MIMI_TICKETS];
+    cudaEvent_t done[CU_MIMI_TICKETS];
+    int busy[CU_MIMI_TICKETS];    /* submitted, not finished */
+    int n[CU_MIMI_TICKETS];       /* items of the ticket's decode */
+} side;
+
+struct cu_mimi {
+    const mimi_model *m;
+    int nslots;
+    side es, ds;                  /* encode, decode */
+    gop *enc, *dec;
+    glayer *enc_tr, *dec_tr;
+    gconv down, up;
+    grvq q[2];                    /* rvq_first, rvq_rest */
+    float *freq;
+    float *enc_state, *dec_state; /* (nslots, m->enc_state / dec_state) */
+    float *enc_kv, *dec_kv;       /* (nslots, kv_slot) */
+    size_t kv_slot;
+    int64_t *enc_steps, *dec_steps;   /* host: steps since reset */
+    unsigned char *first;         /* host: downsample not yet initialised */
+    unsigned char *mark;          /* host: (nslots) distinctness check */
+    size_t ws_act, ws_col, ws_xb; /* floats per item */
+    up_layout lay;
+    void **allocs;
+    size_t nallocs, cap;
+    size_t bytes;
+};
+
+static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static int dmalloc(cu_mimi *g, float **p, size_t nfloats, ms_error *err) {
+    if (g->nallocs == g->cap) {
+        size_t nc = g->cap ? 2 * g->cap : 64;
+        void **na = realloc(g->allocs, nc * sizeof *na);
+        if (!na) return ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
+        g->allocs = na;
+        g->cap = nc;
+    }
+    size_t b = (nfloats ? nfloats : 1) * sizeof(float);
+    CU_CHECK(err, cudaMalloc((void **)p, b));
+    g->allocs[g->nallocs++] = *p;
+    g->bytes += b;
+    return MS_OK;
+}
+
+static int upload(cu_mimi *g, float **dst, const float *src, size_t n, ms_error *err) {
+    int rc = dmalloc(g, dst, n, err);
+    if (rc) return rc;
+    CU_CHECK(err, cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return MS_OK;
+}
+
+/* The dense (M, K) row-major matrix behind one of the CPU's forms: w
+ * itself, or the pre-packed (wp) or panel (wpanel) layout read back by
+ * products with identity columns (see the header). */
+static int upload_matrix(cu_mimi *g, float **dst, const float *w, const float *wp, const float *wpanel, int M, int K,
+                         ms_error *err) {
+    if (w) return upload(g, dst, w, (size_t)M * K, err);
+    const int NB = CU_MIMI_PROBE_COLS;
+    float *dense = malloc((size_t)M * K * sizeof(float));
+    float *I = calloc((size_t)K * NB, sizeof(float));
+    float *C = malloc((size_t)M * NB * sizeof(float));
+    float *scratch = aligned_alloc(64, MIMI_GEMM_SCRATCH * sizeof(float));
+    int rc = MS_OK;
+    if (!dense || !I || !C || !scratch) {
+        rc = ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory reading weights");
+        goto out;
+    }
+    for (int j0 = 0; j0 < K; j0 += NB) {
+        int nb = K - j0 < NB ? K - j0 : NB;
+        memset(I, 0, (size_t)K * nb * sizeof(float));
+        for (int j = 0; j < nb; j++) I[(size_t)(j0 + j) * nb + j] = 1.f;
+        if (wp) mimi_gemm_prepacked(M, nb, K, wp, I, nb, C, nb, 0, scratch);
+        else mimi_gemm_panel(M, nb, K, wpanel, I, nb, C, nb, 0, scratch);
+        for (int i = 0; i < M; i++) memcpy(dense + (size_t)i * K + j0, C + (size_t)i * nb, (size_t)nb * sizeof(float));
+    }
+    rc = upload(g, dst, dense, (size_t)M * K, err);
+out:
+    free(dense);
+    free(I);
+    free(C);
+    free(scratch);
+    return rc;
+}
+
+static int upload_conv(cu_mimi *g, gconv *d, const mimi_conv *c, ms_error *err) {
+    d->c = c;
+    int M, K;
+    if (c->depthwise) {
+        M = c->cout;
+        K = c->k;
+    } else if (c->transposed) {
+        M = c->cout * c->k;
+        K = c->cin;
+    } else {
+        M = c->cout;
+        K = c->cin * c->k;
+    }
+    int rc = upload_matrix(g, &d->w, c->w, c->wp, c->wpanel, M, K, err);
+    if (!rc && c->b) rc = upload(g, &d->b, c->b, (size_t)c->cout, err);
+    return rc;
+}
+
+static int upload_seanet(cu_mimi *g, gop **out, const mimi_seanet *net, ms_error *err) {
+    *out = calloc((size_t)(net->nops ? net->nops : 1), sizeof **out);
+    if (!*out) return ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
+    for (int i = 0; i < net->nops; i++) {
+        int rc = upload_conv(g, &(*out)[i].a, &net->ops[i].a, err);
+        if (!rc && net->ops[i].resblock) rc = upload_conv(g, &(*out)[i].b, &net->ops[i].b, err);
+        if (rc) return rc;
+    }
+    return MS_OK;
+}
+
+static int upload_transformer(cu_mimi *g, glayer **out, const mimi_transformer *tr, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    const int D = c->d_model, F = c->dim_feedforward;
+    *out = calloc((size_t)(tr->nlayers ? tr->nlayers : 1), sizeof **out);
+    if (!*out) return ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
+    for (int l = 0; l < tr->nlayers; l++) {
+        const mimi_tlayer *L = &tr->layers[l];
+        glayer *d = &(*out)[l];
+        int rc = upload(g, &d->n1w, L->norm1_w, D, err);
+        if (!rc) rc = upload(g, &d->n1b, L->norm1_b, D, err);
+        if (!rc) rc = upload(g, &d->n2w, L->norm2_w, D, err);
+        if (!rc) rc = upload(g, &d->n2b, L->norm2_b, D, err);
+        if (!rc) rc = upload_matrix(g, &d->in, NULL, NULL, L->in_proj, 3 * D, D, err);
+        if (!rc) rc = upload_matrix(g, &d->out, NULL, NULL, L->out_proj, D, D, err);
+        if (!rc) rc = upload_matrix(g, &d->l1, NULL, NULL, L->linear1, F, D, err);
+        if (!rc) rc = upload_matrix(g, &d->l2, NULL, NULL, L->linear2, D, F, err);
+        if (!rc && L->ls1) rc = upload(g, &d->ls1, L->ls1, D, err);
+        if (!rc && L->ls2) rc = upload(g, &d->ls2, L->ls2, D, err);
+        if (rc) return rc;
+    }
+    return MS_OK;
+}
+
+static int upload_rvq(cu_mimi *g, grvq *d, const mimi_rvq *q, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    const int D = c->dimension, Dq = c->q_dimension, bins = c->q_bins;
+    d->levels = q->levels;
+    int rc = upload_matrix(g, &d->in, NULL, NULL, q->in_proj, Dq, D, err);
+    if (!rc) rc = upload_matrix(g, &d->out, NULL, NULL, q->out_proj, D, Dq, err);
+    if (!rc) rc = upload(g, &d->cb, q->codebooks, (size_t)q->levels * bins * Dq, err);
+    if (!rc) rc = upload(g, &d->norms, q->norms, (size_t)q->levels * bins, err);
+    return rc;
+}
+
+/* ---- workspace plan: floats per item of each buffer ---------------------- */
+
+static void grow(size_t *v, size_t n) {
+    if (n > *v) *v = n;
+}
+
+static int plan_conv(cu_mimi *g, const mimi_conv *c, int T) {
+    int To = mimi_conv_out_len(c, T);
+    grow(&g->ws_act, (size_t)c->cin * T);
+    grow(&g->ws_act, (size_t)c->cout * To);
+    if (c->transposed) {
+        grow(&g->ws_xb, (size_t)c->cin * T);
+        grow(&g->ws_col, (size_t)c->cout * (To + c->pad));
+    } else {
+        grow(&g->ws_xb, (size_t)c->cin * (c->pad + T));
+    }
+    return To;
+}
+
+static int plan_seanet(cu_mimi *g, const mimi_seanet *net, int T) {
+    for (int i = 0; i < net->nops; i++) {
+        int To = plan_conv(g, &net->ops[i].a, T);
+        if (net->ops[i].resblock) plan_conv(g, &net->ops[i].b, T);
+        else T = To;
+    }
+    return T;
+}
+
+static void plan(cu_mimi *g) {
+    const mimi_model *m = g->m;
+    const mimi_config *c = &m->cfg;
+    int T = plan_seanet(g, &m->enc, c->frame_samples);
+    if (c->resample_stride > 1) {
+        plan_conv(g, &m->down, T);
+        plan_conv(g, &m->up, 1);
+    }
+    plan_seanet(g, &m->dec, c->resample_stride);
+    size_t Tt = (size_t)c->resample_stride;
+    size_t big = (size_t)(3 * c->d_model > c->dim_feedforward ? 3 * c->d_model : c->dim_feedforward);
+    grow(&g->ws_col, big * Tt);
+    grow(&g->ws_col, (size_t)c->q_dimension);
+    grow(&g->ws_act, (size_t)c->d_model * Tt);
+    grow(&g->ws_act, (size_t)c->q_dimension);
+    grow(&g->ws_act, (size_t)c->dimension);
+    grow(&g->ws_act, (size_t)c->frame_samples);
+}
+
+/* ---- open / close --------------------------------------------------------- */
+
+void cu_mimi_close(cu_mimi *g) {
+    if (!g) return;
+    side *sd[2] = {&g->es, &g->ds};
+    for (int k = 0; k < 2; k++)
+        if (sd[k]->st) cudaStreamSynchronize(sd[k]->st);
+    for (size_t i = 0; i < g->nallocs; i++) cudaFree(g->allocs[i]);
+    free(g->allocs);
+    for (int k = 0; k < 2; k++) {
+        for (int t = 0; t < CU_MIMI_TICKETS; t++) {
+            if (sd[k]->dup[t]) cudaFree(sd[k]->dup[t]);
+            if (sd[k]->hup[t]) cudaFreeHost(sd[k]->hup[t]);
+            if (sd[k]->done[t]) cudaEventDestroy(sd[k]->done[t]);
+        }
+        if (sd[k]->st) cudaStreamDestroy(sd[k]->st);
+    }
+    free(g->enc);
+    free(g->dec);
+    free(g->enc_tr);
+    free(g->dec_tr);
+    free(g->enc_steps);
+    free(g->dec_steps);
+    free(g->first);
+    free(g->mark);
+    free(g);
+}
+
+size_t cu_mimi_bytes(const cu_mimi *g) { return g->bytes; }
+
+int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *err) {
+    *out = NULL;
+    if (!m || max_slots < 1 || max_slots > MIMI_MAX_BATCH)
+        return ms_err_set(err, MS_ERR_ARG, "cuda mimi: %d slots (limit %d)", max_slots, MIMI_MAX_BATCH);
+    const mimi_config *c = &m->cfg;
+    if (c->resample_stride > c->context)
+        return ms_err_set(err, MS_ERR_UNSUPPORTED, "cuda mimi: %d transformer steps per frame exceed the context %d",
+                          c->resample_stride, c->context);
+    cu_mimi *g = calloc(1, sizeof *g);
+    if (!g) return ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
+    g->m = m;
+    g->nslots = max_slots;
+    int rc = MS_ERR_NOMEM;
+    g->enc_steps = calloc((size_t)max_slots, sizeof *g->enc_steps);
+    g->dec_steps = calloc((size_t)max_slots, sizeof *g->dec_steps);
+    g->first = malloc((size_t)max_slots);
+    g->mark = calloc((size_t)max_slots, 1);
+    if (!g->enc_steps || !g->dec_steps || !g->first || !g->mark) {
+        ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
+        goto fail;
+    }
+    memset(g->first, 1, (size_t)max_slots);
+    side *sd[2] = {&g->es, &g->ds};
+    for (int k = 0; k < 2; k++) {
+        CU_CHECK_GOTO(err, cudaStreamCreateWithFlags(&sd[k]->st, cudaStreamNonBlocking), fail);
+        for (int t = 0; t < CU_MIMI_TICKETS; t++)
+            CU_CHECK_GOTO(err, cudaEventCreateWithFlags(&sd[k]->done[t], cudaEventDisableTiming), fail);
+    }
+    if ((rc = upload_seanet(g, &g->enc, &m->enc, err)) || (rc = upload_seanet(g, &g->dec, &m->dec, err)) ||
+        (rc = upload_transformer(g, &g->enc_tr, &m->enc_tr, err)) ||
+        (rc = upload_transformer(g, &g->dec_tr, &m->dec_tr, err)))
+        goto fail;
+    if (c->resample_stride > 1 &&
+        ((rc = upload_conv(g, &g->down, &m->down, err)) || (rc = upload_conv(g, &g->up, &m->up, err))))
+        goto fail;
+    if ((rc = upload_rvq(g, &g->q[0], &m->rvq_first, err))) goto fail;
+    if (c->num_codebooks > 1 && (rc = upload_rvq(g, &g->q[1], &m->rvq_rest, err))) goto fail;
+    if ((rc = upload(g, &g->freq, m->rope_freq, (size_t)(c->d_model / c->num_heads / 2), err))) goto fail;
+    /* state: zero (the fresh state; ring rows are never read before they
+     * are written, the zeroing only keeps the slab defined) */
+    const size_t ns = (size_t)max_slots;
+    g->kv_slot = (size_t)c->num_layers * 2 * c->context * c->d_model;
+    if ((rc = dmalloc(g, &g->enc_state, ns * m->enc_state, err)) ||
+        (rc = dmalloc(g, &g->dec_state, ns * m->dec_state, err)) ||
+        (rc = dmalloc(g, &g->enc_kv, ns * g->kv_slot, err)) || (rc = dmalloc(g, &g->dec_kv, ns * g->kv_slot, err)))
+        goto fail;
+    rc = MS_ERR_DEVICE;
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_state, 0, ns * m->enc_state * sizeof(float), g->es.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_state, 0, ns * m->dec_state * sizeof(float), g->ds.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_kv, 0, ns * g->kv_slot * sizeof(float), g->es.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_kv, 0, ns * g->kv_slot * sizeof(float), g->ds.st), fail);
+    plan(g);
+    for (int k = 0; k < 2; k++) {
+        side *w = sd[k];
+        if ((rc = dmalloc(g, &w->act0, ns * g->ws_act, err)) || (rc = dmalloc(g, &w->act1, ns * g->ws_act, err)) ||
+            (rc = dmalloc(g, &w->act2, ns * g->ws_act, err)) || (rc = dmalloc(g, &w->col, ns * g->ws_col, err)) ||
+            (rc = dmalloc(g, &w->xb, ns * g->ws_xb, err)))
+            goto fail;
+    }
+    size_t o = 0;
+    g->lay.slot = o; o = al16(o + sizeof(int32_t) * ns);
+    g->lay.first = o; o = al16(o + sizeof(int32_t) * ns);
+    g->lay.off = o; o = al16(o + sizeof(int64_t) * ns);
+    g->lay.payload = o;
+    size_t pay = (size_t)c->frame_samples * sizeof(float);
+    if ((size_t)c->num_codebooks * sizeof(int32_t) > pay) pay = (size_t)c->num_codebooks * sizeof(int32_t);
+    o = al16(o + pay * ns);
+    g->lay.total = o;
+    rc = MS_ERR_DEVICE;
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < (k ? CU_MIMI_TICKETS : 1); t++) {
+            CU_CHECK_GOTO(err, cudaMalloc((void **)&sd[k]->dup[t], g->lay.total), fail);
+            CU_CHECK_GOTO(err, cudaMallocHost((void **)&sd[k]->hup[t], g->lay.total), fail);
+            g->bytes += g->lay.total;
+        }
+    for (int k = 0; k < 2; k++) CU_CHECK_GOTO(err, cudaStreamSynchronize(sd[k]->st), fail);
+    *out = g;
+    return MS_OK;
+fail:
+    if (rc == MS_OK) rc = MS_ERR_DEVICE;
+    cu_mimi_close(g);
+    return rc;
+}
+
+int cu_mimi_reset(cu_mimi *g, int slot, int which, ms_error *err) {
+    const mimi_model *m = g->m;
+    if (slot < 0 || slot >= g->nslots) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: slot %d of %d", slot, g->nslots);
+    if ((which & 1) && m->enc_state)
+        CU_CHECK(err, cudaMemsetAsync(g->enc_state + (size_t)slot * m->enc_state, 0, m->enc_state * sizeof(float), g->es.st));
+    if ((which & 2) && m->dec_state)
+        CU_CHECK(err, cudaMemsetAsync(g->dec_state + (size_t)slot * m->dec_state, 0, m->dec_state * sizeof(float), g->ds.st));
+    if (which & 1) {
+        g->enc_steps[slot] = 0;
+        g->first[slot] = 1;
+    }
+    if (which & 2) g->dec_steps[slot] = 0;
+    return MS_OK;
+}
+
+/* ---- the layers --------------------------------------------------------------- */
+
+/* Device views of the call's per-item arrays. */
+typedef struct call {
+    side *w;                      /* the stream and workspaces */
+    int n;
+    const int32_t *slot, *first;
+    const int64_t *off;
+    float *state;
+    size_t state_stride;
+} call;
+
+#define KTRY(x) CU_CHECK(err, x)
+
+/* One causal conv (or transposed conv) over the call's items: y from x
+ * (T steps each), as mimi_conv_forward. first: the replicate flags (the
+ * downsample only). */
+static int conv(const call *k, const gconv *d, int T, const float *x, int elu, float *y, int accumulate,
+                const int32_t *first, ms_error *err) {
+    const mimi_conv *c = d->c;
+    if (c->transposed) {
+        const float *X = x;
+        if (elu) {
+            KTRY(cu_mimi_elu(k->w->xb, x, (size_t)c->cin * k->n * T, k->w->st));
+            X = k->w->xb;
+        }
+        KTRY(cu_mimi_convtr(y, k->w->col, k->state, k->state_stride, c->state_off, X, d->w, d->b, k->slot, k->n, c->cin,
+                            c->cout, c->k, c->stride, T, c->depthwise, accumulate, k->w->st));
+        return MS_OK;
+    }
+    KTRY(cu_mimi_conv_stage(k->w->xb, k->state, k->state_stride, c->state_off, x, k->slot, c->replicate ? first : NULL,
+                            k->n, c->cin, T, c->pad, elu, k->w->st));
+    KTRY(cu_mimi_conv(y, k->w->xb, d->w, d->b, k->n, c->cin, c->cout, c->k, c->stride, c->dil, c->pad + T,
+                      T / c->stride, accumulate, k->w->st));
+    return MS_OK;
+}
+
+/* mimi_seanet_forward: x in *a0, result left in *a0 (buffers swapped). */
+static int seanet(const call *k, const mimi_seanet *net, const gop *ops, int *T, float **a0, float **a1,
+                  ms_error *err) {
+    for (int i = 0; i < net->nops; i++) {
+        const mimi_seanet_op *op = &net->ops[i];
+        int rc;
+        if (op->resblock) {
+            if ((rc = conv(k, &ops[i].a, *T, *a0, 1, *a1, 0, NULL, err))) return rc;
+            if ((rc = conv(k, &ops[i].b, *T, *a1, 1, *a0, 1, NULL, err))) return rc;
+        } else {
+            if ((rc = conv(k, &ops[i].a, *T, *a0, op->elu_in, *a1, 0, NULL, err))) return rc;
+            *T = mimi_conv_out_len(&op->a, *T);
+            float *t = *a0;
+            *a0 = *a1;
+            *a1 = t;
+        }
+    }
+    return MS_OK;
+}
+
+/* mimi_transformer_forward on x (D, n*T) in place. */
+static int transformer(cu_mimi *g, const call *k, const glayer *layers, int nlayers, float *kv, int T, float *x,
+                       float *h, float *att, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    const int D = c->d_model, F = c->dim_feedforward, H = c->num_heads, ctx = c->context, N = k->n * T;
+    float *big = k->w->col;
+    for (int li = 0; li < nlayers; li++) {
+        const glayer *L = &layers[li];
+        KTRY(cu_mimi_layer_norm(h, x, L->n1w, L->n1b, D, N, k->w->st));
+        KTRY(cu_mimi_gemm(big, L->in, h, 3 * D, N, D, 0, k->w->st));
+        KTRY(cu_mimi_rope_store(big, kv, g->kv_slot, k->slot, k->off, g->freq, li, k->n, T, D, H, ctx, k->w->st));
+        KTRY(cu_mimi_attend(att, big, kv, g->kv_slot, k->slot, k->off, li, k->n, T, D, H, ctx, k->w->st));
+        KTRY(cu_mimi_gemm(h, L->out, att, D, N, D, 0, k->w->st));
+        KTRY(cu_mimi_add_scaled(x, h, L->ls1, D, N, k->w->st));
+        KTRY(cu_mimi_layer_norm(h, x, L->n2w, L->n2b, D, N, k->w->st));
+        KTRY(cu_mimi_gemm(big, L->l1, h, F, N, D, 0, k->w->st));
+        KTRY(cu_mimi_gelu(big, (size_t)F * N, k->w->st));
+        KTRY(cu_mimi_gemm(att, L->l2, big, D, N, F, 0, k->w->st));
+        KTRY(cu_mimi_add_scaled(x, att, L->ls2, D, N, k->w->st));
+    }
+    return MS_OK;
+}
+
+/* Checks shared by encode and decode; fills the upload block's per-item
+ * arrays. */
+static int begin(cu_mimi *g, unsigned char *hup, const int *slots, int n, const int64_t *steps, int enc,
+                 ms_error *err) {
+    if (!slots || n < 1 || n > g->nslots)
+        return ms_err_set(err, MS_ERR_ARG, "cuda mimi: batch of %d (limit %d)", n, g->nslots);
+    int rc = MS_OK;
+    int i = 0;
+    for (; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= g->nslots || g->mark[slots[i]]) {
+            rc = ms_err_set(err, MS_ERR_ARG, "cuda mimi: slot %d (item %d) out of range or repeated", slots[i], i);
+            break;
+        }
+        g->mark[slots[i]] = 1;
+    }
+    for (int j = 0; j < i; j++) g->mark[slots[j]] = 0;
+    if (rc) return rc;
+    int32_t *hs = (int32_t *)(hup + g->lay.slot), *hf = (int32_t *)(hup + g->lay.first);
+    int64_t *ho = (int64_t *)(hup + g->lay.off);
+    for (int j = 0; j < n; j++) {
+        hs[j] = slots[j];
+        hf[j] = enc ? g->first[slots[j]] : 0;
+        ho[j] = steps[slots[j]];
+    }
+    return MS_OK;
+}
+
+static call call_of(cu_mimi *g, side *w, unsigned char *dup, int n, float *state, size_t stride) {
+    return (call){.w = w, .n = n, .slot = (const int32_t *)(dup + g->lay.slot),
+                  .first = (const int32_t *)(dup + g->lay.first), .off = (const int64_t *)(dup + g->lay.off),
+                  .state = state, .state_stride = stride};
+}
+
+static int encode_enqueue(cu_mimi *g, int n, ms_error *err) {
+    const mimi_model *m = g->m;
+    const mimi_config *c = &m->cfg;
+    const int F = c->frame_samples, K = c->num_codebooks, D = c->dimension, Dq = c->q_dimension;
+    side *w = &g->es;
+    unsigned char *dup = w->dup[0];
+    call k = call_of(g, w, dup, n, g->enc_state, m->enc_state);
+    float *a0 = w->act0, *a1 = w->act1;
+    KTRY(cudaMemcpyAsync(a0, dup + g->lay.payload, (size_t)n * F * sizeof(float), cudaMemcpyDeviceToDevice, w->st));
+    int T = F, rc;
+    if ((rc = seanet(&k, &m->enc, g->enc, &T, &a0, &a1, err))) return rc;
+    if ((rc = transformer(g, &k, g->enc_tr, m->enc_tr.nlayers, g->enc_kv, T, a0, a1, w->act2, err))) return rc;
+    const float *latent = a0;
+    if (c->resample_stride > 1) {
+        if ((rc = conv(&k, &g->down, T, a0, 0, a1, 0, k.first, err))) return rc;
+        latent = a1;
+    }
+    int32_t *codes = (int32_t *)(dup + g->lay.payload);   /* the PCM is consumed: codes overwrite it */
+    for (int qi = 0; qi < (K > 1 ? 2 : 1); qi++) {
+        const grvq *q = &g->q[qi];
+        KTRY(cu_mimi_gemm(w->act2, q->in, latent, Dq, n, D, 0, w->st));
+        for (int l = 0; l < q->levels; l++)
+            KTRY(cu_mimi_rvq_level(codes + qi + l, K, w->act2, q->cb + (size_t)l * c->q_bins * Dq,
+                                   q->norms + (size_t)l * c->q_bins, n, Dq, c->q_bins, w->st));
+    }
+    return MS_OK;
+}
+
+int cu_mimi_encode(cu_mimi *g, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    const int F = c->frame_samples, K = c->num_codebooks;
+    if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: no pcm or codes");
+    side *w = &g->es;
+    unsigned char *hup = w->hup[0], *dup = w->dup[0];
+    int rc = begin(g, hup, slots, n, g->enc_steps, 1, err);
+    if (rc) return rc;
+    for (size_t i = 0; i < (size_t)n * F; i++)
+        if (!isfinite(pcm[i]))
+            return ms_err_set(err, MS_ERR_RANGE, "mimi: non-finite sample %zu in stream %zu", i % F, i / F);
+    memcpy(hup + g->lay.payload, pcm, (size_t)n * F * sizeof(float));
+    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)n * F * sizeof(float), cudaMemcpyHostToDevice,
+                                  w->st));
+    if ((rc = encode_enqueue(g, n, err))) return rc;
+    /* the codes come back into the same pinned block: the stream orders the
+     * download after the upload */
+    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dup + g->lay.payload, (size_t)n * K * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, w->st));
+    CU_CHECK(err, cudaEventRecord(w->done[0], w->st));
+    CU_CHECK(err, cudaEventSynchronize(w->done[0]));
+    const int32_t *hc = (const int32_t *)(hup + g->lay.payload);
+    for (size_t i = 0; i < (size_t)n * K; i++) codes[i] = hc[i];
+    for (int i = 0; i < n; i++) {
+        g->enc_steps[slots[i]] += c->resample_stride;
+        g->first[slots[i]] = 0;
+    }
+    return MS_OK;
+}
+
+static int decode_enqueue(cu_mimi *g, unsigned char *dup, int n, ms_error *err) {
+    const mimi_model *m = g->m;
+    const mimi_config *c = &m->cfg;
+    const int K = c->num_codebooks, D = c->dimension, Dq = c->q_dimension;
+    side *w = &g->ds;
+    call k = call_of(g, w, dup, n, g->dec_state, m->dec_state);
+    const int32_t *codes = (const int32_t *)(dup + g->lay.payload);
+    float *a0 = w->act0, *a1 = w->act1;
+    for (int qi = 0; qi < (K > 1 ? 2 : 1); qi++) {
+        const grvq *q = &g->q[qi];
+        KTRY(cu_mimi_rvq_sum(w->col, codes + qi, K, q->cb, q->levels, n, Dq, c->q_bins, w->st));
+        KTRY(cu_mimi_gemm(a0, q->out, w->col, D, n, Dq, qi, w->st));
+    }
+    int T = 1, rc;
+    if (c->resample_stride > 1) {
+        if ((rc = conv(&k, &g->up, 1, a0, 0, a1, 0, NULL, err))) return rc;
+        float *t = a0;
+        a0 = a1;
+        a1 = t;
+        T = c->resample_stride;
+    }
+    if ((rc = transformer(g, &k, g->dec_tr, m->dec_tr.nlayers, g->dec_kv, T, a0, a1, w->act2, err))) return rc;
+    if ((rc = seanet(&k, &m->dec, g->dec, &T, &a0, &a1, err))) return rc;
+    if (T != c->frame_samples) return ms_err_set(err, MS_ERR_STATE, "cuda mimi: decoder gave %d samples", T);
+    float *pcm = (float *)(dup + g->lay.payload);   /* the codes are consumed */
+    KTRY(cudaMemcpyAsync(pcm, a0, (size_t)n * T * sizeof(float), cudaMemcpyDeviceToDevice, w->st));
+    return MS_OK;
+}
+
+int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes, int *ticket, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    const int F = c->frame_samples, K = c->num_codebooks;
+    side *w = &g->ds;
+    if (!codes || !ticket) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: no codes or ticket");
+    int t = 0;
+    while (t < CU_MIMI_TICKETS && w->busy[t]) t++;
+    if (t == CU_MIMI_TICKETS)
+        return ms_err_set(err, MS_ERR_STATE, "cuda mimi: %d decodes in flight already", CU_MIMI_TICKETS);
+    unsigned char *hup = w->hup[t], *dup = w->dup[t];
+    int rc = begin(g, hup, slots, n, g->dec_steps, 0, err);
+    if (rc) return rc;
+    for (size_t i = 0; i < (size_t)n * K; i++)
+        if (codes[i] < 0 || codes[i] >= c->q_bins)
+            return ms_err_set(err, MS_ERR_RANGE, "mimi: code %d (stream %zu, codebook %zu) outside [0, %d)", codes[i],
+                              i / K, i % K, c->q_bins);
+    int32_t *hc = (int32_t *)(hup + g->lay.payload);
+    for (size_t i = 0; i < (size_t)n * K; i++) hc[i] = codes[i];
+    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)n * K * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  w->st));
+    if ((rc = decode_enqueue(g, dup, n, err))) return rc;
+    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dup + g->lay.payload, (size_t)n * F * sizeof(float),
+                                  cudaMemcpyDeviceToHost, w->st));
+    CU_CHECK(err, cudaEventRecord(w->done[t], w->st));
+    for (int i = 0; i < n; i++) g->dec_steps[slots[i]] += c->resample_stride;
+    w->busy[t] = 1;
+    w->n[t] = n;
+    *ticket = t;
+    return MS_OK;
+}
+
+int cu_mimi_decode_finish(cu_mimi *g, int ticket, float *pcm, ms_error *err) {
+    side *w = &g->ds;
+    if (ticket < 0 || ticket >= CU_MIMI_TICKETS || !w->busy[ticket])
+        return ms_err_set(err, MS_ERR_ARG, "cuda mimi: decode ticket %d not in flight", ticket);
+    w->busy[ticket] = 0;
+    CU_CHECK(err, cudaEventSynchronize(w->done[ticket]));
+    if (pcm)
+        memcpy(pcm, w->hup[ticket] + g->lay.payload, (size_t)w->n[ticket] * g->m->cfg.frame_samples * sizeof(float));
+    return MS_OK;
+}
+
+int cu_mimi_decode(cu_mimi *g, const int *slots, int n, const int *codes, float *pcm, ms_error *err) {
+    if (!pcm) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: no pcm");
+    int t, rc = cu_mimi_decode_submit(g, slots, n, codes, &t, err);
+    return rc ? rc : cu_mimi_decode_finish(g, t, pcm, err);
+}

@@ -1,0 +1,471 @@
+/* cu_mimi_kern.cu - the Mimi codec's kernels, float32 storage and arithmetic,
+ * over a batch of slots: the causal convolution's kept-state staging, the
+ * direct convolution, the transposed and depthwise transposed convolutions
+ * with their overlap state, ELU, GELU, the codec transformer's LayerNorm,
+ * RoPE with the K/V ring store, ring attention, the residual add with layer
+ * scale, a plain matrix product, the RVQ nearest-codebook search and the
+ * RVQ sum. Layouts are the CPU codec's (engine/mimi/mimi_int.h): channel-
+ * major activations (C, n*T), batch item s owning columns [s*T, (s+1)*T).
+ *
+ * Direct kernels, one thread per output value, rather than im2col and
+ * cuBLAS: they are the CPU codec's loops with the batch and output index
+ * spread over threads, which made them the simpler to make equal to the C
+ * (the codes must be the CPU's, so the arithmetic is float32 throughout and
+ * each sum runs in the C loop's order where the C has one). Speed on a
+ * device is unmeasured; a tiled or cuBLAS product is the first thing to try
+ * if the device check finds them slow (docs/cuda.md, "Mimi on the device").
+ *
+ * Per-slot state lives in slabs indexed through a slot array uploaded per
+ * call: conv states (stride floats per slot, the CPU's state offsets
+ * inside), and the transformer K/V (per slot (layers, 2, context, D)). A
+ * ring row's position is implied by the slot's offset (steps since its
+ * reset): row k holds the latest position p <= offset + T - 1 with p % ctx
+ * == k, valid when p >= 0, which is what the CPU's pos[] array records. */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+
+#include "cu_kern.h"
+
+#define MM_THREADS 128
+#define RVQ_THREADS 256
+
+static unsigned blocks_for(size_t n) { return (unsigned)((n + MM_THREADS - 1) / MM_THREADS); }
+
+/* The CPU's ELU (engine/mimi/mimi_layers.c, expm1_neg): expm1 for x <= 0
+ * by range reduction and a degree-7 polynomial, the same operations. */
+__device__ __forceinline__ float mimi_expm1_neg(float x) {
+    if (x < -87.f) x = -87.f;
+    float n = nearbyintf(x * 1.44269504f);
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.f / 5040.f;
+    p = p * r + 1.f / 720.f;
+    p = p * r + 1.f / 120.f;
+    p = p * r + 1.f / 24.f;
+    p = p * r + 1.f / 6.f;
+    p = p * r + 0.5f;
+    p = p * r * r + r;
+    float two_n = ldexpf(1.f, (int)n);
+    return p * two_n + (two_n - 1.f);
+}
+
+__device__ __forceinline__ float mimi_elu1(float x) { return x > 0.f ? x : mimi_expm1_neg(x); }
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+__global__ void __launch_bounds__(MM_THREADS) mimi_elu_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i < n) y[i] = mimi_elu1(x[i]);
+}
+
+extern "C" cudaError_t cu_mimi_elu(float *y, const float *x, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    mimi_elu_kernel<<<blocks_for(n), MM_THREADS, 0, stream>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(MM_THREADS) mimi_gelu_kernel(float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i < n) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+extern "C" cudaError_t cu_mimi_gelu(float *x, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    mimi_gelu_kernel<<<blocks_for(n), MM_THREADS, 0, stream>>>(x, n);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(MM_THREADS) mimi_add_scaled_kernel(float *x, const float *h, const float *g, int D,
+                                                                      int N) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)D * N) return;
+    float s = g ? g[i / N] : 1.f;
+    x[i] += s * h[i];
+}
+
+extern "C" cudaError_t cu_mimi_add_scaled(float *x, const float *h, const float *g, int D, int N, cudaStream_t stream) {
+    if (D <= 0 || N < 0) return cudaErrorInvalidValue;
+    if (N == 0) return cudaSuccess;
+    mimi_add_scaled_kernel<<<blocks_for((size_t)D * N), MM_THREADS, 0, stream>>>(x, h, g, D, N);
+    return cudaGetLastError();
+}
+
+/* ---- matrix product -------------------------------------------------------- */
+
+/* C (M, N) [+]= A (M, K) . B (K, N), row-major; one thread per element, the
+ * sum over k in order. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_gemm_kernel(float *C, const float *A, const float *B, int M, int N,
+                                                                int K, int accumulate) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)M * N) return;
+    int r = (int)(i / N), j = (int)(i % N);
+    const float *a = A + (size_t)r * K;
+    float s = 0.f;
+    for (int k = 0; k < K; k++) s += a[k] * B[(size_t)k * N + j];
+    C[i] = accumulate ? C[i] + s : s;
+}
+
+extern "C" cudaError_t cu_mimi_gemm(float *C, const float *A, const float *B, int M, int N, int K, int accumulate,
+                                    cudaStream_t stream) {
+    if (M <= 0 || N < 0 || K <= 0) return cudaErrorInvalidValue;
+    if (N == 0) return cudaSuccess;
+    mimi_gemm_kernel<<<blocks_for((size_t)M * N), MM_THREADS, 0, stream>>>(C, A, B, M, N, K, accumulate);
+    return cudaGetLastError();
+}
+
+/* ---- convolutions ---------------------------------------------------------- */
+
+/* xb[s] (cin, P + T) = [the slot's kept state (cin, P) | elu?(x) of item s];
+ * with first[s] set, the state part is the first input column repeated
+ * (the replicate-initialised downsample). */
+__global__ void __launch_bounds__(MM_THREADS) mimi_stage_kernel(float *xb, const float *state, size_t state_stride,
+                                                                 size_t state_off, const float *x,
+                                                                 const int32_t *slot, const int32_t *first, int n,
+                                                                 int cin, int T, int P, int elu) {
+    const int L = P + T;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)n * cin * L) return;
+    int l = (int)(i % L), ci = (int)(i / L % cin), s = (int)(i / L / cin);
+    const size_t NT = (size_t)n * T;
+    float v;
+    if (l >= P) {
+        v = x[ci * NT + (size_t)s * T + (l - P)];
+        if (elu) v = mimi_elu1(v);
+    } else if (first && first[s]) {
+        v = x[ci * NT + (size_t)s * T];
+        if (elu) v = mimi_elu1(v);
+    } else {
+        v = state[(size_t)slot[s] * state_stride + state_off + (size_t)ci * P + l];
+    }
+    xb[i] = v;
+}
+
+/* The slot's new state: the last P columns of xb[s]. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_keep_kernel(float *state, size_t state_stride, size_t state_off,
+                                                                const float *xb, const int32_t *slot, int n, int cin,
+                                                                int T, int P) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)n * cin * P) return;
+    int p = (int)(i % P), ci = (int)(i / P % cin), s = (int)(i / P / cin);
+    state[(size_t)slot[s] * state_stride + state_off + (size_t)ci * P + p] = xb[((size_t)s * cin + ci) * (P + T) + T + p];
+}
+
+extern "C" cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_stride, size_t state_off,
+                                          const float *x, const int32_t *slot, const int32_t *first, int n, int cin,
+                                          int T, int P, int elu, cudaStream_t stream) {
+    if (n <= 0 || cin <= 0 || T <= 0 || P < 0) return cudaErrorInvalidValue;
+    size_t tot = (size_t)n * cin * (P + T);
+    mimi_stage_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(xb, state, state_stride, state_off, x, slot, first,
+                                                                   n, cin, T, P, elu);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || P == 0) return e;
+    mimi_keep_kernel<<<blocks_for((size_t)n * cin * P), MM_THREADS, 0, stream>>>(state, state_stride, state_off, xb,
+                                                                                  slot, n, cin, T, P);
+    return cudaGetLastError();
+}
+
+/* y[co, s*Tout + t] = [y +] b[co] + sum over ci, kk of
+ * w[co, ci*K + kk] * xb[s][ci][t*S + kk*dil]. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_conv_kernel(float *y, const float *xb, const float *w,
+                                                                const float *b, int n, int cin, int cout, int K, int S,
+                                                                int dil, int L, int Tout, int accumulate) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    const size_t NO = (size_t)n * Tout;
+    if (i >= (size_t)cout * NO) return;
+    int co = (int)(i / NO), col = (int)(i % NO), s = col / Tout, t = col % Tout;
+    const float *wr = w + (size_t)co * cin * K;
+    const float *xs = xb + (size_t)s * cin * L + (size_t)t * S;
+    float acc = 0.f;
+    for (int ci = 0; ci < cin; ci++)
+        for (int kk = 0; kk < K; kk++) acc += wr[ci * K + kk] * xs[(size_t)ci * L + (size_t)kk * dil];
+    float base = b ? b[co] : 0.f;
+    if (accumulate) base += y[i];
+    y[i] = base + acc;
+}
+
+extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, const float *b, int n, int cin,
+                                    int cout, int K, int S, int dil, int L, int Tout, int accumulate,
+                                    cudaStream_t stream) {
+    if (n <= 0 || cin <= 0 || cout <= 0 || K <= 0 || S <= 0 || dil <= 0 || Tout <= 0 ||
+        (size_t)(Tout - 1) * S + (size_t)(K - 1) * dil >= (size_t)L)
+        return cudaErrorInvalidValue;
+    mimi_conv_kernel<<<blocks_for((size_t)cout * n * Tout), MM_THREADS, 0, stream>>>(y, xb, w, b, n, cin, cout, K, S,
+                                                                                      dil, L, Tout, accumulate);
+    return cudaGetLastError();
+}
+
+/* Transposed convolution, step one: full[s][co][u] (u < Tout + PT) =
+ * sum over kk (in order) of z(co, kk, s, t) for t*S + kk == u, then the
+ * slot's kept partial sums added on u < PT; z = w[co*K + kk, :] . x[:, s*T
+ * + t] (depthwise: w[co, kk] * x[co, s*T + t]). */
+__global__ void __launch_bounds__(MM_THREADS) mimi_convtr_kernel(float *full, const float *state, size_t state_stride,
+                                                                  size_t state_off, const float *x, const float *w,
+                                                                  const int32_t *slot, int n, int cin, int cout, int K,
+                                                                  int S, int T, int depthwise) {
+    const int PT = K - S, Tout = T * S, U = Tout + PT;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)n * cout * U) return;
+    int u = (int)(i % U), co = (int)(i / U % cout), s = (int)(i / U / cout);
+    const size_t NT = (size_t)n * T;
+    float v = 0.f;
+    for (int kk = 0; kk < K; kk++) {
+        int d = u - kk;
+        if (d < 0 || d % S) continue;
+        int t = d / S;
+        if (t >= T) continue;
+        float z;
+        if (depthwise) {
+            z = w[(size_t)co * K + kk] * x[co * NT + (size_t)s * T + t];
+        } else {
+            const float *wr = w + ((size_t)co * K + kk) * cin;
+            z = 0.f;
+            for (int ci = 0; ci < cin; ci++) z += wr[ci] * x[ci * NT + (size_t)s * T + t];
+        }
+        v += z;
+    }
+    if (u < PT) v += state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + u];
+    full[i] = v;
+}
+
+/* Step two: y = [y +] full + b over u < Tout; the slot keeps full[u >= Tout]. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_convtr_out_kernel(float *y, float *state, size_t state_stride,
+                                                                      size_t state_off, const float *full,
+                                                                      const float *b, const int32_t *slot, int n,
+                                                                      int cout, int K, int S, int T, int accumulate) {
+    const int PT = K - S, Tout = T * S, U = Tout + PT;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)n * cout * U) return;
+    int u = (int)(i % U), co = (int)(i / U % cout), s = (int)(i / U / cout);
+    if (u >= Tout) {
+        state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + (u - Tout)] = full[i];
+        return;
+    }
+    float bb = b ? b[co] : 0.f;
+    float *yp = y + (size_t)co * n * Tout + (size_t)s * Tout + u;
+    *yp = accumulate ? *yp + (full[i] + bb) : full[i] + bb;
+}
+
+extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_t state_stride, size_t state_off,
+                                      const float *x, const float *w, const float *b, const int32_t *slot, int n,
+                                      int cin, int cout, int K, int S, int T, int depthwise, int accumulate,
+                                      cudaStream_t stream) {
+    if (n <= 0 || cin <= 0 || cout <= 0 || S <= 0 || K < S || T <= 0 || (depthwise && cin != cout))
+        return cudaErrorInvalidValue;
+    size_t tot = (size_t)n * cout * (T * S + K - S);
+    mimi_convtr_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w, slot, n,
+                                                                    cin, cout, K, S, T, depthwise);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    mimi_convtr_out_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(y, state, state_stride, state_off, full, b,
+                                                                        slot, n, cout, K, S, T, accumulate);
+    return cudaGetLastError();
+}
+
+/* ---- transformer ----------------------------------------------------------- */
+
+/* y[:, j] = LayerNorm(x[:, j]) * w + b (mean and variance in double, as
+ * the C); one thread per column. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_layer_norm_kernel(float *y, const float *x, const float *w,
+                                                                      const float *b, int D, int N) {
+    int j = blockIdx.x * MM_THREADS + threadIdx.x;
+    if (j >= N) return;
+    double mean = 0, var = 0;
+    for (int d = 0; d < D; d++) mean += x[(size_t)d * N + j];
+    mean /= D;
+    for (int d = 0; d < D; d++) {
+        double e = x[(size_t)d * N + j] - mean;
+        var += e * e;
+    }
+    var /= D;
+    float inv = (float)(1.0 / sqrt(var + 1e-5));
+    float mu = (float)mean;
+    for (int d = 0; d < D; d++) y[(size_t)d * N + j] = (x[(size_t)d * N + j] - mu) * inv * w[d] + b[d];
+}
+
+extern "C" cudaError_t cu_mimi_layer_norm(float *y, const float *x, const float *w, const float *b, int D, int N,
+                                          cudaStream_t stream) {
+    if (D <= 0 || N < 0) return cudaErrorInvalidValue;
+    if (N == 0) return cudaSuccess;
+    mimi_layer_norm_kernel<<<blocks_for((size_t)N), MM_THREADS, 0, stream>>>(y, x, w, b, D, N);
+    return cudaGetLastError();
+}
+
+/* Rotate q and k of column j = s*T + t at position offset[s] + t (the C's
+ * interleaved RoPE: angle freq[i] * (float)pos, float cos and sin) and
+ * store k and v in the slot's ring row pos % ctx of this layer. One thread
+ * per (column, pair) for the rotation of q and k, and per (column, channel)
+ * for the store: two launches, so the store reads rotated keys. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_rope_kernel(float *qkv, const int64_t *offset, const float *freq,
+                                                                int n, int T, int D, int hd) {
+    const int N = n * T, half = hd / 2, H = D / hd;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)N * H * half * 2) return;
+    int j = (int)(i % N);
+    size_t r = i / N;
+    int p = (int)(r % ((size_t)H * half)), which = (int)(r / ((size_t)H * half));   /* 0: q, 1: k */
+    int h = p / half, k = p % half;
+    long pos = (long)offset[j / T] + j % T;
+    float ang = freq[k] * (float)pos;
+    float cs = cosf(ang), sn = sinf(ang);
+    int r0 = which * D + h * hd + 2 * k;
+    float *a = qkv + (size_t)r0 * N + j, *b = a + N;
+    float re = *a, im = *b;
+    *a = re * cs - im * sn;
+    *b = re * sn + im * cs;
+}
+
+__global__ void __launch_bounds__(MM_THREADS) mimi_kv_store_kernel(float *kv, size_t kv_slot, const float *qkv,
+                                                                    const int32_t *slot, const int64_t *offset,
+                                                                    int layer, int n, int T, int D, int ctx) {
+    const int N = n * T;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)N * D) return;
+    int j = (int)(i % N), d = (int)(i / N), s = j / T;
+    long pos = (long)offset[s] + j % T;
+    float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D, *vr = kr + (size_t)ctx * D;
+    int row = (int)(pos % ctx);
+    kr[(size_t)row * D + d] = qkv[(size_t)(D + d) * N + j];
+    vr[(size_t)row * D + d] = qkv[(size_t)(2 * D + d) * N + j];
+}
+
+extern "C" cudaError_t cu_mimi_rope_store(float *qkv, float *kv, size_t kv_slot, const int32_t *slot,
+                                          const int64_t *offset, const float *freq, int layer, int n, int T, int D,
+                                          int heads, int ctx, cudaStream_t stream) {
+    if (n <= 0 || T <= 0 || heads <= 0 || D % heads || (D / heads) % 2 || ctx < T) return cudaErrorInvalidValue;
+    const int hd = D / heads;
+    mimi_rope_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(qkv, offset, freq, n, T, D, hd);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    mimi_kv_store_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(kv, kv_slot, qkv, slot, offset,
+                                                                                    layer, n, T, D, ctx);
+    return cudaGetLastError();
+}
+
+/* att[h*hd + d, j] = softmax over the valid ring rows of q . k / sqrt(hd),
+ * times v: one thread per (column, head, channel d), three passes over the
+ * ring as the C (max, sum of exponentials, then the weighted sum with
+ * weight e * (1 / sum)). A row is valid when its implied position p (see
+ * the header) satisfies 0 <= p <= pos and pos - p < ctx. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_attend_kernel(float *att, const float *qkv, const float *kv,
+                                                                  size_t kv_slot, const int32_t *slot,
+                                                                  const int64_t *offset, int layer, int n, int T,
+                                                                  int D, int hd, int ctx) {
+    const int N = n * T;
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)N * D) return;
+    int j = (int)(i % N), c = (int)(i / N), h = c / hd, s = j / T;
+    long last = (long)offset[s] + T - 1, pos = (long)offset[s] + j % T;
+    const float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D, *vr = kr + (size_t)ctx * D;
+    const float scale = 1.f / sqrtf((float)hd);
+    float mx = -FLT_MAX;
+    for (int k = 0; k < ctx; k++) {
+        long pk = last - ((last - k) % ctx + ctx) % ctx;
+        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
+        float sc = 0.f;
+        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
+        sc *= scale;
+        if (sc > mx) mx = sc;
+    }
+    float sum = 0.f;
+    for (int k = 0; k < ctx; k++) {
+        long pk = last - ((last - k) % ctx + ctx) % ctx;
+        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
+        float sc = 0.f;
+        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
+        sum += expf(sc * scale - mx);
+    }
+    float inv = 1.f / sum, acc = 0.f;
+    for (int k = 0; k < ctx; k++) {
+        long pk = last - ((last - k) % ctx + ctx) % ctx;
+        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
+        float sc = 0.f;
+        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
+        float e = expf(sc * scale - mx);
+        if (e == 0.f) continue;
+        acc += e * inv * vr[(size_t)k * D + c];
+    }
+    att[(size_t)c * N + j] = acc;
+}
+
+extern "C" cudaError_t cu_mimi_attend(float *att, const float *qkv, const float *kv, size_t kv_slot,
+                                      const int32_t *slot, const int64_t *offset, int layer, int n, int T, int D,
+                                      int heads, int ctx, cudaStream_t stream) {
+    if (n <= 0 || T <= 0 || heads <= 0 || D % heads || ctx < T) return cudaErrorInvalidValue;
+    mimi_attend_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(att, qkv, kv, kv_slot, slot, offset,
+                                                                                  layer, n, T, D, D / heads, ctx);
+    return cudaGetLastError();
+}
+
+/* ---- RVQ -------------------------------------------------------------------- */
+
+/* One level for item s = blockIdx.x: the entry j minimising |e_j|^2 - 2 e_j . r
+ * (the C's distance, lowest index on ties), code written, r -= e_code. */
+__global__ void __launch_bounds__(RVQ_THREADS) mimi_rvq_level_kernel(int32_t *codes, int code_stride, float *r,
+                                                                      const float *cb, const float *norms, int n,
+                                                                      int Dq, int bins) {
+    __shared__ float bd[RVQ_THREADS];
+    __shared__ int bi[RVQ_THREADS];
+    const int s = blockIdx.x, tid = threadIdx.x;
+    float best = INFINITY;
+    int besti = INT_MAX;
+    for (int j = tid; j < bins; j += RVQ_THREADS) {
+        const float *e = cb + (size_t)j * Dq;
+        float dot = 0.f;
+        for (int d = 0; d < Dq; d++) dot += e[d] * r[(size_t)d * n + s];
+        float dist = norms[j] - 2.f * dot;
+        if (dist < best) {
+            best = dist;
+            besti = j;
+        }
+    }
+    bd[tid] = best;
+    bi[tid] = besti;
+    __syncthreads();
+    for (int w = RVQ_THREADS / 2; w > 0; w /= 2) {
+        if (tid < w) {
+            float d2 = bd[tid + w];
+            int i2 = bi[tid + w];
+            if (d2 < bd[tid] || (d2 == bd[tid] && i2 < bi[tid])) {
+                bd[tid] = d2;
+                bi[tid] = i2;
+            }
+        }
+        __syncthreads();
+    }
+    const int code = bi[0] == INT_MAX ? 0 : bi[0];   /* no finite distance: entry 0, as the C */
+    if (tid == 0) codes[(size_t)s * code_stride] = code;
+    const float *e = cb + (size_t)code * Dq;
+    for (int d = tid; d < Dq; d += RVQ_THREADS) r[(size_t)d * n + s] -= e[d];
+}
+
+extern "C" cudaError_t cu_mimi_rvq_level(int32_t *codes, int code_stride, float *r, const float *cb,
+                                         const float *norms, int n, int Dq, int bins, cudaStream_t stream) {
+    if (n <= 0 || Dq <= 0 || bins <= 0) return cudaErrorInvalidValue;
+    mimi_rvq_level_kernel<<<(unsigned)n, RVQ_THREADS, 0, stream>>>(codes, code_stride, r, cb, norms, n, Dq, bins);
+    return cudaGetLastError();
+}
+
+/* sum[d, s] = sum over levels (in order) of cb[l][codes[s*stride + l]][d]. */
+__global__ void __launch_bounds__(MM_THREADS) mimi_rvq_sum_kernel(float *sum, const int32_t *codes, int code_stride,
+                                                                   const float *cb, int levels, int n, int Dq,
+                                                                   int bins) {
+    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    if (i >= (size_t)Dq * n) return;
+    int d = (int)(i / n), s = (int)(i % n);
+    float v = 0.f;
+    for (int l = 0; l < levels; l++) {
+        int c = codes[(size_t)s * code_stride + l];
+        if (c < 0 || c >= bins) c = 0;   /* refused on the host before the upload */
+        v += cb[((size_t)l * bins + c) * Dq + d];
+    }
+    sum[i] = v;
+}
+
+extern "C" cudaError_t cu_mimi_rvq_sum(float *sum, const int32_t *codes, int code_stride, const float *cb, int levels,
+                                       int n, int Dq, int bins, cudaStream_t stream) {
+    if (n <= 0 || Dq <= 0 || bins <= 0 || levels < 0) return cudaErrorInvalidValue;
+    mimi_rvq_sum_kernel<<<blocks_for((size_t)Dq * n), MM_THREADS, 0, stream>>>(sum, codes, code_stride, cb, levels, n,
+                                                                               Dq, bins);
+    return cudaGetLastError();
+}

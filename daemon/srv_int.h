@@ -1,0 +1,214 @@
+/* srv_int.h - what the front end's files share (srv.h is the public side):
+ *
+ *   srv.c        the libwebsockets callback, creation and teardown, the
+ *                connection calls of srv.h
+ *   srv_req.c    judging complete requests (method, path, WebSocket
+ *                handshake, ws_admit, the dynamic paths' request) and the
+ *                HTTP answers srv writes itself
+ *   srv_limit.c  per-address and per-connection accounting: the pending and
+ *                active limits, the handshake timeout, the per-IP rate
+ *   srv_tls.c    the certificate pair: kept for comparison, reloaded
+ *   srv_rx.c     WebSocket message reassembly (pure; srv_rx.h)
+ *
+ * Everything here runs on the loop thread.
+ */
+#ifndef MOSHID_SRV_INT_H
+#define MOSHID_SRV_INT_H
+
+#include <libwebsockets.h>
+#include <openssl/ssl.h>
+#include <stdint.h>
+
+#include "msg.h"
+#include "query.h"
+#include "srv.h"
+
+/* Longest query string and argument list accepted on /api/chat and the
+ * dynamic paths: the protocol's query limits (proto/query.h), so that
+ * what srv hands over the query parser can take. */
+#define SRV_MAX_ARGS PROTO_QUERY_MAX_PARAMS
+#define SRV_MAX_ARG_BYTES PROTO_QUERY_MAX_BYTES
+/* Longest URL path served: lws builds a static file's path in a 256-byte
+ * buffer (origin + "/" + path, lib/roles/http/server/server.c), so with
+ * static files the bound is what is left of it; longer paths get 414. */
+#define SRV_LWS_FILE_PATH 256
+#define SRV_MAX_PATH 1024
+/* Header copies handed to ws_admit and http_get (longer headers: 431). */
+#define SRV_HDR_SHORT 256
+#define SRV_HDR_LONG 1024
+/* Client address table: slots (a power of two) and the longest probe.
+ * Entries of addresses with no open connection are reused (their rate
+ * bucket is forgotten); when the probe window of a new address holds
+ * none, the connection is refused (SRV_REF_ip_table). */
+#define SRV_IP_SLOTS 4096
+#define SRV_IP_PROBE 64
+/* Most handles the loop may hold before srv_create (snapshot size). */
+#define SRV_MAX_PREEXISTING 256
+/* The challenge of every 401 srv sends (RFC 7235 4.1 requires one; bearer
+ * tokens are the only scheme, RFC 6750 3). */
+#define SRV_WWW_AUTHENTICATE "Bearer realm=\"moshid\""
+
+/* ---- per-IP and per-connection accounting (srv_limit.c) ---- */
+
+typedef struct srv_track srv_track;
+
+typedef struct srv_ip {
+    uint8_t addr[16];              /* IPv6, or IPv4 as ::ffff:a.b.c.d */
+    int used;                      /* never used slots end a probe */
+    unsigned conns;                /* open connections (any state) */
+    unsigned pending, active;
+    double tokens;                 /* rate bucket */
+    uint64_t refill_ms;
+    srv_track *pend_head, *pend_tail; /* this IP's pending connections, oldest first */
+} srv_ip;
+
+enum { TRK_PENDING = 1, TRK_ACTIVE, TRK_DOOMED, TRK_DONE };
+
+/* One network connection, from accept (SERVER_NEW_CLIENT_INSTANTIATED) to
+ * WSI_DESTROY: the wsi's opaque user data. */
+struct srv_track {
+    struct lws *wsi;
+    srv_ip *ip;
+    int state;
+    int counted;                   /* active and counted against the active limits */
+    int doomed_why;                /* srv_refusal of a doomed connection */
+    uint64_t since_ms;             /* pending since (uv_now) */
+    srv_track *gprev, *gnext;      /* the pending list (oldest first) or the doomed list */
+    srv_track *iprev, *inext;      /* the IP's pending list */
+    void *principal;               /* ws_admit's, for the connection */
+};
+
+/* libwebsockets' per-session data (per_session_data_size). */
+struct srv_conn {
+    struct lws *wsi;
+    srv *s;
+    void *sess;
+    void *principal;
+    srv_rx rx;                     /* WebSocket message reassembly */
+    /* asynchronous close */
+    int closing;
+    int close_status;
+    int close_sent;           /* our close frame is written; waiting for the reply */
+    char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* valid UTF-8, cut at a character boundary */
+    uint64_t drop_at_ms;      /* uv_now of the hard deadline (srv_conn_drop_after), 0 = none */
+    int failed;               /* a send failed: the connection is being dropped */
+    /* HTTP reply waiting for HTTP_WRITEABLE */
+    uint8_t *http_body; /* LWS_PRE headroom + body */
+    size_t http_len;
+    char peer[64];
+};
+
+/* The dynamic paths, NULL-terminated (srv_req.c). */
+extern const char *const srv_dynamic_paths[];
+#define SRV_NDYNAMIC 3
+
+struct srv {
+    struct lws_context *ctx;
+    uv_loop_t *loop;
+    srv_config cfg;                /* the strings are not used after srv_create */
+    srv_handlers h;
+    void *ud;
+    struct lws_protocols protocols[2];
+    struct lws_http_mount mounts[SRV_NDYNAMIC + 1]; /* the dynamic paths + static files */
+    struct lws_protocol_vhost_options mime_wasm;
+    int port;
+    int tls;
+    size_t max_path;
+    char argbuf[SRV_MAX_ARG_BYTES + 1]; /* decoded query arguments, for one callback at a time */
+    /* accounting */
+    srv_ip *ips;                   /* SRV_IP_SLOTS */
+    uint64_t hash_seed;
+    unsigned npending, nactive;
+    srv_track *pend_head, *pend_tail;
+    srv_track *doomed;             /* to close at the next sweep */
+    uv_timer_t sweep;              /* handshake timeouts and closes (on_sweep) */
+    int sweep_ready, sweep_on;     /* sweep is initialised (and not closing); started */
+    /* TLS reload */
+    SSL_CTX *ssl_ctx;              /* the vhost's (LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS) */
+    char *tls_cert_pem, *tls_key_pem; /* the pair in use, as read */
+    size_t tls_cert_len, tls_key_len;
+    /* shutdown */
+    uv_timer_t timer;
+    int polls;
+    int stopping;             /* srv_shutdown was called: later calls do nothing */
+    void (*done)(void *ud);
+    void *preexisting[SRV_MAX_PREEXISTING];
+    int npre;
+};
+
+/* srv_lim_key: the address table's key of a peer address: IPv4 (and
+ * IPv4-mapped IPv6) as ::ffff:a.b.c.d, whole; other IPv6 addresses by
+ * their first SRV_IP6_PREFIX_BYTES (a /64), the rest zero. One IPv6 host
+ * is routinely given a whole /64 (SLAAC and temporary addresses, a
+ * customer's prefix): keyed by the whole address, a client could open
+ * each connection from a new address and pass every per-IP limit, and a
+ * flood from one prefix would evict other clients' pending connections
+ * (the total's oldest) instead of its own. The cost: the hosts of one
+ * IPv6 LAN share the per-IP limits, as hosts behind one IPv4 NAT share
+ * theirs. 0, or -1 for another address family. */
+#define SRV_IP6_PREFIX_BYTES 8
+struct sockaddr;
+int srv_lim_key(const struct sockaddr *sa, uint8_t key[16]);
+/* srv_lim_init: the limits' defaults (0 in cfg), the address table and its
+ * hash seed. MS_OK or MS_ERR_NOMEM. */
+int srv_lim_init(srv *s);
+/* srv_lim_sweep_start: the sweep timer on s->loop (after lws is up). */
+void srv_lim_sweep_start(srv *s);
+/* srv_lim_sweep_stop: close the sweep timer (srv_shutdown); later calls
+ * from WSI_DESTROY leave it alone. */
+void srv_lim_sweep_stop(srv *s);
+/* srv_lim_free: the address table. */
+void srv_lim_free(srv *s);
+/* srv_lim_accept: LWS_CALLBACK_FILTER_NETWORK_CONNECTION for fd: 0 admits,
+ * 1 closes (the rate, the table; counted). */
+int srv_lim_accept(srv *s, int fd);
+/* srv_lim_track_new: a new connection's wsi becomes pending; -1 closes it. */
+int srv_lim_track_new(srv *s, struct lws *wsi);
+/* srv_lim_track_destroy: WSI_DESTROY: forget the connection. */
+void srv_lim_track_destroy(srv *s, struct lws *wsi);
+/* srv_lim_admit: a complete request: pending -> active (count 0: a dynamic
+ * path, which the active limits do not hold back). 0, -1 for a connection
+ * being closed, or SRV_REF_busy / SRV_REF_per_ip (not yet counted). */
+int srv_lim_admit(srv *s, struct lws *wsi, int count);
+/* srv_lim_answered: an answer is through on a keep-alive connection: pending
+ * again (a new handshake clock). */
+void srv_lim_answered(srv *s, struct lws *wsi);
+/* srv_lim_principal: the principal kept with wsi's connection (set, or
+ * read: out NULL), NULL when untracked. */
+void *srv_lim_principal(struct lws *wsi, int set, void *p);
+/* srv_refused: count a refusal (srv_config.on_refuse). */
+void srv_refused(srv *s, srv_refusal why);
+
+/* ---- requests and answers (srv_req.c) ---- */
+
+/* srv_req_http: a complete non-upgrade request (before the mounts):
+ * limits, method, path. 0 lets it through, nonzero after an answer. */
+int srv_req_http(srv *s, struct lws *wsi);
+/* srv_req_upgrade: a complete upgrade request (HTTP_CONFIRM_UPGRADE): 0
+ * lets libwebsockets answer 101, -1 after an answer. */
+int srv_req_upgrade(srv *s, struct lws *wsi, const char *upgrade);
+/* srv_req_dynamic: LWS_CALLBACK_HTTP: a dynamic path to http_get, or 404;
+ * the callback's return value. */
+int srv_req_dynamic(srv *s, struct lws *wsi, srv_conn *c);
+/* srv_req_path_len: the request's path length (GET only; -1: another method). */
+int srv_req_path_len(struct lws *wsi);
+/* srv_req_args: the decoded query arguments, one "name=value" fragment
+ * each, into s->argbuf; the count, or -1 over the limits. */
+int srv_req_args(srv *s, struct lws *wsi, const char **args);
+/* srv_refuse: count, log and answer status with a one-line body (extra: one
+ * more "name:" header, or NULL); returns -1 (the caller closes). */
+int srv_refuse(srv *s, struct lws *wsi, srv_refusal why, unsigned status, const char *extra, const char *val,
+               const char *body);
+/* srv_free_buffers: the connection's message and HTTP reply buffers. */
+void srv_free_buffers(srv_conn *c);
+
+/* ---- TLS (srv_tls.c) ---- */
+
+/* srv_tls_remember: read the pair the listener started with, for
+ * srv_reload_tls to compare (a failure only means a later reload of the
+ * same files reloads them). */
+void srv_tls_remember(srv *s);
+/* srv_tls_free: the kept pair. */
+void srv_tls_free(srv *s);
+
+#endif
