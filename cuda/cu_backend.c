@@ -473,13 +473,18 @@ static int random_config(lm_config *g, const char *dir, lm_variant variant, ms_e
     return lm_config_finish(g, err);
 }
 
+/* The codec runs on the device unless MOSHID_CU_MIMI=cpu keeps it on the
+ * host (the CPU Mimi): for comparisons, and as the fallback should the
+ * device codec misbehave. */
+static int codec_on_device(const lm_backend_opts *opts) {
+    const char *where = getenv("MOSHID_CU_MIMI");
+    return opts->mimi && !(where && !strcmp(where, "cpu"));
+}
+
 static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
     if (mimi_model_load(&c->mimi, opts->mimi, opts->mimi_config, err) != MS_OK) return err ? err->code : MS_ERR_FORMAT;
     if (mimi_model_check_serving(c->mimi, err) != MS_OK) return err ? err->code : MS_ERR_UNSUPPORTED;
-    /* MOSHID_CU_MIMI=cpu keeps the codec on the host (the CPU Mimi): for
-     * comparisons, and as the fallback should the device codec misbehave */
-    const char *where = getenv("MOSHID_CU_MIMI");
-    if (!(where && !strcmp(where, "cpu"))) {
+    if (codec_on_device(opts)) {
         int rc = cu_mimi_open(&c->gm, c->mimi, c->nslots, err);
         if (rc != MS_OK) return rc;
         c->st_.codec_bytes = mimi_model_bytes(c->mimi) + cu_mimi_bytes(c->gm);
@@ -601,7 +606,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     /* the memory plan, against what the device has free */
     {
         cu_plan_req req = {.slots = c->nslots, .context = g->context, .snapshots = 0, .snap_positions = 0,
-                           .max_bucket = c->maxB, .weight_bytes_per_el = 2, .codec = 0};
+                           .max_bucket = c->maxB, .weight_bytes_per_el = 2, .codec = codec_on_device(opts)};
         cu_plan plan;
         size_t fr = 0, tot = 0;
         CU_CHECK_GOTO(err, cudaMemGetInfo(&fr, &tot), fail);

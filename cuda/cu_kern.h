@@ -154,8 +154,10 @@ cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, 
  * float32 throughout; activations channel-major (C, n*T) as the CPU codec
  * (engine/mimi/mimi_int.h); per-slot state in slabs reached through slot[]
  * (device arrays of the call's n items). C twins: the CPU codec's own
- * layers (engine/mimi/mimi_layers.c, mimi.c), compared in
- * tests/gpu/engine_test.c (kernels) and tests/gpu/mimi_test.c (the codec):
+ * layers (engine/mimi/mimi_layers.c, mimi.c); tests/gpu/engine_test.c
+ * compares the convolutions, GEMM, ELU and the RVQ search with them one by
+ * one, tests/gpu/mimi_test.c the whole codec (the transformer's steps and
+ * the RVQ sum, static in the C, only there):
  *     cu_mimi_conv_stage + cu_mimi_conv   mimi_conv_forward (plain conv)
  *     cu_mimi_convtr                      mimi_conv_forward (transposed,
  *                                         depthwise)

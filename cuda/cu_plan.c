@@ -50,25 +50,26 @@
  * under 512 bytes for dep_q <= 16. */
 #define PLAN_STEP_IO_PER_ROW 512
 
-/* The Mimi codec on the device, counted only when req->codec is set (the
- * CUDA backend runs Mimi on the host today, cuda/cu_backend.c, and asks
- * without it). From ../shared/spec/mimi.md and mimi-tensors.txt: the
- * released checkpoint holds 96,151,393 parameters (all 32 codebooks; the
- * backend uses 8, but keeps the file's tensors), kept in float32 as the
- * official server runs it (an assumption about the CUDA codec: bf16 would
- * halve it). Each slot has an encoder and a decoder transformer (8 layers,
- * d_model 512, a K/V ring of 250 steps, float32) plus the causal
- * convolutions' state (under 1 MiB, estimated at 1 MiB), and a batch row of
- * the codec needs scratch for the widest SEANet activation (1920 samples x
- * 64 channels, float32, about 0.5 MiB) a few times over: 4 MiB a row,
- * estimated. */
+/* The Mimi codec on the device (cuda/cu_mimi.c), counted when req->codec
+ * is set (the CUDA backend sets it unless MOSHID_CU_MIMI=cpu keeps the
+ * codec on the host). From ../shared/spec/mimi.md and mimi-tensors.txt:
+ * the released checkpoint holds 96,151,393 parameters (all 32 codebooks;
+ * the device codec uploads the 8 it uses, so this over-counts by the 24
+ * others' 12.6 M), kept in float32 (cu_mimi's storage: the codes must equal the CPU's).
+ * Each slot has an encoder and a decoder transformer (8 layers, d_model
+ * 512, a K/V ring of 250 steps, float32) plus the causal convolutions'
+ * state (under 1 MiB, estimated at 1 MiB). A batch row has, for each of the
+ * encode and the decode side (their own workspaces, so that a decode
+ * overlaps the next encode), five buffers of the widest SEANet activation
+ * (64 channels x 1926 columns, float32, 0.49 MB): 4.7 MiB, counted as
+ * 5 MiB. */
 #define PLAN_MIMI_PARAMS ((size_t)96151393)
 #define PLAN_MIMI_WEIGHT_BYTES 4
 #define PLAN_MIMI_TR_LAYERS 8
 #define PLAN_MIMI_TR_CONTEXT 250
 #define PLAN_MIMI_TR_DIM 512
 #define PLAN_MIMI_CONV_STATE (1 * MIB)
-#define PLAN_MIMI_WS_PER_ROW (4 * MIB)
+#define PLAN_MIMI_WS_PER_ROW (5 * MIB)
 
 /* ---- checked arithmetic: a sticky overflow flag ------------------------ */
 

@@ -199,7 +199,7 @@ $(FAKE_PLUGINS): tests/gpu/fake_plugin.c engine/base/plugin.h
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FAKE_DEFS) -shared $< -o $@
 $(BUILD)/tests/check_plugin: $(if $(CU_TARGETS),$(CU_PLUGIN)) $(FAKE_PLUGINS)
-TEST_SCRIPTS += tests/gpu/engine_test.sh tests/gpu/backend_test.sh tests/gpu/cuda_home.sh
+TEST_SCRIPTS += tests/gpu/engine_test.sh tests/gpu/backend_test.sh tests/gpu/mimi_test.sh tests/gpu/cuda_home.sh
 # The same kernels and engine-test's cases on the host emulator (no device).
 include tests/gpu/emu/emu.mk
 endif

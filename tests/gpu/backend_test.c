@@ -1,7 +1,7 @@
 /* backend_test.c - backend-test: the CUDA backend table (cuda/cu_backend.c)
  * against the CPU reference backend (engine/cpu/cpu_backend.c) on tiny
- * models this program writes (both variants, float32 checkpoints), and on
- * random device weights.
+ * models this program writes (both variants, float32 checkpoints and one
+ * f16), and on random device weights.
  *
  * One source, two executors, as engine-test: built with nvcc it is
  * build/backend-test and runs on a GPU (it exits 77 with "skipped: no CUDA
@@ -10,15 +10,30 @@
  *
  *   backend-test [SUBSTRING]     only the cases whose name contains it
  *
+ * (Over STYLE's 800 lines: every case shares the model writer, the
+ * comparisons and the schedule; a split into two objects needs cuda.mk's
+ * and emu.mk's link lines changed.)
+ *
  * Cases:
- *  - teacher_forced/<variant>/<path>: the CPU samples a trace (official sampling
- *    defaults); both backends are fed the CPU's tokens (inputs, and the
- *    depformer's forced targets for every sub-step), with logits asked for,
- *    over a schedule that steps batches of 1, 2 and 3 slots (3 in bucket 4:
- *    one padding row) at different positions, past the ring's wrap. Per
- *    stream (text, each audio sub-step): argmax agreement >= 99 % and the
- *    normalised logit error max |gpu - cpu| / rms(cpu) <= LOGIT_TOL; also on
- *    moshid-mkmodel's two demo LMs (teacher_forced/mkmodel-dep8, -dep16);
+ *  - teacher_forced/<variant>[-peaked]/<path>: the CPU samples a trace
+ *    (official sampling defaults); both backends are fed the CPU's tokens
+ *    (inputs, and the depformer's forced targets for every sub-step), with
+ *    logits asked for, over a schedule that steps batches of 1, 2 and 3
+ *    slots (3 in bucket 4: one padding row) at different positions, past
+ *    the ring's wrap. Per stream (text, each audio sub-step): the
+ *    normalised logit error max |gpu - cpu| / rms(cpu) <= LOGIT_TOL, no
+ *    "decisive" row flips (the near-tie rule: rows whose best CPU logit
+ *    leads by more than 2 LOGIT_TOL rms), and, except on the random
+ *    models' GEMM path (see tf_run), argmax agreement >= 99 % of the rows
+ *    (the issue's rule). <path> gemm lowers the matvec/GEMM crossover to 1
+ *    row (MOSHID_CU_GEMM_MIN_ROWS), on a device too: every product is a
+ *    cuBLAS GEMM. -peaked: the models with realistic logit spreads (see
+ *    PK_PRIOR); the plain random ones stay for the near-tie rule, which
+ *    their tie-prone logits make the more sensitive. One line per stream
+ *    gives the agreement, the distinct winners, the CPU's top-1/top-2
+ *    margin and the logit error. Also on moshid-mkmodel's two demo LMs
+ *    (teacher_forced/mkmodel-dep8, -dep16: the GEMM path and the near-tie
+ *    rule on the emulator, the matvec and the plain rule on a device);
  *  - sampler/<variant>: the device's sampled tokens against the CPU
  *    sampler (samp_topk) run on the logits the device returned, with the
  *    same seeds, temperatures and top-k per row: identical;
@@ -33,7 +48,9 @@
  *    stats.snap_bytes count it on the device;
  *  - graph_vs_uncaptured: the same steps (sampling on, batches 1..3 with
  *    padding) on a backend with graphs and one with MOSHID_CU_GRAPHS=0:
- *    identical tokens;
+ *    identical tokens; and (Kyutai) on the graphs' backend again after a
+ *    slot reset, asking for every row's logits (the uncaptured path a
+ *    request for logits takes): the same tokens as the replays;
  *  - random_weights: config.json only, weights generated on the device:
  *    tokens in range, the same seed gives the same tokens, another seed
  *    other logits;
@@ -42,6 +59,28 @@
  *    Mimi entries (the CPU Mimi on host state per slot) against the CPU
  *    backend's: the same codes and the same PCM, bit for bit, over frames
  *    of two slots and a codec reset;
+ *  - checkpoint_f16: the same (f16-exact) values as an f16 file and as an
+ *    f32 file: the CUDA backend steps both bit for bit alike (the upload
+ *    rounds f16 and f32 to bf16 from the same numbers);
+ *  - slot_reset: a new session on a slot reset after a wrapped session
+ *    (and after a short one) gives the logits of the same session on a
+ *    fresh slot, bit for bit;
+ *  - dep_steps: rows asking for 3, 0, 1, 8 sub-steps beside a row asking
+ *    for all, same history, one batch (graph, then uncaptured with logits):
+ *    the common sub-steps identical, the others -1, their logits untouched;
+ *  - invalid_arguments: bad steps (slot out of range or twice, tokens and
+ *    targets out of range, target without provided, dep_steps, NaN
+ *    temperature, too many rows), prefills, a snapshot, a restore and a
+ *    codec call without a codec: each answers its error from the
+ *    dispatcher, nothing moves, the next step works;
+ *  - batch_max_slots: all 5 slots in one call (the largest bucket, no
+ *    padding), two row orders, teacher-forced against the CPU: logit bound
+ *    and near-tie rule;
+ *  - frame_step/host (and frame_step/device on a GPU): the dispatcher's
+ *    frame step (lm_frame_submit/lm_frame_wait) on the CPU backend and the
+ *    CUDA backend with the fixture Mimi (tests/fixtures/mimi/tiny), greedy,
+ *    on the matvec path: the same codes in, the same tokens and frames out,
+ *    the PCM bit for bit (host codec) or within FRAME_PCM_TOL (device);
  *  - device_error (emulator only: it injects a fault, emu_inject_fault):
  *    a kernel of a graph replay faults (cudaErrorIllegalAddress, sticky);
  *    that step answers MS_ERR_DEVICE naming the call, file:line and the
@@ -63,9 +102,14 @@
  * product's input rounded too). LOGIT_TOL = 0.03 (3 %) is twice the GEMM
  * path's and far below what one wrong term (a mis-indexed key, a missing
  * position, a wrong window: 13 % and more, tried) costs. Argmax agreement:
- * a flip needs the two best logits within the error, which on the matvec
- * path happens for well under 1 % of the rows; a wrong kernel flips most
- * of them. The GEMM path's rule is at test_teacher_forced.
+ * a flip needs the two best logits within the error. On the random models
+ * the logits are like independent draws (see PK_PRIOR), so a few percent
+ * of the rows have their two best within the GEMM path's error and flip
+ * (per stream down to 0.90, every flip at a margin below 1e-2 rms);
+ * on the peaked models the flips are rarer than 1 in 100 on both paths
+ * (measured 0.991-1.0 per stream, flips at margins < 1e-3 rms), and a
+ * wrong window (two keys missing past the wrap, tried) drops them to
+ * 0.96-0.97 besides breaking the logit bound.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -120,7 +164,8 @@ static int n_pass, n_fail;
  * every product a GEMM (the emulated matvec costs a fiber per GPU thread;
  * engine-test covers it kernel by kernel), and the cases that are about the
  * graphs or the matvec path say so; on a device every case runs with the
- * backend's defaults (graphs on, the built-in crossover). */
+ * backend's defaults (graphs on, the built-in crossover), except the
+ * teacher_forced GEMM cases, which lower the crossover there too. */
 static int on_emu;
 /* force: the crossover applies on a device too (the teacher_forced GEMM
  * cases: the path under test is cuBLAS's, whatever the batch). */
@@ -268,7 +313,13 @@ static void config_json(char *cfg, size_t len, int dep_q, int context, int card)
  * channels are the random model's, so the context still moves the logits
  * by O(1) and decides among the leading tokens. Every kernel runs on the
  * same data as before; the argmax is simply no longer balanced on a knife's
- * edge for most rows. The values are bf16-exact like the rest. */
+ * edge for most rows. The values are bf16-exact like the rest. How the
+ * constants were set (not to pass, to get the shape described): with
+ * PK_PRIOR 1.5 the prior alone decided every row (one winner per stream:
+ * an argmax that tests nothing), at 0.5 the context picks among 1-5
+ * leading tokens per stream; PK_DEP 2 let the depformer layers flip the
+ * channel's sign in some rows, which turns the prior upside down (its
+ * dense tail on top: near-ties again), 4 keeps it positive. */
 #define PK_EMB 0.5
 #define PK_DEP 4.0
 #define PK_PRIOR 0.5
@@ -394,7 +445,7 @@ typedef struct cmp {
     double worst;   /* max |a - b| / rms(b) */
     double flip_margin;              /* largest CPU margin (/ rms) of a row whose argmax differs */
     double margin[CMP_KEEP], err[CMP_KEEP];   /* per row: best - second CPU logit, max |a - b|; / rms */
-    uint8_t won[4096];                        /* tokens that were the CPU's argmax of a row */
+    uint8_t won[4096];                        /* tokens (ids < 4096) that were a row's CPU argmax */
     int winners;                              /* how many distinct */
 } cmp;
 
@@ -486,17 +537,18 @@ static int tf_batch(int t, int *slots) {
     return n;
 }
 
-/* gemm_min: the emulator's crossover (1: every product a GEMM, 0: the
- * default, so batches of 1-3 take the matvec); steps from schedule step t0
- * on; dep_steps sub-steps compared (-1: all). Acceptance: the matvec path
- * keeps the activations in f32, so its argmax agreement must be >= 99 %
- * of all rows; the GEMM path rounds them to bf16 (about 10x the error), and
- * on the tiny random models a few percent of rows then have their two best
- * logits closer than that error: there every row whose best logit leads by
- * more than twice the tolerance (2 tol rms) must agree, and the
- * overall agreement is reported. */
-static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
-                   double tol, int plain);
+/* gemm_min: the emulator's crossover (1: every product a GEMM; 0: the
+ * default, so batches of 1-3 take the matvec), dev_gemm: on a device too;
+ * steps from schedule step t0 on; dep_steps sub-steps compared (-1: all).
+ * Acceptance, every stream: the logit bound and the near-tie rule (every
+ * row whose best logit leads by more than 2 tol rms agrees); plain: also
+ * argmax agreement >= 99 % of the rows. The matvec path keeps the
+ * activations in f32 and meets the plain rule even on the random models;
+ * the GEMM path rounds them to bf16 (about 10x the error), which the random
+ * models' tie-prone logits do not survive (their lowest stream: 0.90-0.97),
+ * so there plain is asked of the peaked models only. */
+static void tf_run(const char *name, const char *dir, int context, int gemm_min, int dev_gemm, int t0, int steps,
+                   int dep_steps, double tol, int plain);
 
 static void test_teacher_forced(const char *variant, const char *path, int peaked, int dep_q, int context,
                                 int gemm_min, int t0, int steps, int dep_steps) {
@@ -510,7 +562,8 @@ static void test_teacher_forced(const char *variant, const char *path, int peake
      * and on the random ones on the matvec; the near-tie rule alone on the
      * random models' GEMM path */
     int plain = peaked || gemm_min != 1;
-    tf_run(name, make_model_o(tag, dep_q, context, 1, &o), context, gemm_min, t0, steps, dep_steps, LOGIT_TOL, plain);
+    tf_run(name, make_model_o(tag, dep_q, context, 1, &o), context, gemm_min, gemm_min == 1, t0, steps, dep_steps,
+           LOGIT_TOL, plain);
 }
 
 /* The same on moshid-mkmodel's demo LM, whose f32 weights are not
@@ -538,12 +591,15 @@ static void test_teacher_forced_mkmodel(int dep_q) {
         return;
     }
     snprintf(lm, sizeof lm, "%s/lm", dir);
-    tf_run(name, lm, 8, 1, 4, 8, -1, MK_LOGIT_TOL, 0);   /* slot 0 reaches 8: the ring's end */
+    /* on a device the default crossover (the matvec for these batches) and
+     * the plain rule, as before; on the emulator the GEMMs (its matvec is
+     * too slow for 2048-token heads) and the near-tie rule */
+    tf_run(name, lm, 8, 1, 0, 4, 8, -1, MK_LOGIT_TOL, !on_emu);   /* slot 0 reaches 8: the ring's end */
 }
 
-static void tf_run(const char *name, const char *dir, int context, int gemm_min, int t0, int steps, int dep_steps,
-                   double tol, int plain) {
-    knobs_f(0, gemm_min, gemm_min == 1);
+static void tf_run(const char *name, const char *dir, int context, int gemm_min, int dev_gemm, int t0, int steps,
+                   int dep_steps, double tol, int plain) {
+    knobs_f(0, gemm_min, dev_gemm);
     lm_backend *cpu = open_b(&lm_cpu_backend, dir, 4, 0), *gpu = open_b(&lm_cuda_backend, dir, 4, 0);
     const lm_config *g = &cpu->cfg;
     int ns = g->n_streams, nt = 1 + g->dep_q;
@@ -1189,7 +1245,8 @@ static void test_dep_steps(void) {
         int nd = want[t];
         ok = ok && s[0].out_text == s[1].out_text;
         for (int k = 0; k < g->dep_q; k++) {
-            ok = ok && s[0].out_audio[k] >= 0 && (k < nd ? s[1].out_audio[k] == s[0].out_audio[k] : s[1].out_audio[k] == -1);
+            ok = ok && s[0].out_audio[k] >= 0 &&
+                 (k < nd ? s[1].out_audio[k] == s[0].out_audio[k] : s[1].out_audio[k] == -1);
             if (logits) {
                 const float *a1 = al + ((size_t)g->dep_q + k) * g->card;
                 ok = ok && (k < nd ? !memcmp(a1, al + (size_t)k * g->card, sizeof(float) * g->card) : a1[0] == 1234.5f);
@@ -1259,7 +1316,10 @@ static void test_invalid(void) {
     int rc_pf2 = lm_backend_prefill(b, 1, 0, 1, NULL, NULL, &e);     /* neither tokens nor embeddings */
     int rc_sn = lm_backend_kv_snapshot(b, 0, 2, &snap, &e);          /* slot 0 holds 1 position */
     int rc_rs = lm_backend_kv_restore_layers(b, 1, NULL, 0, 1, &e);
-    int rc_ms = lm_backend_mimi_encode(b, (int[]){0}, 1, (float[MS_FRAME_SAMPLES]){0}, (int[32]){0}, &e);  /* no codec */
+    int one = 0, codes[32] = {0};
+    float *silence = calloc(MS_FRAME_SAMPLES, sizeof(float));
+    int rc_ms = lm_backend_mimi_encode(b, &one, 1, silence, codes, &e);   /* no codec */
+    free(silence);
     int others = rc_pf == MS_ERR_STATE && rc_pf0 == MS_ERR_ARG && rc_pf2 == MS_ERR_ARG && rc_sn == MS_ERR_RANGE &&
                  !snap && rc_rs == MS_ERR_ARG && rc_ms == MS_ERR_STATE;
     /* nothing moved, and the backend still steps */
@@ -1411,12 +1471,31 @@ static void frame_case(const char *codec) {
         }
     }
     float *pcm = malloc(sizeof(float) * N * MS_FRAME_SAMPLES);
+    /* bad frames first, answered by the dispatcher: rows whose bookkeeping
+     * is another slot's, a repeated slot, a wait with nothing in flight */
+    int bad_ok = 1;
+    {
+        lmgen_slot *swapped[N] = {gp[1][1], gp[1][0]};
+        const int twice[N] = {0, 0};
+        lm_frame fb = f[1];
+        fb.n = N;
+        fb.pcm_in = pcm;
+        fb.slots = slots;
+        fb.gens = swapped;
+        ms_error eb = {0};
+        bad_ok = bad_ok && lm_frame_submit(be[1], &fb, &eb) == MS_ERR_ARG;
+        fb.slots = twice;
+        fb.gens = gp[1];
+        bad_ok = bad_ok && lm_frame_submit(be[1], &fb, &eb) == MS_ERR_ARG;
+        bad_ok = bad_ok && lm_frame_wait(be[1], &fb, &eb) == MS_ERR_STATE && be[1]->inflight == 0;
+    }
     int nout = 1 + be[0]->cfg.dep_q, nu = be[0]->n_user;
     int same_codes = 1, same_out = 1, frames_out = 0, tokens = 0, code_frame = -1;
     double pcm_err = 0;
     for (int fr = 0; fr < FR; fr++) {
         for (int i = 0; i < N * MS_FRAME_SAMPLES; i++)
-            pcm[i] = 0.25f * sinf(0.013f * (float)(i + fr * MS_FRAME_SAMPLES) * (1.0f + 0.5f * (float)(i / MS_FRAME_SAMPLES)));
+            pcm[i] = 0.25f * sinf(0.013f * (float)(i + fr * MS_FRAME_SAMPLES) *
+                                  (1.0f + 0.5f * (float)(i / MS_FRAME_SAMPLES)));
         for (int k = 0; k < 2; k++) {
             f[k].n = N;
             f[k].slots = slots;
@@ -1436,7 +1515,8 @@ static void frame_case(const char *codec) {
                 same_out = same_out && f[0].out[i * nout + j] == f[1].out[i * nout + j];
             }
             /* the decoded audio of this row, normalised by the CPU's rms */
-            const float *a = f[0].pcm_out + (size_t)i * MS_FRAME_SAMPLES, *b = f[1].pcm_out + (size_t)i * MS_FRAME_SAMPLES;
+            const float *a = f[0].pcm_out + (size_t)i * MS_FRAME_SAMPLES;
+            const float *b = f[1].pcm_out + (size_t)i * MS_FRAME_SAMPLES;
             double ss = 0, mx = 0;
             for (int j = 0; j < MS_FRAME_SAMPLES; j++) {
                 double d = fabs((double)a[j] - b[j]);
@@ -1448,13 +1528,14 @@ static void frame_case(const char *codec) {
         }
     }
     int pcm_ok = host ? pcm_err == 0 : pcm_err <= FRAME_PCM_TOL;
-    int ok = same_codes && same_out && pcm_ok && frames_out == N * (FR - 1);
+    int ok = same_codes && same_out && pcm_ok && frames_out == N * (FR - 1) && bad_ok;
     char codes_msg[64];
     if (same_codes) snprintf(codes_msg, sizeof codes_msg, "identical");
     else snprintf(codes_msg, sizeof codes_msg, "DIFFER from frame %d", code_frame);
     result(ok, name, "%d frames of %d slots (fixture Mimi, %d codebooks), greedy, matvec: codes %s; %d frames out, %d "
-           "tokens %s; PCM err %.1e of the rms (%s)", FR, N, be[1]->ncb, codes_msg, frames_out, tokens,
-           same_out ? "identical" : "DIFFER", pcm_err, host ? "must be 0" : "tol 1e-3");
+           "tokens %s; PCM err %.1e of the rms (%s); bad frames refused: %s", FR, N, be[1]->ncb, codes_msg,
+           frames_out, tokens, same_out ? "identical" : "DIFFER", pcm_err, host ? "must be 0" : "tol 1e-3",
+           bad_ok ? "yes" : "NO");
     free(pcm);
     for (int k = 0; k < 2; k++) {
         lm_frame_free(&f[k]);

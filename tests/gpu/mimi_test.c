@@ -9,6 +9,16 @@
  * it is build/mimi-test-emu and runs in `make test`.
  *
  *   mimi-test [SUBSTRING]     only the cases whose name contains it
+ *   mimi-test --bench [--shape real|tiny] [--out FILE] [--deadline-s S]
+ *                             encode + decode time per step (median of 5
+ *                             after a warm-up) for batches of 1, 8, 32, 64
+ *                             slots, at the real dimensions (the official
+ *                             configuration, random weights from a seed:
+ *                             mimi_model_random) or on the tiny fixture
+ *                             (batches 1 and 2, one step: the emulator's
+ *                             check that the benchmark runs); each row
+ *                             printed and appended to FILE, flushed, as it
+ *                             is measured; past the deadline it stops
  *   MIMI_FIXTURES=DIR         the fixture directory (default tests/fixtures/mimi)
  *   MIMI_TEST_FRAMES=N        frames of the parity case (default: all the
  *                             fixture's, 24; about 5 s on the emulator)
@@ -55,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -69,6 +80,8 @@
 #define TOL_REL 1e-4
 
 extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
+/* Defined by the emulator (tests/gpu/emu/emu.h) only. */
+const char *emu_last_kernel(void) __attribute__((weak));
 
 static const char *filter;
 static int n_pass, n_fail;
@@ -368,7 +381,7 @@ static void remove_dir(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "mimi-test: could not remove %s\n", dir);
 }
 
-#define PFRAMES 8
+#define PFRAMES 5
 #define PSLOTS 2
 
 static void test_pipeline(void) {
@@ -381,6 +394,9 @@ static void test_pipeline(void) {
     snprintf(mcfg, sizeof mcfg, "%s/mimi.json", dir);
     setenv("MOSHID_CU_GRAPHS", "0", 1);
     unsetenv("MOSHID_CU_MIMI");
+    /* on the emulator every LM product as a GEMM: the cuBLAS stand-in costs
+     * far less to emulate than the matvec kernel (backend-test does the same) */
+    if (emu_last_kernel) setenv("MOSHID_CU_GEMM_MIN_ROWS", "1", 1);
     ms_error e = {0};
     lm_backend *bk[2];
     lmgen_slot gen[2][PSLOTS];
@@ -458,7 +474,117 @@ static void test_pipeline(void) {
     remove_dir(dir);
 }
 
+/* ---- the benchmark ---------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench(int argc, char **argv) {
+    const char *shape = "real", *outp = NULL;
+    double deadline = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(argv[i], "--deadline-s") && i + 1 < argc) deadline = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: mimi-test --bench [--shape real|tiny] [--out FILE] [--deadline-s S]\n");
+            return 2;
+        }
+    }
+    const int tiny = !strcmp(shape, "tiny");
+    if (!tiny && strcmp(shape, "real")) {
+        fprintf(stderr, "mimi-test: --shape real or tiny\n");
+        return 2;
+    }
+    double t0 = now_s();
+    ms_error e = {0};
+    mimi_model *m = NULL;
+    if (tiny) {
+        fixture fx = {0};
+        load_fixture(&fx);
+        m = fx.m;
+        free(fx.pcm);
+        free(fx.codes);
+    } else {
+        mimi_config cfg;
+        mimi_config_default(&cfg);
+        if (mimi_model_random(&m, &cfg, 7, &e)) die("mimi_model_random", &e);
+    }
+    static const int real_b[] = {1, 8, 32, 64}, tiny_b[] = {1, 2};
+    const int *bs = tiny ? tiny_b : real_b, nb = tiny ? 2 : 4, maxb = bs[nb - 1], reps = tiny ? 1 : 5;
+    cu_mimi *g = NULL;
+    if (cu_mimi_open(&g, m, maxb, &e)) die("cu_mimi_open", &e);
+    FILE *out = outp ? fopen(outp, "a") : NULL;
+    if (outp && !out) {
+        fprintf(stderr, "mimi-test: cannot open %s\n", outp);
+        return 1;
+    }
+    const int F = mimi_frame_samples(m), K = mimi_num_codebooks(m);
+    char head[256];
+    snprintf(head, sizeof head,
+             "| codec | measure | batch | ms per step | encode ms | decode ms | notes |\n|---|---|---|---|---|---|---|\n");
+    fputs(head, stdout);
+    if (out) fputs(head, out), fflush(out);
+    float *pcm = malloc(sizeof(float) * maxb * F), *pout = malloc(sizeof(float) * maxb * F);
+    int *codes = malloc(sizeof(int) * maxb * K), *slots = malloc(sizeof(int) * maxb);
+    for (int i = 0; i < maxb * F; i++) pcm[i] = 0.3f * sinf(0.01f * (float)i) + 0.01f * (float)((i * 7919) % 101 - 50) / 50.f;
+    double open_s = now_s() - t0;
+    int rc = 0;
+    for (int bi = 0; bi < nb; bi++) {
+        int B = bs[bi];
+        if (deadline > 0 && now_s() - t0 > deadline) {
+            printf("deadline: stopped before batch %d\n", B);
+            break;
+        }
+        for (int i = 0; i < B; i++) slots[i] = i;
+        double te[8], td[8], tt[8];
+        for (int r = -1; r < reps; r++) {   /* r = -1: the warm-up */
+            double a = now_s();
+            if (cu_mimi_encode(g, slots, B, pcm, codes, &e)) die("encode", &e);
+            double b = now_s();
+            if (cu_mimi_decode(g, slots, B, codes, pout, &e)) die("decode", &e);
+            double c = now_s();
+            if (r >= 0) {
+                te[r] = (b - a) * 1e3;
+                td[r] = (c - b) * 1e3;
+                tt[r] = (c - a) * 1e3;
+            }
+        }
+        qsort(te, (size_t)reps, sizeof(double), cmp_d);
+        qsort(td, (size_t)reps, sizeof(double), cmp_d);
+        qsort(tt, (size_t)reps, sizeof(double), cmp_d);
+        char line[300];
+        snprintf(line, sizeof line, "| mimi | encode+decode | %d | %.3f | %.3f | %.3f | %s, f32, median of %d, open %.1f s |\n",
+                 B, tt[reps / 2], te[reps / 2], td[reps / 2], tiny ? "tiny fixture" : "real dimensions, random weights",
+                 reps, open_s);
+        fputs(line, stdout);
+        fflush(stdout);
+        if (out) fputs(line, out), fflush(out);
+    }
+    if (out) fclose(out);
+    free(pcm); free(pout); free(codes); free(slots);
+    cu_mimi_close(g);
+    mimi_model_free(m);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        char why0[512];
+        if (gu_devices(why0, sizeof why0) <= 0) {
+            printf("skipped: %s\n", why0);
+            return 77;
+        }
+        return bench(argc, argv);
+    }
     if (argc > 1) filter = argv[1];
     char why[512];
     if (gu_devices(why, sizeof why) <= 0) {

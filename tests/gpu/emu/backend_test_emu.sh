@@ -3,7 +3,8 @@
 # emulator: the CUDA backend table (cuda/cu_backend.c and every kernel)
 # against the CPU backend on tiny models, no device needed. The emulator is
 # a device to backend-test, so it must run every case (no skip; the codec
-# case needs $BUILD/moshid-mkmodel). Then once
+# case needs $BUILD/moshid-mkmodel, the frame step the fixture Mimi under
+# tests/fixtures/mimi, read from the repository root). Then once
 # with EMU_NO_DEVICE=1: the program must say "skipped: no CUDA device" and
 # exit 77 (the path a host without a GPU takes). Skips (77) in sanitizer
 # builds.
@@ -28,6 +29,11 @@ if [ $rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
 fi
 if ! grep -q '^ok   codec ' <<<"$out"; then
     echo "backend-test on the emulator: the codec case did not run (is $BUILD/moshid-mkmodel built?)"
+    exit 1
+fi
+# the frame step needs tests/fixtures/mimi (run from the repository root)
+if ! grep -q '^ok   frame_step/host ' <<<"$out"; then
+    echo "backend-test on the emulator: the frame_step case did not run (tests/fixtures/mimi/tiny.* from $(pwd))"
     exit 1
 fi
 nodev=$(EMU_NO_DEVICE=1 timeout -k 10 60 "$bin" 2>&1); nrc=$?

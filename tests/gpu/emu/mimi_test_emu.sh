@@ -28,6 +28,13 @@ for c in parity batch refuse backend; do
         exit 1
     fi
 done
+# the benchmark's code path, on the tiny fixture (its numbers mean nothing here)
+bout=$(timeout -k 10 120 "$bin" --bench --shape tiny 2>&1); brc=$?
+if [ $brc -ne 0 ] || [ "$(grep -cE '^\| mimi \| encode\+decode \| [12] \| [0-9.]+ \|' <<<"$bout")" -ne 2 ]; then
+    printf '%s\n' "$bout"
+    echo "mimi-test --bench --shape tiny: exit $brc, expected two rows (batches 1 and 2)"
+    exit 1
+fi
 nodev=$(EMU_NO_DEVICE=1 timeout -k 10 60 "$bin" 2>&1); nrc=$?
 if [ $nrc -ne 77 ] || ! grep -q '^skipped: no CUDA device' <<<"$nodev"; then
     printf '%s\n' "$nodev"
