@@ -24,6 +24,16 @@
  *    walking the layers (plan below);
  *  - an upload block per call (slot indices, step counts, first flags,
  *    then the PCM or the codes), pinned on the host, one copy each way.
+ *
+ * Graphs: at open, one CUDA graph per batch-size bucket (1, 2, 4, ... then
+ * max_slots) for the encode and one for the decode, captured over those
+ * fixed buffers; a call of n items fills its upload block, pads the rows
+ * [n, B) of its bucket onto a scratch slot (slot max_slots of every slab,
+ * zero input, step 0; their results are never read, and each item's
+ * arithmetic does not depend on the others, so padding changes no real
+ * row's bits) and replays the graph: per call one upload, one D2D copy of
+ * the PCM (encode), one replay, one download. MOSHID_CU_MIMI_GRAPHS=0
+ * enqueues the same launches per call instead.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +47,8 @@
 
 /* Identity columns per CPU product when reading weights back. */
 #define CU_MIMI_PROBE_COLS 64
+/* Batch-size buckets (1, 2, 4, ... below max_slots, then max_slots). */
+#define CU_MIMI_MAX_BUCKETS 16
 
 typedef struct gconv {
     const mimi_conv *c;
@@ -91,12 +103,21 @@ struct cu_mimi {
     unsigned char *mark;          /* host: (nslots) distinctness check */
     size_t ws_act, ws_col, ws_xb; /* floats per item */
     up_layout lay;
+    /* CUDA graphs, one per bucket and side, over the buffers above (fixed
+     * addresses); a call of n items replays its bucket's graph with the
+     * rows past n padded onto the scratch slot (slot nslots) */
+    int nbuckets, bucket[CU_MIMI_MAX_BUCKETS], graphs;
+    cudaGraphExec_t eg[CU_MIMI_MAX_BUCKETS], dg[CU_MIMI_MAX_BUCKETS];
+    float *dec_out[CU_MIMI_MAX_BUCKETS];   /* where each bucket's decode leaves its PCM */
     void **allocs;
     size_t nallocs, cap;
     size_t bytes;
 };
 
 static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static int capture(cu_mimi *g, ms_error *err);
+static int decode_enqueue(cu_mimi *g, int n, float **pcm_out, ms_error *err);
 
 static int dmalloc(cu_mimi *g, float **p, size_t nfloats, ms_error *err) {
     if (g->nallocs == g->cap) {
@@ -272,6 +293,10 @@ void cu_mimi_close(cu_mimi *g) {
         if (sd[k]->st) cudaStreamSynchronize(sd[k]->st);
     for (size_t i = 0; i < g->nallocs; i++) cudaFree(g->allocs[i]);
     free(g->allocs);
+    for (int i = 0; i < g->nbuckets; i++) {
+        if (g->eg[i]) cudaGraphExecDestroy(g->eg[i]);
+        if (g->dg[i]) cudaGraphExecDestroy(g->dg[i]);
+    }
     for (int k = 0; k < 2; k++) {
         for (int t = 0; t < CU_MIMI_TICKETS; t++) {
             if (sd[k]->dup[t]) cudaFree(sd[k]->dup[t]);
@@ -292,6 +317,7 @@ void cu_mimi_close(cu_mimi *g) {
 }
 
 size_t cu_mimi_bytes(const cu_mimi *g) { return g->bytes; }
+int cu_mimi_graphs(const cu_mimi *g) { return g->graphs; }
 
 int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *err) {
     *out = NULL;
@@ -333,17 +359,17 @@ int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *er
     if ((rc = upload(g, &g->freq, m->rope_freq, (size_t)(c->d_model / c->num_heads / 2), err))) goto fail;
     /* state: zero (the fresh state; ring rows are never read before they
      * are written, the zeroing only keeps the slab defined) */
-    const size_t ns = (size_t)max_slots;
+    const size_t ns = (size_t)max_slots, nss = ns + 1;   /* + the scratch slot of the padding rows */
     g->kv_slot = (size_t)c->num_layers * 2 * c->context * c->d_model;
-    if ((rc = dmalloc(g, &g->enc_state, ns * m->enc_state, err)) ||
-        (rc = dmalloc(g, &g->dec_state, ns * m->dec_state, err)) ||
-        (rc = dmalloc(g, &g->enc_kv, ns * g->kv_slot, err)) || (rc = dmalloc(g, &g->dec_kv, ns * g->kv_slot, err)))
+    if ((rc = dmalloc(g, &g->enc_state, nss * m->enc_state, err)) ||
+        (rc = dmalloc(g, &g->dec_state, nss * m->dec_state, err)) ||
+        (rc = dmalloc(g, &g->enc_kv, nss * g->kv_slot, err)) || (rc = dmalloc(g, &g->dec_kv, nss * g->kv_slot, err)))
         goto fail;
     rc = MS_ERR_DEVICE;
-    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_state, 0, ns * m->enc_state * sizeof(float), g->es.st), fail);
-    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_state, 0, ns * m->dec_state * sizeof(float), g->ds.st), fail);
-    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_kv, 0, ns * g->kv_slot * sizeof(float), g->es.st), fail);
-    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_kv, 0, ns * g->kv_slot * sizeof(float), g->ds.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_state, 0, nss * m->enc_state * sizeof(float), g->es.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_state, 0, nss * m->dec_state * sizeof(float), g->ds.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->enc_kv, 0, nss * g->kv_slot * sizeof(float), g->es.st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(g->dec_kv, 0, nss * g->kv_slot * sizeof(float), g->ds.st), fail);
     plan(g);
     for (int k = 0; k < 2; k++) {
         side *w = sd[k];
@@ -362,13 +388,22 @@ int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *er
     o = al16(o + pay * ns);
     g->lay.total = o;
     rc = MS_ERR_DEVICE;
-    for (int k = 0; k < 2; k++)
-        for (int t = 0; t < (k ? CU_MIMI_TICKETS : 1); t++) {
-            CU_CHECK_GOTO(err, cudaMalloc((void **)&sd[k]->dup[t], g->lay.total), fail);
+    for (int k = 0; k < 2; k++) {
+        /* one device block per side (the decode's tickets share it: its one
+         * stream runs them in order), a pinned host block per ticket (the
+         * host fills the next while the last may still be copied) */
+        CU_CHECK_GOTO(err, cudaMalloc((void **)&sd[k]->dup[0], g->lay.total), fail);
+        g->bytes += g->lay.total;
+        for (int t = 0; t < (k ? CU_MIMI_TICKETS : 1); t++)
             CU_CHECK_GOTO(err, cudaMallocHost((void **)&sd[k]->hup[t], g->lay.total), fail);
-            g->bytes += g->lay.total;
-        }
+    }
     for (int k = 0; k < 2; k++) CU_CHECK_GOTO(err, cudaStreamSynchronize(sd[k]->st), fail);
+    /* buckets and graphs; MOSHID_CU_MIMI_GRAPHS=0 enqueues every call's
+     * launches instead (the tests compare both) */
+    for (int b = 1; b < max_slots && g->nbuckets < CU_MIMI_MAX_BUCKETS - 1; b *= 2) g->bucket[g->nbuckets++] = b;
+    g->bucket[g->nbuckets++] = max_slots;
+    const char *ge = getenv("MOSHID_CU_MIMI_GRAPHS");
+    if (!(ge && !strcmp(ge, "0")) && (rc = capture(g, err)) != MS_OK) goto fail;
     *out = g;
     return MS_OK;
 fail:
@@ -499,6 +534,24 @@ static int begin(cu_mimi *g, unsigned char *hup, const int *slots, int n, const 
     return MS_OK;
 }
 
+/* The bucket of n items, and its padding rows [n, B) in the host block:
+ * the scratch slot, step 0, no first frame, a zero payload (finite
+ * samples, code 0). Their results are never read. */
+static int pad(cu_mimi *g, unsigned char *hup, int n, size_t row_bytes) {
+    int bi = 0;
+    while (g->bucket[bi] < n) bi++;
+    const int B = g->bucket[bi];
+    int32_t *hs = (int32_t *)(hup + g->lay.slot), *hf = (int32_t *)(hup + g->lay.first);
+    int64_t *ho = (int64_t *)(hup + g->lay.off);
+    for (int j = n; j < B; j++) {
+        hs[j] = g->nslots;
+        hf[j] = 0;
+        ho[j] = 0;
+    }
+    memset(hup + g->lay.payload + (size_t)n * row_bytes, 0, (size_t)(B - n) * row_bytes);
+    return bi;
+}
+
 static call call_of(cu_mimi *g, side *w, unsigned char *dup, int n, float *state, size_t stride) {
     return (call){.w = w, .n = n, .slot = (const int32_t *)(dup + g->lay.slot),
                   .first = (const int32_t *)(dup + g->lay.first), .off = (const int64_t *)(dup + g->lay.off),
@@ -509,11 +562,11 @@ static int encode_enqueue(cu_mimi *g, int n, ms_error *err) {
     const mimi_model *m = g->m;
     const mimi_config *c = &m->cfg;
     const int F = c->frame_samples, K = c->num_codebooks, D = c->dimension, Dq = c->q_dimension;
+    (void)F;
     side *w = &g->es;
     unsigned char *dup = w->dup[0];
     call k = call_of(g, w, dup, n, g->enc_state, m->enc_state);
-    float *a0 = w->act0, *a1 = w->act1;
-    KTRY(cudaMemcpyAsync(a0, dup + g->lay.payload, (size_t)n * F * sizeof(float), cudaMemcpyDeviceToDevice, w->st));
+    float *a0 = w->act0, *a1 = w->act1;   /* the caller copied the PCM into act0 */
     int T = F, rc;
     if ((rc = seanet(&k, &m->enc, g->enc, &T, &a0, &a1, err))) return rc;
     if ((rc = transformer(g, &k, g->enc_tr, m->enc_tr.nlayers, g->enc_kv, T, a0, a1, w->act2, err))) return rc;
@@ -533,6 +586,31 @@ static int encode_enqueue(cu_mimi *g, int n, ms_error *err) {
     return MS_OK;
 }
 
+/* One graph per bucket and side, captured at open (nothing runs while
+ * capturing; the launches read the upload blocks and workspaces at their
+ * fixed addresses). */
+static int capture(cu_mimi *g, ms_error *err) {
+    for (int i = 0; i < g->nbuckets; i++) {
+        for (int k = 0; k < 2; k++) {
+            cudaStream_t st = k ? g->ds.st : g->es.st;
+            cudaGraph_t graph = NULL;
+            CU_CHECK(err, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            int rc = k ? decode_enqueue(g, g->bucket[i], &g->dec_out[i], err) : encode_enqueue(g, g->bucket[i], err);
+            cudaError_t e = cudaStreamEndCapture(st, &graph);
+            if (rc != MS_OK) {
+                if (graph) cudaGraphDestroy(graph);
+                return rc;
+            }
+            CU_CHECK(err, e);
+            e = cudaGraphInstantiate(k ? &g->dg[i] : &g->eg[i], graph, 0);
+            cudaGraphDestroy(graph);
+            CU_CHECK(err, e);
+        }
+    }
+    g->graphs = 1;
+    return MS_OK;
+}
+
 int cu_mimi_encode(cu_mimi *g, const int *slots, int n, const float *pcm, int *codes, ms_error *err) {
     const mimi_config *c = &g->m->cfg;
     const int F = c->frame_samples, K = c->num_codebooks;
@@ -545,9 +623,13 @@ int cu_mimi_encode(cu_mimi *g, const int *slots, int n, const float *pcm, int *c
         if (!isfinite(pcm[i]))
             return ms_err_set(err, MS_ERR_RANGE, "mimi: non-finite sample %zu in stream %zu", i % F, i / F);
     memcpy(hup + g->lay.payload, pcm, (size_t)n * F * sizeof(float));
-    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)n * F * sizeof(float), cudaMemcpyHostToDevice,
+    const int bi = pad(g, hup, n, (size_t)F * sizeof(float)), B = g->bucket[bi];
+    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)B * F * sizeof(float), cudaMemcpyHostToDevice,
                                   w->st));
-    if ((rc = encode_enqueue(g, n, err))) return rc;
+    CU_CHECK(err, cudaMemcpyAsync(w->act0, dup + g->lay.payload, (size_t)B * F * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, w->st));
+    if (g->graphs) CU_CHECK(err, cudaGraphLaunch(g->eg[bi], w->st));
+    else if ((rc = encode_enqueue(g, B, err))) return rc;
     /* the codes come back into the same pinned block: the stream orders the
      * download after the upload */
     CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dup + g->lay.payload, (size_t)n * K * sizeof(int32_t),
@@ -563,11 +645,12 @@ int cu_mimi_encode(cu_mimi *g, const int *slots, int n, const float *pcm, int *c
     return MS_OK;
 }
 
-static int decode_enqueue(cu_mimi *g, unsigned char *dup, int n, ms_error *err) {
+static int decode_enqueue(cu_mimi *g, int n, float **pcm_out, ms_error *err) {
     const mimi_model *m = g->m;
     const mimi_config *c = &m->cfg;
     const int K = c->num_codebooks, D = c->dimension, Dq = c->q_dimension;
     side *w = &g->ds;
+    unsigned char *dup = w->dup[0];
     call k = call_of(g, w, dup, n, g->dec_state, m->dec_state);
     const int32_t *codes = (const int32_t *)(dup + g->lay.payload);
     float *a0 = w->act0, *a1 = w->act1;
@@ -587,8 +670,7 @@ static int decode_enqueue(cu_mimi *g, unsigned char *dup, int n, ms_error *err) 
     if ((rc = transformer(g, &k, g->dec_tr, m->dec_tr.nlayers, g->dec_kv, T, a0, a1, w->act2, err))) return rc;
     if ((rc = seanet(&k, &m->dec, g->dec, &T, &a0, &a1, err))) return rc;
     if (T != c->frame_samples) return ms_err_set(err, MS_ERR_STATE, "cuda mimi: decoder gave %d samples", T);
-    float *pcm = (float *)(dup + g->lay.payload);   /* the codes are consumed */
-    KTRY(cudaMemcpyAsync(pcm, a0, (size_t)n * T * sizeof(float), cudaMemcpyDeviceToDevice, w->st));
+    *pcm_out = a0;   /* (n, frame): the last layer's output */
     return MS_OK;
 }
 
@@ -601,7 +683,7 @@ int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes,
     while (t < CU_MIMI_TICKETS && w->busy[t]) t++;
     if (t == CU_MIMI_TICKETS)
         return ms_err_set(err, MS_ERR_STATE, "cuda mimi: %d decodes in flight already", CU_MIMI_TICKETS);
-    unsigned char *hup = w->hup[t], *dup = w->dup[t];
+    unsigned char *hup = w->hup[t], *dup = w->dup[0];
     int rc = begin(g, hup, slots, n, g->dec_steps, 0, err);
     if (rc) return rc;
     for (size_t i = 0; i < (size_t)n * K; i++)
@@ -610,11 +692,14 @@ int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes,
                               i / K, i % K, c->q_bins);
     int32_t *hc = (int32_t *)(hup + g->lay.payload);
     for (size_t i = 0; i < (size_t)n * K; i++) hc[i] = codes[i];
-    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)n * K * sizeof(int32_t), cudaMemcpyHostToDevice,
+    const int bi = pad(g, hup, n, (size_t)K * sizeof(int32_t)), B = g->bucket[bi];
+    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)B * K * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   w->st));
-    if ((rc = decode_enqueue(g, dup, n, err))) return rc;
-    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dup + g->lay.payload, (size_t)n * F * sizeof(float),
-                                  cudaMemcpyDeviceToHost, w->st));
+    float *dpcm = g->dec_out[bi];
+    if (g->graphs) CU_CHECK(err, cudaGraphLaunch(g->dg[bi], w->st));
+    else if ((rc = decode_enqueue(g, B, &dpcm, err))) return rc;
+    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dpcm, (size_t)n * F * sizeof(float), cudaMemcpyDeviceToHost,
+                                  w->st));
     CU_CHECK(err, cudaEventRecord(w->done[t], w->st));
     for (int i = 0; i < n; i++) g->dec_steps[slots[i]] += c->resample_stride;
     w->busy[t] = 1;

@@ -43,6 +43,10 @@ void cu_mimi_close(cu_mimi *g);
 
 /* Device bytes it holds (weights, state slabs, workspaces, upload block). */
 size_t cu_mimi_bytes(const cu_mimi *g);
+/* 1 when calls replay the CUDA graphs captured at open (one per batch-size
+ * bucket and side), 0 when they enqueue their launches
+ * (MOSHID_CU_MIMI_GRAPHS=0 at open). */
+int cu_mimi_graphs(const cu_mimi *g);
 
 /* cu_mimi_reset: the slot's encoder (which & 1) and/or decoder (which & 2)
  * back to the fresh state; other slots untouched. Enqueued in order with

@@ -21,9 +21,14 @@
 #define GIB_F (1024.0 * 1024.0 * 1024.0)
 /* The memory plan of a plugin backend with n slots at the model's context,
  * asked as the CUDA backend asks it at open (cuda/cu_backend.c: every slot
- * in the largest bucket, bf16 weights, Mimi on the host): the figures the
- * daemon logs and quotes agree with the backend's own check. */
-#define PLAN_REQ(n) ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = 0})
+ * in the largest bucket, bf16 weights, Mimi on the device unless
+ * MOSHID_CU_MIMI=cpu): the figures the daemon logs and quotes agree with the
+ * backend's own check. */
+#define PLAN_REQ(n) ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec()})
+static int plan_codec(void) {
+    const char *where = getenv("MOSHID_CU_MIMI");
+    return !(where && !strcmp(where, "cpu"));
+}
 
 /* Text tokens never sent to clients (official servers: EPAD 0 and PAD 3). */
 #define MODEL_TEXT_EPAD 0

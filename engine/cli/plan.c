@@ -4,7 +4,7 @@
  *
  *   moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])
  *               [--context C] [--slots N] [--gpu-gb M | --gpu-bytes B]
- *               [--bucket B] [--snapshots S --snap-positions P] [--codec]
+ *               [--bucket B] [--snapshots S --snap-positions P] [--codec | --host-codec]
  *   moshid-plan --preset 7b --table     the table of docs/operations.md
  *
  * Slots are backend slots: sessions.max plus personas.max_concurrent_primes.
@@ -30,7 +30,7 @@
 static void usage(FILE *f) {
     fputs("usage: moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])\n"
           "                   [--context C] [--slots N] [--gpu-gb M | --gpu-bytes B] [--bucket B]\n"
-          "                   [--snapshots S --snap-positions P] [--codec] [--table]\n"
+          "                   [--snapshots S --snap-positions P] [--codec | --host-codec] [--table]\n"
           "\n"
           "  --preset NAME       the released 7B shape: 7b (Moshi: moshiko, moshika; dep_q 8)\n"
           "                      or personaplex (the same with 16 depformer sub-steps)\n"
@@ -42,8 +42,9 @@ static void usage(FILE *f) {
           "  --gpu-bytes B       the same in bytes (what cudaMemGetInfo reports as total)\n"
           "  --bucket B          largest batch-size bucket captured (default: the slots)\n"
           "  --snapshots S       K/V snapshots held on the device, of P positions each\n"
-          "  --codec             count the Mimi codec's weights and state on the device too (the\n"
-          "                      CUDA backend runs Mimi on the host today: left out by default)\n"
+          "  --codec             count the Mimi codec's weights and state on the device (the\n"
+          "                      default: the CUDA backend runs Mimi there)\n"
+          "  --host-codec        leave the codec out (MOSHID_CU_MIMI=cpu keeps Mimi on the host)\n"
           "  --table             slots that fit on 24, 48, 80 and 141 GB cards at contexts\n"
           "                      3000 and 750 (Markdown)\n",
           f);
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     const char *preset = NULL, *config = NULL;
     int pp = 0, table = 0;
     long long context = 0, slots = 1, bucket = 0, snapshots = 0, snap_pos = 0, gpu_gb = 0, gpu_bytes = 0;
-    int codec = 0;   /* the CUDA backend runs Mimi on the host (cuda/cu_backend.c) */
+    int codec = 1;   /* the CUDA backend runs Mimi on the device (cuda/cu_mimi.c) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,6 +113,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gpu-gb")) { NEEDV(); if (num(a, v, 1, PLAN_MAX_GPU_GB, &gpu_gb)) return 2; }
         else if (!strcmp(a, "--gpu-bytes")) { NEEDV(); if (num(a, v, 1, LLONG_MAX, &gpu_bytes)) return 2; }
         else if (!strcmp(a, "--codec")) codec = 1;
+        else if (!strcmp(a, "--host-codec")) codec = 0;
         else if (!strcmp(a, "--table")) table = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else { fprintf(stderr, "moshid-plan: unknown option %s\n", a); usage(stderr); return 2; }

@@ -65,16 +65,23 @@ if [ -f "$P/lib/moshid/libmoshid-cuda.so" ]; then
 fi
 run dump "$P/bin/moshid" --config "$conf" --dump-config
 expect_rc 0 "installed example configuration loads"
-# --check-config: the model files are not there (exit 1, named), then with
-# the demo model's (when built) it passes
-run check "$P/bin/moshid" --config "$conf" --set server.static_dir="$P/share/moshid/web" --check-config
+# --check-config: the example requires a tokens file (it listens on all
+# interfaces): missing, it is named; then, with one, the model files are not
+# there (exit 1, named), then with the demo model's (when built) it passes
+run check0 "$P/bin/moshid" --config "$conf" --set server.static_dir="$P/share/moshid/web" --check-config
+expect_rc 1 "--check-config without the tokens file"
+expect_in "$err" "auth.tokens_file" "--check-config names the missing tokens file"
+tokens=$dest/etc/moshid/tokens
+(umask 077 && printf 'ops:%s\n' "0123456789abcdef0123" > "$tokens")
+run check "$P/bin/moshid" --config "$conf" --set server.static_dir="$P/share/moshid/web" \
+    --set auth.tokens_file="$tokens" --check-config
 expect_rc 1 "--check-config without the model files"
 expect_in "$err" "model." "--check-config names the missing model file"
 demo=$root/$BUILD/demo
 if [ -f "$demo/.ok" ]; then
     run check2 "$P/bin/moshid" --config "$conf" --set model.lm_dir="$demo/lm" --set model.mimi="$demo/mimi.safetensors" \
         --set model.mimi_config="$demo/mimi.json" --set model.tokenizer="$demo/tokenizer.model" \
-        --set server.static_dir="$P/share/moshid/web" --check-config
+        --set server.static_dir="$P/share/moshid/web" --set auth.tokens_file="$tokens" --check-config
     expect_rc 0 "--check-config on the example with the demo model"
     expect_in "$err" "configuration OK" "--check-config with the demo model"
 else

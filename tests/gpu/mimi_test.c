@@ -33,6 +33,15 @@
  *    at frame 1, slot 0 has its encoder and decoder reset at frame 3 and
  *    goes on, slot 2 idles one frame): each slot's codes equal, and its PCM
  *    within the tolerance of, the CPU codec run on that slot alone;
+ *  - real (only with MIMI_TEST_REAL=1: minutes on the emulator): the
+ *    official configuration with random weights (mimi_model_random), two
+ *    slots for MIMI_TEST_REAL_FRAMES frames (default 2) against the CPU
+ *    codec: codes equal, PCM within the tolerance; on the emulator its
+ *    point is the real shapes under the fault detectors;
+ *  - graphs: the same frames of three slots (bucket 4: one padding row on
+ *    the scratch slot) through the captured graphs and through launches
+ *    enqueued per call (MOSHID_CU_MIMI_GRAPHS=0): codes and PCM bit for bit
+ *    equal; then two slots (bucket 2, no padding) on the graph side;
  *  - refuse: a non-finite sample and a code out of range are refused with
  *    MS_ERR_RANGE and advance nothing (the next frame still matches);
  *  - backend: the CUDA backend table's codec entries (cuda/cu_backend.c on
@@ -269,6 +278,89 @@ static void test_batch(const fixture *fx) {
     free(in); free(pc); free(pg);
     for (int s = 0; s < NSLOT; s++) mimi_stream_free(cs[s]);
     cu_mimi_close(g);
+}
+
+static void test_real(void) {
+    const char *name = "real";
+    if (!begin(name)) return;
+    const char *on = getenv("MIMI_TEST_REAL");
+    if (!on || strcmp(on, "1")) {
+        printf("skip %-10s MIMI_TEST_REAL=1 runs it (the official shapes: slow on the emulator)\n", name);
+        return;
+    }
+    int frames = 2;
+    const char *fe = getenv("MIMI_TEST_REAL_FRAMES");
+    if (fe && atoi(fe) > 0 && atoi(fe) <= 64) frames = atoi(fe);
+    ms_error e = {0};
+    mimi_config cfg;
+    mimi_config_default(&cfg);
+    mimi_model *m = NULL;
+    if (mimi_model_random(&m, &cfg, 11, &e)) die("mimi_model_random", &e);
+    const int F = mimi_frame_samples(m), K = mimi_num_codebooks(m);
+    mimi_stream *cs[2];
+    for (int i = 0; i < 2; i++)
+        if (!(cs[i] = mimi_stream_create(m, &e))) die("stream", &e);
+    cu_mimi *g = NULL;
+    if (cu_mimi_open(&g, m, 2, &e)) die("open", &e);
+    float *in = malloc(sizeof(float) * 2 * F), *pg = malloc(sizeof(float) * 2 * F), *pc = malloc(sizeof(float) * F);
+    int cg[2 * 64], cc[64], slots[2] = {1, 0}, bad = 0;
+    double worst = 0;
+    for (int f = 0; f < frames; f++) {
+        for (int i = 0; i < 2 * F; i++)
+            in[i] = 0.4f * sinf(0.002f * (float)(i % F + f * F) * (float)(2 + i / F)) + 0.05f * sinf(0.37f * (float)i);
+        if (cu_mimi_encode(g, slots, 2, in, cg, &e)) die("gpu encode", &e);
+        int dec[2 * 64];
+        for (int i = 0; i < 2; i++) {
+            if (mimi_encode_batch(m, &cs[slots[i]], 1, in + (size_t)i * F, cc, &e)) die("cpu encode", &e);
+            if (first_mismatch(cg + i * K, cc, K) >= 0) bad++;
+            memcpy(dec + i * K, cc, sizeof(int) * K);
+        }
+        if (cu_mimi_decode(g, slots, 2, dec, pg, &e)) die("gpu decode", &e);
+        for (int i = 0; i < 2; i++) {
+            if (mimi_decode_batch(m, &cs[slots[i]], 1, dec + i * K, pc, &e)) die("cpu decode", &e);
+            double r = rel_err(pg + (size_t)i * F, pc, (size_t)F);
+            if (r > worst || r != r) worst = r != r ? INFINITY : r;
+        }
+    }
+    result(bad == 0 && worst <= TOL_REL, name,
+           "official shapes, random weights: %d frames of 2 slots: %d slot-frames with codes differing; worst "
+           "max|d|/rms %.3g (limit %g)", frames, bad, worst, TOL_REL);
+    free(in); free(pg); free(pc);
+    for (int i = 0; i < 2; i++) mimi_stream_free(cs[i]);
+    cu_mimi_close(g);
+    mimi_model_free(m);
+}
+
+static void test_graphs(const fixture *fx) {
+    const char *name = "graphs";
+    if (!begin(name)) return;
+    ms_error e = {0};
+    const int K = fx->K, F = fx->F;
+    cu_mimi *g[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        if (k) setenv("MOSHID_CU_MIMI_GRAPHS", "0", 1);
+        if (cu_mimi_open(&g[k], fx->m, 4, &e)) die("open", &e);
+        unsetenv("MOSHID_CU_MIMI_GRAPHS");
+    }
+    int graphs_ok = cu_mimi_graphs(g[0]) == 1 && cu_mimi_graphs(g[1]) == 0;
+    float *in = malloc(sizeof(float) * 3 * F), *p0 = malloc(sizeof(float) * 3 * F), *p1 = malloc(sizeof(float) * 3 * F);
+    int c0[3 * 64], c1[3 * 64], slots3[3] = {3, 0, 2}, slots2[2] = {1, 3}, same = 1, calls = 0;
+    for (int f = 0; f < 4; f++) {
+        const int *sl = f < 3 ? slots3 : slots2, n = f < 3 ? 3 : 2;
+        for (int i = 0; i < n; i++)
+            memcpy(in + (size_t)i * F, fx->pcm + (size_t)((f + 5 * i) % fx->frames) * F, sizeof(float) * F);
+        for (int k = 0; k < 2; k++)
+            if (cu_mimi_encode(g[k], sl, n, in, k ? c1 : c0, &e)) die("encode", &e);
+        for (int k = 0; k < 2; k++)
+            if (cu_mimi_decode(g[k], sl, n, c0, k ? p1 : p0, &e)) die("decode", &e);
+        same &= !memcmp(c0, c1, sizeof(int) * n * K) && !memcmp(p0, p1, sizeof(float) * n * F);
+        calls++;
+    }
+    result(same && graphs_ok, name, "%d calls (3 slots in bucket 4, then 2): graph replays %s the enqueued launches%s",
+           calls, same ? "bit-identical to" : "DIFFER from", graphs_ok ? "" : " (graphs not on/off as asked)");
+    free(in); free(p0); free(p1);
+    cu_mimi_close(g[0]);
+    cu_mimi_close(g[1]);
 }
 
 static void test_refuse(const fixture *fx) {
@@ -599,6 +691,8 @@ int main(int argc, char **argv) {
     if (frames > fx.frames) frames = fx.frames;
     test_parity(&fx, frames);
     test_batch(&fx);
+    test_graphs(&fx);
+    test_real();
     test_refuse(&fx);
     test_backend();
     test_pipeline();

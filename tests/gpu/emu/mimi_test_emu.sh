@@ -22,7 +22,7 @@ if [ $rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
     echo "mimi-test on the emulator failed (exit $rc): $sum"
     exit 1
 fi
-for c in parity batch refuse backend; do
+for c in parity batch graphs refuse backend pipeline; do
     if ! grep -q "^ok   $c " <<<"$out"; then
         echo "mimi-test on the emulator: case $c did not pass (is $BUILD/moshid-mkmodel built?)"
         exit 1
