@@ -26,7 +26,7 @@ done
 reports=$(grep -rlE '(ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:)' "$log" "$dir/test-logs" 2>/dev/null | wc -l)
 [ "$reports" -eq 0 ] || rc=1
 {
-    echo "asan run $(date -u '+%Y-%m-%d %H:%M UTC'), git $(git describe --always --dirty --abbrev=12 2>/dev/null), build $dir"
+    echo "asan run $(date -u '+%Y-%m-%d %H:%M UTC'), git $(git describe --always --dirty --abbrev=12 2>/dev/null || echo "unknown (not a git tree)"), build $dir"
     echo "unit: ${secs[test-unit]} s; integration: ${secs[test-integration]} s"
     grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log"
     echo "files with a sanitizer report: $reports"

@@ -440,7 +440,8 @@ def summarise(a, sessions, samples, hostile, rc_daemon, lead, variant, t_wall, c
     return {
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - t_wall)),
         "machine": {"cpus": os.cpu_count(), "model": cpu_model(), "kernel": os.uname().release},
-        "git": git_describe(), "daemon_cmd": " ".join(shlex.quote(c) for c in cmd),
+        "git": git_describe(), "daemon_build": daemon_build(a.moshid),
+        "daemon_cmd": " ".join(shlex.quote(c) for c in cmd),
         "n": a.n, "seconds_asked": a.seconds, "wall_s": round(t_wall, 1), "variant": variant, "lead": lead,
         "session_s": a.session_s, "sample_s": a.sample_s,
         "sessions": len(sessions), "sessions_ok": ok_sessions, "sessions_by_status": by_status,
@@ -471,6 +472,13 @@ def cpu_model():
     return "?"
 
 
+def daemon_build(moshid):
+    """The binary's own "build: git ..." line (what it was built from; the
+    tree's git_describe is only where the run was started)."""
+    r = subprocess.run([moshid, "--version"], capture_output=True, text=True)
+    return next((line for line in r.stdout.splitlines() if line.startswith("build:")), "?")
+
+
 def git_describe():
     r = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
                        text=True)
@@ -493,7 +501,7 @@ def markdown(s):
            f"sessions of up to {s['session_s']:.0f} s back to back")
     lines = [
         f"### {'Hostile' if s['hostile'] else 'Soak'}: {s['n']} sessions, {s['wall_s'] / 60:.1f} min "
-        f"({s['date_utc']} UTC, git {s['git']})", "",
+        f"({s['date_utc']} UTC, tree {s['git']}; moshid {s.get('daemon_build', '?')})", "",
         f"Machine: {s['machine']['cpus']} CPUs ({s['machine']['model']}), kernel {s['machine']['kernel']}; "
         f"demo model ({s['variant']}, lead {s['lead']} frames), sessions.max {s.get('sessions_max')}, "
         f"{how}; "
