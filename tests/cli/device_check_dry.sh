@@ -6,12 +6,22 @@
 #  - lm-bench's rows: the full set (a step row per batch and position, the
 #    prefill, the largest batch under the budget) or, while the plugin has
 #    no backend table, the row that says so; the comparison table is there;
+#  - the e2e stage's rows (lm-bench --e2e on the emulator, a random tiny
+#    Mimi, position 32): the LM step alone, the synchronous and the
+#    pipelined frame step for batches 1 and 2, every timed frame of every
+#    slot with output (the restored bookkeeping produces frames), and the
+#    report's end-to-end table;
 #  - the official side: its step rows, or "skipped: torch not importable" /
 #    "moshi not importable" where this machine has no torch
 #    (DEVICE_CHECK_PYTHON picks the interpreter, default python3);
 #  - lm-bench's measurement itself, on the CPU reference backend and a
 #    moshid-mkmodel checkpoint (--backend cpu): every row, whatever the
 #    CUDA backend's state; without a device it skips with its reason;
+#  - --e2e on the CPU reference backend: with a random Mimi at the real
+#    dimensions (mimi_rand.c's checkpoint loaded by the codec's own loader:
+#    every official tensor name and shape it reads) and with a given one
+#    (--mimi, moshid-mkmodel's), every row, every frame with output; its
+#    argument checks;
 #  - lm-bench and bench_official.py describe the same tiny and 7B shapes.
 # Skips (77) where the emulator binaries are not built (sanitizer builds).
 . "$(dirname "$0")/lib.sh"
@@ -30,7 +40,7 @@ t0=$(date +%s)
 run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" bash "$root/tests/gpu/device_check.sh" --dry-run
 expect_rc 0 "device_check.sh --dry-run (report: $(cat "$TMP/out/device_check.md" 2>/dev/null | tail -n 40))"
 st=$TMP/out/stages.md
-for s in build engine-test backend-test lm-bench official engine-bench compute-sanitizer; do
+for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer; do
     grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
 done
 grep -qE '^\| [a-z-]+ \| FAILED' "$st" && fail "a stage failed: $(grep FAILED "$st")"
@@ -52,6 +62,24 @@ else
     grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb" || fail "no max-batch row: $(cat "$lmb")"
     grep -qE '^\| moshid \| fits in memory \(plan\) \| [0-9-]+ \|' "$lmb" || fail "no plan row: $(cat "$lmb")"
     grep -qE '^\| 1 \| 4 \| [0-9.]+ \|' <<<"$out" || fail "the comparison table lacks moshid's batch 1 at 4"
+fi
+e2e=$TMP/out/e2e.md
+if grep -q 'skipped: plugin carries no backend table' "$e2e"; then
+    grep -qE '^\| e2e \| skipped: plugin carries no backend table' "$st" || fail "e2e skipped without the stage saying so"
+else
+    # tiny: batches 1, 2 at position 32 (the dry run's --positions 32); one
+    # timed frame per row (the tiny shape's --steps 1)
+    for b in 1 2; do
+        grep -qE "^\| moshid \| e2e lm step \| $b \| 32 \| [0-9.]+ \|" "$e2e" || fail "no e2e lm step row for batch $b: $(cat "$e2e")"
+        for k in sync pipelined; do
+            grep -qE "^\| moshid \| e2e $k \| $b \| 32 \| [0-9.]+ \| .*; $b of $b rows with output \|" "$e2e" ||
+                fail "no e2e $k row for batch $b with every frame out: $(cat "$e2e")"
+        done
+        grep -qE "^\| $b \| 32 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" <<<"$out" || fail "the report's e2e table lacks batch $b"
+    done
+    grep -qE '^\| moshid \| codec \| - \| - \| [0-9.]+ \| random Mimi written: tiny dimensions' "$e2e" || fail "no codec row: $(cat "$e2e")"
+    grep -qE '^\| moshid \| open \| 2 \| .*frame steps pipelined' "$e2e" || fail "e2e: the backend did not open pipelined: $(cat "$e2e")"
+    expect_in "$out" "### End-to-end frame step" "the report"
 fi
 off=$TMP/out/official.md
 if grep -qE 'skipped: (torch|moshi) not importable' "$off"; then
@@ -89,6 +117,39 @@ expect_rc 77 "lm-bench without a device"
 expect_in "$(cat "$TMP/nodev.md")" "skipped: no CUDA device" "lm-bench without a device"
 run bad "$LB" --shape tiny --positions 33
 expect_rc 2 "lm-bench with a position past the context"
+
+# 2b. --e2e on the CPU reference backend: the random codec at the real
+# dimensions (the checkpoint's LM has the 7B's card and user streams, so it
+# is the official configuration: 8 codebooks of 2048), then a given codec.
+run mk2 "$BUILD/moshid-mkmodel" --out "$TMP/mk2" --text-card 48 --dep-q 8 --context 32
+expect_rc 0 "moshid-mkmodel (with Mimi)"
+run e2ecpu "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --mimi-dims real --out "$TMP/e2e_cpu.md" \
+    --batches 1,2 --max-slots 2 --warmup 1 --steps 3
+expect_rc 0 "lm-bench --backend cpu --e2e --mimi-dims real"
+grep -qE '^\| moshid \| codec \| - \| - \| [0-9.]+ \| random Mimi written: real dimensions \(SEANet 64 filters, d_model 512, 8 \+ 8 transformer layers\), 8 codebooks of 2048 \|' "$TMP/e2e_cpu.md" ||
+    fail "cpu e2e: no real-dimension codec row: $(cat "$TMP/e2e_cpu.md")"
+run e2ecpu2 "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --mimi "$TMP/mk2/mimi.safetensors" \
+    --mimi-config "$TMP/mk2/mimi.json" --out "$TMP/e2e_cpu2.md" --batches 1,2 --max-slots 2 --warmup 1 --steps 3
+expect_rc 0 "lm-bench --backend cpu --e2e --mimi"
+grep -q '| moshid | codec |' "$TMP/e2e_cpu2.md" && fail "cpu e2e --mimi: a codec was written: $(cat "$TMP/e2e_cpu2.md")"
+for f in "$TMP/e2e_cpu.md" "$TMP/e2e_cpu2.md"; do
+    grep -qE '^\| moshid \| open \| 2 \| .*codec: 8 codebooks, .*frame steps pipelined \|' "$f" || fail "cpu e2e: open row: $(cat "$f")"
+    for p in 4 32; do
+        for b in 1 2; do
+            grep -qE "^\| moshid \| e2e lm step \| $b \| $p \| [0-9.]+ \|" "$f" || fail "cpu e2e: no lm step row for batch $b at $p: $(cat "$f")"
+            for k in sync pipelined; do
+                grep -qE "^\| moshid \| e2e $k \| $b \| $p \| [0-9.]+ \| .*; $((3 * b)) of $((3 * b)) rows with output \|" "$f" ||
+                    fail "cpu e2e: no $k row for batch $b at $p with every frame out: $(cat "$f")"
+            done
+        done
+    done
+done
+run e2epp "$LB" --shape tiny --e2e --variant personaplex
+expect_rc 2 "lm-bench --e2e --variant personaplex (Kyutai's bookkeeping only)"
+run e2edims "$LB" --shape tiny --mimi-dims real
+expect_rc 2 "lm-bench --mimi-dims without --e2e"
+run e2eboth "$LB" --shape tiny --e2e --mimi x.safetensors --mimi-dims real
+expect_rc 2 "lm-bench --e2e with --mimi and --mimi-dims"
 
 # 3. One shape on both sides.
 for s in tiny 7b; do

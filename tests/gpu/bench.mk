@@ -9,6 +9,9 @@
 #   $(BUILD)/lm-bench-emu   the same source on the CUDA emulator, the
 #                           plugin's objects linked in (the emulator has no
 #                           loadable plugin): the dry run's `--shape tiny`
+#                           (and `--shape tiny --e2e`)
+#   tests/gpu/mimi_rand.c   linked into both: the random-weight Mimi
+#                           checkpoint `lm-bench --e2e` writes (no CUDA in it)
 #   make fetch-wheels       (MOSHID_DEPS_OK=1; or bash tests/gpu/fetch_wheels.sh)
 #                           tests/gpu/wheels/: the official moshi wheel and
 #                           the pure-Python wheels it imports, for
@@ -29,7 +32,7 @@ LMB_DEFS := -DLMB_HAVE_PLAN=$(if $(LMB_PLAN_SRC),1,0)
 ifneq ($(CU_NVCC),)
 # (cu_plan.c's object is linked from the archive, or here when no fragment
 # puts it there)
-LMB_OBJS := $(BUILD)/obj/tests/gpu/lm_bench.o $(BUILD)/obj/tests/gpu/gpu_util.o \
+LMB_OBJS := $(BUILD)/obj/tests/gpu/lm_bench.o $(BUILD)/obj/tests/gpu/gpu_util.o $(BUILD)/obj/tests/gpu/mimi_rand.o \
 	$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(ENGINE_SRCS),$(LMB_PLAN_SRC)))
 $(BUILD)/obj/tests/gpu/lm_bench.o: CPPFLAGS_ALL += $(LMB_DEFS)
 # (the plugin is dlopened, not linked: -ldl for engine/base/plugin.c)
@@ -60,7 +63,8 @@ $(EMU_OUT)/lmb/tests/gpu/lm_bench.o: tests/gpu/lm_bench.c
 	@mkdir -p $(@D)
 	@echo "  EMUCC   $<"
 	$(Q)$(CC) $(EMU_CPPFLAGS) $(EMU_CFLAGS) $(LMB_DEFS) -DLMB_LINKED_PLUGIN -c $< -o $@
-$(LMB_EMU): $(EMU_OUT)/lmb/tests/gpu/lm_bench.o $(EMU_OUT)/tests/gpu/gpu_util.o $(LMB_EMU_PLUGIN_OBJS) \
+$(LMB_EMU): $(EMU_OUT)/lmb/tests/gpu/lm_bench.o $(EMU_OUT)/tests/gpu/gpu_util.o $(EMU_OUT)/tests/gpu/mimi_rand.o \
+		$(LMB_EMU_PLUGIN_OBJS) \
 		$(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread

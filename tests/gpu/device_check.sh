@@ -9,17 +9,19 @@
 #                    before it runs, so a crash or a hang names its kernel
 #   backend-test     the CUDA backend table against the CPU backend on tiny
 #                    models (exit 77 = skipped: not built, or no device)
-#   mimi-test        the device Mimi against the CPU codec on the committed
-#                    tiny fixture (codes equal, PCM within 1e-4 of its rms),
-#                    then `mimi-test --bench`: encode + decode per step for
-#                    1, 8, 32, 64 slots at the real dimensions with random
-#                    weights (rows to mimi_bench.md as measured); last,
-#                    in what the other stages leave of the budget
 #   lm-bench         the backend at the real 7B shape, random bf16 weights
 #                    generated on the device: step time per batch and
 #                    position, weight-read bandwidth against a D2D copy, the
 #                    largest batch under 80 ms beside the largest that fits,
 #                    prefill of 300 positions (tests/gpu/lm_bench.c)
+#   e2e              `lm-bench --e2e`: the end-to-end frame step (encode +
+#                    LMGen + LM step + decode, lm_frame_submit/wait) for
+#                    batches 1, 8, 32, 64 at positions 16 and 3000, the
+#                    backend opened with the random LM and a random Mimi at
+#                    the real dimensions (written to a temporary directory),
+#                    synchronous and pipelined (frame t+1 submitted before t
+#                    is waited for, as the daemon runs it) beside the LM
+#                    step alone (rows to e2e.md as measured)
 #   official         the official moshi package's LMGen.step with CUDA
 #                    graphs at the same shape, random weights
 #                    (tests/gpu/bench_official.py; its wheels from
@@ -27,6 +29,11 @@
 #   engine-bench     the kernels' bandwidth against cudaMemcpy and cuBLAS
 #   compute-sanitizer  engine-test --small under memcheck, racecheck and
 #                    synccheck when the toolkit has it
+#   mimi-test        the device Mimi against the CPU codec on the committed
+#                    tiny fixture (codes equal, PCM within 1e-4 of its rms),
+#                    then `mimi-test --bench`: encode + decode per step for
+#                    1, 8, 32, 64 slots at the real dimensions with random
+#                    weights (rows to mimi_bench.md as measured)
 # and prints a markdown report ending with the table "moshid / official per
 # batch size" and the issue's targets.
 #
@@ -35,35 +42,51 @@
 #
 # Results go to $OUT as they are measured (when $OUT is a directory, else
 # to a temporary one that is removed): device_check.md (the report, line by
-# line), stages.md (one row per stage the moment it ends), lm_bench.md and
-# official.md (the benchmarks' rows, each appended and flushed by the
-# program the moment it is measured), and every stage's log. A run cut short
+# line), stages.md (one row per stage the moment it ends), lm_bench.md,
+# e2e.md, official.md and mimi_bench.md (the benchmarks' rows, each
+# appended and flushed by the program the moment it is measured), and every
+# stage's log. A run cut short
 # (the device lease, a hung stage) still leaves everything it measured.
 #
 # Time: every stage runs under `timeout -k 10`, at most its cap below and
 # what is left of DEVICE_CHECK_BUDGET_S (420 s, the issue's 7 minutes; a
 # stage that no longer fits is skipped and says so). The caps add up to the
-# budget; how each was estimated for a 16-core H200 host:
+# budget, every stage's included (the codec's too), so the whole script
+# stays inside the 7 minutes even when each stage uses all of its cap. How
+# each was estimated for a 16-core H200 host (none has been timed on one
+# yet: the estimates come from the work each stage does):
 #   build 60       engine core ~10 s on 16 cores; nvcc of each .cu file for
 #                  sm_80, sm_89, sm_90 and PTX, the files in parallel (-j):
 #                  the largest (cu_lm.cu) took 14 s on one loaded core of
 #                  the 2-core development VM, so ~30 s is a wide margin
-#   engine-test 20   each case a few ms on the device; ~2 s of set-up
-#   backend-test 30  tiny models: writing them, graph capture of a few
-#                  backends, a few hundred steps
-#   lm-bench 120   random weights 15 GB (~1 s), graph capture per bucket,
-#                  prefill of 3000 positions, ~200 timed steps of 5-60 ms,
-#                  restores of up to ~80 x 1.5 GiB of K/V, the bisection
-#                  (~7 probes); --deadline-s makes it stop measuring and
-#                  report 15 s before the cap
-#   official 120   import torch ~10 s, the 7B on the device ~15 s,
+#   engine-test 15   each case a few ms on the device; ~2 s of set-up
+#   backend-test 25  tiny models: writing them, graph capture of a few
+#                  backends, a few hundred steps of well under 1 ms
+#   lm-bench 80    random weights 15 GB (~1 s), graph capture per bucket,
+#                  prefill of 3000 positions, ~150 timed steps of 5-60 ms
+#                  (~5 s), restores of up to ~80 x 1.5 GiB of K/V (~0.05 s
+#                  a batch at the copy bandwidth), the bisection (~7 probes
+#                  of 7 steps, ~4 s): ~20 s expected; --deadline-s makes it
+#                  stop measuring and report 15 s before the cap
+#   e2e 50         lm-bench --e2e --warmup 2 --steps 10: the open as above
+#                  with 64 slots, the random Mimi written (334 MB) and
+#                  loaded on the host (~2 s) and its graphs captured; per
+#                  batch and position 3 x 12 steps or frames (LM step alone,
+#                  synchronous, pipelined) of 5-70 ms: ~8 s over the 8
+#                  points, ~20 s expected; --deadline-s as above
+#   official 90    import torch ~10 s, the 7B on the device ~15 s,
 #                  torch.compile of moshi's gating/RoPE/norm (~30 s, the
 #                  shapes recompile once as dynamic), per batch size one
 #                  eager step, one graph capture and ~40 steps of 20-150 ms;
-#                  --deadline-s as above
-#   engine-bench 20  ~100 timed launches per shape, one 1 GiB copy
-#   memcheck 20, racecheck 20, synccheck 10  engine-test --small (the cases
+#                  --deadline-s as above (the tightest cap: a slow compile
+#                  leaves fewer batch sizes measured, never a longer stage)
+#   engine-bench 15  ~100 timed launches per shape, one 1 GiB copy
+#   memcheck 20, racecheck 15, synccheck 10  engine-test --small (the cases
 #                  up to 2^21 multiply-adds)
+#   mimi-test 20   the tiny fixture's cases (ms each), one real-dimension
+#                  random model built on the host (~2 s) and opened
+#   mimi-bench 20  the real-dimension random model again, 4 batch sizes x
+#                  6 encode + decode steps; --deadline-s 15
 # --dry-run (tests/cli/device_check_dry.sh, in `make test`): the same stages
 # on the CPU with tiny shapes: `make -n engine-only` must list the plugin
 # and lm-bench (nothing is built: make test built the emulator binaries in
@@ -71,9 +94,11 @@
 # default rmsnorm) and backend-test-emu on one case
 # (DEVICE_CHECK_DRY_BACKEND_CASE, default random_weights): make test runs
 # both in full already, the dry run proves the stages; lm-bench-emu
-# --shape tiny, bench_official.py --shape tiny on the CPU when torch is
-# importable (else its row says "skipped: torch not importable"); the
-# sanitizers and engine-bench need a device and say so. Budget 170 s.
+# --shape tiny, lm-bench-emu --shape tiny --e2e at position 32 (a random
+# tiny Mimi; ~10 s on the emulator), bench_official.py --shape tiny on the
+# CPU when torch is importable (else its row says "skipped: torch not
+# importable"); the sanitizers, engine-bench and mimi-test need a device
+# (mimi-test-emu runs in make test) and say so. Budget 170 s.
 #
 # Environment: OUT, DEVICE_CHECK_BUDGET_S, DEVICE_CHECK_PYTHON (python3),
 # DEVICE_CHECK_WHEELS (tests/gpu/wheels), DEVICE_CHECK_BUILD (real run: make
@@ -108,10 +133,12 @@ if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then RES=$OUT; else RES=$tmp; fi
 log=$RES/device_check.md
 stages=$RES/stages.md
 LMB_ROWS=$RES/lm_bench.md
+E2E_ROWS=$RES/e2e.md
 OFF_ROWS=$RES/official.md
 : > "$log"
 : > "$stages"
 : > "$LMB_ROWS"
+: > "$E2E_ROWS"
 : > "$OFF_ROWS"
 say() { printf '%s\n' "$*" | tee -a "$log"; }
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
@@ -253,7 +280,7 @@ else
         # (tests/gpu/emu/engine_test_emu.sh); this proves the stage
         run_stage engine-test 60 "$RES/engine_test.log" "$ET" --small "${DEVICE_CHECK_DRY_ENGINE_CASE:-rmsnorm}"
     else
-        run_stage engine-test 20 "$RES/engine_test.log" "$ET"
+        run_stage engine-test 15 "$RES/engine_test.log" "$ET"
     fi
     trc=$stage_rc
     grep -vE '^(ok|--|skip) ' "$RES/engine_test.log" >> "$log"
@@ -284,7 +311,7 @@ else
     else
         # MOSHID_CU_MIMI=cpu: backend-test's codec case asks for the host
         # codec's bit-identical output; the device codec is mimi-test's
-        run_stage backend-test 30 "$RES/backend_test.log" env MOSHID_CU_MIMI=cpu "$BT"
+        run_stage backend-test 25 "$RES/backend_test.log" env MOSHID_CU_MIMI=cpu "$BT"
     fi
     sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$RES/backend_test.log" | tail -n 1)
     if [ $stage_rc -eq 77 ]; then
@@ -312,7 +339,7 @@ elif [ $no_device -eq 1 ]; then
     stage_s=0
     stage_row lm-bench "not run: no CUDA device"
 else
-    cap=120
+    cap=80
     [ $DRY -eq 1 ] && cap=60
     l=$(left)
     [ "$l" -lt "$cap" ] && cap=$((l - 5))
@@ -333,6 +360,43 @@ else
     fi
 fi
 
+# ---- e2e -------------------------------------------------------------------------
+# lm-bench --e2e (issue 15, item 5): the frame step through the backend, in
+# a process and under a cap of its own, so it takes time from no other stage
+# (and a hang here keeps the LM rows above).
+if [ ! -x "$LB" ]; then
+    stage_s=0
+    stage_row e2e "not built ($LB)"
+    [ $built -eq 1 ] && rc=1
+elif [ $no_device -eq 1 ]; then
+    stage_s=0
+    stage_row e2e "not run: no CUDA device"
+else
+    cap=50
+    eargs=(--warmup 2 --steps 10)
+    if [ $DRY -eq 1 ]; then
+        # one position, the tiny shape's full context (its ring wraps as the
+        # frames step on): ~10 s on the emulator, both positions twice that
+        cap=60
+        eargs=(--positions 32)
+    fi
+    l=$(left)
+    [ "$l" -lt "$cap" ] && cap=$((l - 5))
+    run_stage e2e "$cap" "$RES/e2e.log" "$LB" --shape $SHAPE --e2e "${eargs[@]}" --out "$E2E_ROWS" \
+        --deadline-s $((cap > 30 ? cap - 15 : cap / 2))
+    if [ $stage_rc -eq 77 ]; then
+        why=$(grep -m1 -o 'skipped: .*' "$E2E_ROWS" | sed 's/ |$//')
+        stage_row e2e "${why:-skipped (exit 77)}"
+    elif [ $stage_rc -eq 200 ]; then
+        :
+    elif [ $stage_rc -ne 0 ]; then
+        stage_row e2e "FAILED (exit $stage_rc): $(grep -m1 -E 'FAILED|refused' "$E2E_ROWS" | cut -c1-300)$(tail -n 2 "$RES/e2e.log" | paste -sd ' ' - | cut -c1-200)"
+        rc=1
+    else
+        stage_row e2e "$(grep -c '^| moshid | e2e pipelined |' "$E2E_ROWS") pipelined and $(grep -c '^| moshid | e2e sync |' "$E2E_ROWS") synchronous rows in e2e.md"
+    fi
+fi
+
 # ---- official --------------------------------------------------------------------
 if [ $no_device -eq 1 ]; then
     stage_s=0
@@ -341,7 +405,7 @@ else
     oargs=(--out "$OFF_ROWS")
     if [ -s "$CONFIG" ]; then oargs+=(--config "$CONFIG"); else oargs+=(--shape "$SHAPE"); fi
     [ -d "$WHEELS" ] && oargs+=(--wheels "$WHEELS")
-    cap=120
+    cap=90
     if [ $DRY -eq 1 ]; then
         cap=60
         # the CPU: no graphs, no compile (nothing measured); the wheels, when
@@ -384,7 +448,7 @@ elif [ $no_device -eq 1 ]; then
     stage_s=0
     stage_row engine-bench "not run: no CUDA device"
 else
-    run_stage engine-bench 20 "$RES/engine_bench.log" "$EB"
+    run_stage engine-bench 15 "$RES/engine_bench.log" "$EB"
     if [ $stage_rc -eq 0 ]; then stage_row engine-bench "ok (tables below)"
     elif [ $stage_rc -ne 200 ]; then stage_row engine-bench "FAILED (exit $stage_rc)"; rc=1; fi
 fi
@@ -402,7 +466,7 @@ elif [ ! -x "$ET" ] || [ $no_device -eq 1 ]; then
     stage_s=0
     stage_row compute-sanitizer "not run: no engine-test or no device"
 else
-    for t in "memcheck 20" "racecheck 20" "synccheck 10"; do
+    for t in "memcheck 20" "racecheck 15" "synccheck 10"; do
         tool=${t% *}
         run_stage "compute-sanitizer $tool" "${t#* }" "$RES/sanitizer_$tool.log" \
             "$cs" --tool "$tool" --error-exitcode 3 --print-limit 20 "$ET" --small
@@ -418,10 +482,8 @@ else
 fi
 
 # ---- mimi-test -------------------------------------------------------------------
-# The device Mimi (issue 15), last: its cap is not in the 420 s of the caps
-# above, so it runs only in what the other stages left unused (run_stage
-# skips it when that is too little) and takes time from none of them;
-# --bench stops measuring at its deadline.
+# The device Mimi (issue 15): parity, then the codec's own timing (--bench
+# stops measuring at its deadline); their caps are in the 420 s.
 MT=${BUILD_DIR:-build}/mimi-test
 if [ $DRY -eq 1 ]; then
     stage_s=0
@@ -433,7 +495,7 @@ elif [ $no_device -eq 1 ]; then
     stage_s=0
     stage_row mimi-test "not run: no CUDA device"
 else
-    run_stage mimi-test 30 "$RES/mimi_test.log" "$MT"
+    run_stage mimi-test 20 "$RES/mimi_test.log" "$MT"
     sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$RES/mimi_test.log" | tail -n 1)
     if [ $stage_rc -eq 200 ]; then
         :
@@ -442,7 +504,7 @@ else
         rc=1
     else
         stage_row mimi-test "$sum"
-        run_stage mimi-bench 30 "$RES/mimi_bench.log" "$MT" --bench --out "$RES/mimi_bench.md" --deadline-s 25
+        run_stage mimi-bench 20 "$RES/mimi_bench.log" "$MT" --bench --out "$RES/mimi_bench.md" --deadline-s 15
         if [ $stage_rc -eq 200 ]; then
             :
         elif [ $stage_rc -ne 0 ]; then
@@ -467,6 +529,35 @@ say ""
 say "| source | measure | batch | position | ms | result |"
 say "|---|---|---|---|---|---|"
 grep '^| moshid |' "$LMB_ROWS" | tee -a "$log"
+say ""
+say "### End-to-end frame step ($SHAPE, lm-bench --e2e: encode + LMGen + LM step + decode)"
+say ""
+say "| source | measure | batch | position | ms | result |"
+say "|---|---|---|---|---|---|"
+grep '^| moshid |' "$E2E_ROWS" | tee -a "$log"
+# Per batch and position, from the same run: the LM step alone, the frame
+# step synchronous (submit, wait) and pipelined (submit t+1, wait t).
+say ""
+say "| batch | position | LM step ms | frame step, synchronous ms | frame step, pipelined ms | pipelined / LM step |"
+say "|---|---|---|---|---|---|"
+awk -F'|' '
+    function trim(s) { gsub(/^ +| +$/, "", s); return s }
+    trim($2) == "moshid" && trim($3) ~ /^e2e (lm step|sync|pipelined)$/ && trim($7) !~ /^(FAILED|not run|cut short)/ {
+        k = trim($4) SUBSEP trim($5)
+        if (!(k in seen)) { seen[k] = 1; order[n++] = k }
+        t[trim($3), k] = trim($6)
+    }
+    END {
+        for (i = 0; i < n; i++) {
+            k = order[i]; split(k, bp, SUBSEP)
+            l = ((("e2e lm step", k) in t) ? t["e2e lm step", k] : "-")
+            s = ((("e2e sync", k) in t) ? t["e2e sync", k] : "-")
+            p = ((("e2e pipelined", k) in t) ? t["e2e pipelined", k] : "-")
+            r = (l != "-" && p != "-" && l + 0 > 0) ? sprintf("%.2f", p / l) : "n/a"
+            printf "| %s | %s | %s | %s | %s | %s |\n", bp[1], bp[2], l, s, p, r
+        }
+        if (n == 0) print "| - | - | - | - | - | no e2e row |"
+    }' "$E2E_ROWS" | tee -a "$log"
 say ""
 say "### official (moshi's LMGen.step, same shape)"
 say ""
@@ -516,6 +607,10 @@ if [ $SHAPE = 7b ]; then
                 n++; if (t["moshid", x[1], x[2]] + 0 >= t["official", x[1], x[2]] + 0) s = s " " x[1] "@" x[2] } }
               print (n ? (s == "" ? "met at all " n " points" : "NOT met at" s) : "not measured") }' "$LMB_ROWS" "$OFF_ROWS")
     say "- faster than the official package at every batch size it runs: $slower"
+    say ""
+    say "### Target (issue 15, item 6; reported, not asserted)"
+    e64=$(awk -F'|' '$2 ~ /moshid/ && $3 ~ /e2e pipelined/ && $4 + 0 == 64 && $5 + 0 == 3000 { gsub(/ /, "", $6); print $6 }' "$E2E_ROWS" | head -n 1)
+    say "- end-to-end frame step (pipelined) at batch 64 and full context (3000) under 60 ms: ${e64:-not measured}$([ -n "$e64" ] && [ "$e64" != - ] && awk -v x="$e64" 'BEGIN { print (x < 60 ? " ms: met" : " ms: NOT met") }')"
 fi
 
 say ""
