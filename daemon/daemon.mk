@@ -9,7 +9,7 @@ MOSHID_VERSION := 0.1.0-dev
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 # srv_*.c: the HTTP/WebSocket front end (daemon/srv_int.h lists its files).
-SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c
+SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c daemon/srv_wire.c
 SERVER_SRCS := $(SRV_SRCS) daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/access.c

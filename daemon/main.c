@@ -78,8 +78,9 @@ static void count_refusal(int why) {
         [SRV_REF_busy] = MET_connections_refused_busy_total,
         [SRV_REF_per_ip] = MET_connections_refused_per_ip_total,
         [SRV_REF_bad_request] = MET_http_bad_requests_total,
+        [SRV_REF_unmasked] = MET_ws_unmasked_closed_total,
     };
-    _Static_assert(SRV_REF__COUNT == 7, "a counter for each srv refusal");
+    _Static_assert(SRV_REF__COUNT == 8, "a counter for each srv refusal");
     if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
 }
 

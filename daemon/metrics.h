@@ -30,7 +30,8 @@
     X(handshakes_evicted_total, "Pending connections closed over server.max_pending_handshakes or max_pending_per_ip") \
     X(connections_refused_busy_total, "Requests answered 503: over server.max_connections") \
     X(connections_refused_per_ip_total, "Requests answered 429: over server.max_connections_per_ip") \
-    X(http_bad_requests_total, "Malformed or refused HTTP requests and WebSocket upgrades answered 4xx")
+    X(http_bad_requests_total, "Malformed or refused HTTP requests and WebSocket upgrades answered 4xx") \
+    X(ws_unmasked_closed_total, "WebSocket connections closed 1002 for a client frame without a mask (RFC 6455 5.1)")
 
 /* X(name, help): values that go up and down. */
 #define MET_GAUGES(X)                                                              \

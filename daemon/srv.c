@@ -37,11 +37,12 @@
  *            reason are checked (RFC 6455 7.4: 1002 for a code no endpoint
  *            may send, 1007 for a reason that is not UTF-8) and the echo
  *            libwebsockets sends is rewritten in place.
- *   not fixable here: libwebsockets 4.1 parses the MASK bit of client
- *            frames (lib/roles/ws/ops-ws.c, this_frame_masked) and neither
- *            checks it nor tells the callback; unmasked client frames are
- *            therefore accepted (RFC 6455 5.1 says close). libwebsockets
- *            5.0 closes them with 1002 ("client unmasked").
+ *   masks    libwebsockets 4.1 parses the MASK bit of client frames
+ *            (lib/roles/ws/ops-ws.c, this_frame_masked) and neither checks
+ *            it nor tells the callback: srv_wire.c follows the bytes lws
+ *            reads (recv and SSL_read, interposed) and closes a connection
+ *            that sends an unmasked frame with 1002 (RFC 6455 5.1), before
+ *            or after the 101 (libwebsockets 5.0 checks it itself).
  *
  * Subprotocols: moshid speaks one protocol and offers no WebSocket
  * subprotocol; the Kyutai clients ask for none. A browser whose page asks
@@ -120,6 +121,12 @@ static int close_ack_s(const srv_conn *c) {
     return left < SRV_CLOSE_ACK_S ? left : SRV_CLOSE_ACK_S;
 }
 
+/* The wire guard's entry of wsi's connection (NULL: none). */
+static srv_wire *wire_of(struct lws *wsi) {
+    srv_track *t = lws_get_opaque_user_data(wsi);
+    return t ? t->wire : NULL;
+}
+
 static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     srv *s = lws_context_user(lws_get_context(wsi));
     srv_conn *c = user;
@@ -128,9 +135,13 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         /* in: the accepted fd; nonzero closes it. */
         return srv_lim_accept(s, (int)(intptr_t)in);
     }
-    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
-        return srv_lim_track_new(s, wsi);
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: {
+        if (srv_lim_track_new(s, wsi)) return -1;
+        srv_track *t = lws_get_opaque_user_data(wsi);
+        return srv_wire_attach(s, wsi, &t->wire) ? -1 : 0;
+    }
     case LWS_CALLBACK_WSI_DESTROY:
+        srv_wire_detach(wire_of(wsi));
         srv_lim_track_destroy(s, wsi);
         break;
     case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
@@ -153,6 +164,9 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             int fd = lws_get_socket_fd(wsi), sz = s->cfg.send_buffer_bytes;
             if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
         }
+        /* A frame without a mask that came with the request (before the
+         * 101): the connection is being closed, no session opens. */
+        if (srv_wire_established(wire_of(wsi), c)) return 0;
         const char *args[SRV_MAX_ARGS];
         int nargs = srv_req_args(s, wsi, args);
         c->sess = s->h.ws_open(s->ud, c, args, nargs);
@@ -199,6 +213,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         if (c->close_sent) return -1;
         return check_peer_close(wsi, in, len);
     case LWS_CALLBACK_CLOSED:
+        srv_wire_closed(wire_of(wsi));
         if (c->sess) s->h.ws_closed(s->ud, c->sess);
         c->sess = NULL;
         c->wsi = NULL;

@@ -80,7 +80,8 @@ typedef struct srv_config {
     X(pending_evicted, "closed before its request: over server.max_pending_handshakes or max_pending_per_ip") \
     X(busy, "answered 503: over server.max_connections")                                 \
     X(per_ip, "answered 429: over server.max_connections_per_ip")                        \
-    X(bad_request, "answered 4xx: a malformed or refused HTTP request or WebSocket upgrade")
+    X(bad_request, "answered 4xx: a malformed or refused HTTP request or WebSocket upgrade") \
+    X(unmasked, "closed 1002: a client WebSocket frame without a mask (RFC 6455 5.1)")
 typedef enum srv_refusal {
 #define SRV_REF_E(n, w) SRV_REF_##n,
     SRV_REFUSALS(SRV_REF_E)

@@ -8,7 +8,11 @@
  *   srv_limit.c  per-address and per-connection accounting: the pending and
  *                active limits, the handshake timeout, the per-IP rate
  *   srv_tls.c    the certificate pair: kept for comparison, reloaded
- *   srv_rx.c     WebSocket message reassembly (pure; srv_rx.h)
+ *   srv_rx.c     WebSocket message reassembly and the wire guard's parser
+ *                (pure; srv_rx.h)
+ *   srv_wire.c   the wire guard: recv and SSL_read, interposed, feed each
+ *                tracked connection's bytes to its srv_wg (the MASK bit
+ *                libwebsockets 4.1 does not check)
  *
  * Everything here runs on the loop thread.
  */
@@ -51,6 +55,7 @@
 /* ---- per-IP and per-connection accounting (srv_limit.c) ---- */
 
 typedef struct srv_track srv_track;
+typedef struct srv_wire srv_wire;
 
 typedef struct srv_ip {
     uint8_t addr[16];              /* IPv6, or IPv4 as ::ffff:a.b.c.d */
@@ -76,6 +81,7 @@ struct srv_track {
     srv_track *gprev, *gnext;      /* the pending list (oldest first) or the doomed list */
     srv_track *iprev, *inext;      /* the IP's pending list */
     void *principal;               /* ws_admit's, for the connection */
+    srv_wire *wire;                /* the wire guard's entry (srv_wire.c), NULL without one */
 };
 
 /* libwebsockets' per-session data (per_session_data_size). */
@@ -201,6 +207,20 @@ int srv_refuse(srv *s, struct lws *wsi, srv_refusal why, unsigned status, const 
                const char *body);
 /* srv_free_buffers: the connection's message and HTTP reply buffers. */
 void srv_free_buffers(srv_conn *c);
+
+/* ---- the wire guard (srv_wire.c) ---- */
+
+/* srv_wire_attach: SERVER_NEW_CLIENT_INSTANTIATED: a guard for wsi's
+ * descriptor (*out; NULL when the wsi has none). 0, or -1 without memory. */
+int srv_wire_attach(srv *s, struct lws *wsi, srv_wire **out);
+/* srv_wire_detach: WSI_DESTROY: forget and free w (NULL: nothing). */
+void srv_wire_detach(srv_wire *w);
+/* srv_wire_established: ESTABLISHED, c set up (wsi, s): from now on a
+ * violation closes c. 1 when one came before the 101 (c is being closed
+ * with 1002: open no session), else 0. */
+int srv_wire_established(srv_wire *w, srv_conn *c);
+/* srv_wire_closed: CLOSED: c is gone. */
+void srv_wire_closed(srv_wire *w);
 
 /* ---- TLS (srv_tls.c) ---- */
 

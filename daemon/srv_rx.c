@@ -65,3 +65,90 @@ void srv_rx_free(srv_rx *r) {
     free(r->buf);
     memset(r, 0, sizeof *r);
 }
+
+/* ---- the wire guard ---- */
+
+static size_t wg_http(srv_wg *g, const uint8_t *d, size_t len) {
+    static const char key[] = SRV_WG_KEY;
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = d[i++];
+        if (c == '\n') {
+            if (g->line == 0) {
+                /* An empty line: the end of a request's headers (or a
+                 * blank line before one, which the key never precedes). */
+                if (g->has_key) {
+                    g->state = SRV_WG_FRAMES;
+                    g->hdr = 0;
+                    g->hdr_need = 2;
+                    g->skip = 0;
+                    return i;
+                }
+            } else if (g->key == sizeof key - 1) {
+                g->has_key = 1;
+            }
+            g->line = 0;
+            g->key = 0;
+            continue;
+        }
+        if (c == '\r') continue; /* CRLF and bare LF end lines alike */
+        if (g->line == g->key && g->key < sizeof key - 1) {
+            uint8_t lc = c >= 'A' && c <= 'Z' ? (uint8_t)(c - 'A' + 'a') : c;
+            if (lc == (uint8_t)key[g->key]) g->key++;
+        }
+        if (g->line < 0xffffffu) g->line++;
+    }
+    return i;
+}
+
+/* Frame headers: byte 0 (FIN, RSV, opcode: libwebsockets' to judge), byte
+ * 1 (MASK, the 7-bit length), 0, 2 or 8 bytes of extended length (network
+ * order), the 4-byte masking key; then the payload is passed over. */
+static size_t wg_frames(srv_wg *g, const uint8_t *d, size_t len) {
+    size_t i = 0, start = 0; /* start: where the current header began in this piece */
+    while (i < len) {
+        if (g->skip) {
+            uint64_t n = len - i < g->skip ? len - i : g->skip;
+            g->skip -= n;
+            i += (size_t)n;
+            continue;
+        }
+        uint8_t c = d[i];
+        if (g->hdr == 0) start = i;
+        if (g->hdr == 1) {
+            if (!(c & 0x80)) {
+                g->state = SRV_WG_UNMASKED;
+                return start; /* 0 when the header began in an earlier piece */
+            }
+            unsigned l7 = c & 0x7f;
+            g->len = l7 < 126 ? l7 : 0;
+            g->hdr_need = 2 + (l7 == 126 ? 2 : l7 == 127 ? 8 : 0) + 4;
+        } else if (g->hdr >= 2 && g->hdr < g->hdr_need - 4) {
+            g->len = g->len << 8 | c; /* 8 bytes at most: no overflow */
+        }
+        i++;
+        if (++g->hdr == g->hdr_need) {
+            g->skip = g->len;
+            g->hdr = 0;
+            g->hdr_need = 2;
+            g->frames++;
+        }
+    }
+    return len;
+}
+
+size_t srv_wg_feed(srv_wg *g, const uint8_t *data, size_t len) {
+    if (g->state == SRV_WG_UNMASKED) return 0;
+    size_t done = 0;
+    if (g->state == SRV_WG_HTTP) done = wg_http(g, data, len);
+    if (g->state == SRV_WG_FRAMES && done < len) {
+        size_t ok = wg_frames(g, data + done, len - done);
+        done += ok;
+        if (g->state == SRV_WG_UNMASKED) {
+            g->bytes += done;
+            return done;
+        }
+    }
+    g->bytes += len;
+    return len;
+}

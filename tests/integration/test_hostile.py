@@ -68,3 +68,32 @@ def test_healthz_and_a_session_under_idle_and_slowloris(daemon):
     assert res.errors == [] and res.handshake is not None
     assert len(res.audio) == n
     assert get(port, "/healthz")[0] == 200
+
+
+def test_unmasked_frame_closes_only_its_session(daemon):
+    """On the daemon: a connection that sends an unmasked frame is closed
+    with 1002 and counted in /metrics; a session streaming beside it gets
+    all its audio."""
+    from test_overload import metric
+    from test_srv_defects import frame, read_close, read_http, upgrade
+    port, log = daemon
+    before = metric(port, "moshid_ws_unmasked_closed_total")
+    pcm = mc.speech_pcm("A good session beside a bad one.", seconds=2.0)
+    n = frames_in(pcm) - lag(port)
+    out = {}
+
+    def session():
+        out["res"] = asyncio.run(mc.session(port, pcm=pcm, expect_audio=n, tail_s=5))
+
+    t = threading.Thread(target=session)
+    t.start()
+    s = upgrade(port)
+    st, _, _ = read_http(s)
+    assert st == 101
+    s.sendall(frame(b"\x01" + b"\x00" * 40, mask=False))
+    code, reason = read_close(s)
+    assert code == 1002 and b"masked" in reason
+    t.join(timeout=60)
+    res = out["res"]
+    assert res.errors == [] and len(res.audio) == n
+    assert metric(port, "moshid_ws_unmasked_closed_total") == before + 1

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -308,13 +309,139 @@ def test_many_continuations_size(echo):
     assert code == 1009 and reason == f"message too big: {crossing} bytes".encode()
 
 
-@pytest.mark.xfail(strict=True, reason="libwebsockets 4.1 neither checks the client MASK bit nor exposes it "
-                                       "(lib/roles/ws/ops-ws.c: this_frame_masked); lws 5.0 closes with 1002")
-def test_unmasked_client_frame_closed_1002(echo):
+# ---- unmasked client frames (RFC 6455 5.1; daemon/srv_wire.c) ----
+
+def unmasked_count(port):
+    return healthz(port)["refused"]["unmasked"]
+
+
+def until_echo(s, payload, bytewise=False):
+    """Send payload until its echo comes (the echo keeps one message in
+    flight and drops the others), failing on a close frame; bytewise: a
+    byte a write."""
+    m = frame(payload)
+
+    def send():
+        for i in range(len(m)) if bytewise else [None]:
+            s.sendall(m if i is None else m[i:i + 1])
+    send()
+    for _ in range(1000):
+        op, pl = read_frame(s)
+        assert op != 8, pl
+        if (op, pl) == (2, payload):
+            return
+        send()
+    raise AssertionError("no echo")
+
+
+@pytest.mark.parametrize("length", [3, 300, 70000])
+def test_unmasked_client_frame_closed_1002(echo, length):
+    """A masked message is echoed; then an unmasked frame (short, 16-bit
+    and 64-bit lengths) closes the connection with 1002, counted."""
     s = ws_open(echo)
-    s.sendall(frame(b"\x01abc", mask=False))
-    op, p = read_frame(s)
+    s.sendall(frame(b"\x01ok"))
+    assert read_frame(s) == (2, b"\x01ok")
+    try:
+        s.sendall(frame(b"\x01" + b"u" * (length - 1), mask=False))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    code, reason = read_close(s)
+    assert code == 1002 and b"masked" in reason
+    assert wait_eof(s) < WAIT_S
+    assert unmasked_count(echo) == 1
+
+
+def test_unmasked_after_many_masked_frames(build_dir):
+    """The guard follows frame boundaries across reads: 200 masked frames of
+    every length class (7-bit, 16-bit, 64-bit; fragments, pings, payloads
+    holding a blank line and a Sec-WebSocket-Key line), in one write,
+    then a marker message: no close comes before the marker's echo; the
+    unmasked frame after them closes."""
+    p, port = start_echo(build_dir, max_msg=1 << 20)
+    try:
+        s = ws_open(port)
+        tricky = b"\x01\r\nSec-WebSocket-Key: x\r\n\r\n\x81\x03abc"
+        data = b""
+        for i in range(200):
+            if i % 3 == 0:
+                data += frame(tricky + b"p" * (i * 37 % 300))
+            elif i % 3 == 1:
+                data += frame(b"ping", opcode=9)
+            else:
+                data += frame(b"\x01" + b"q" * 200, fin=False) + frame(b"r" * 70000, opcode=0)
+        s.sendall(data)
+        until_echo(s, b"\x01marker")
+        assert unmasked_count(port) == 0
+        s.sendall(frame(b"\x01bad", mask=False))
+        code, _ = read_close(s)
+        assert code == 1002
+        assert unmasked_count(port) == 1
+    finally:
+        stop_echo(p)
+
+
+def test_unmasked_frame_with_the_request(echo):
+    """A frame sent in the same write as the upgrade request (before the
+    101, which RFC 6455 4.1 forbids a client anyway): no session opens,
+    the 101 is followed by a 1002 close."""
+    s = connect(echo)
+    key = base64.b64encode(os.urandom(16)).decode()
+    req = (f"GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    s.sendall(req + frame(b"\x01early", mask=False))
+    st, _, _ = read_http(s)
+    assert st == 101
+    op, p = read_frame(s)  # no echo greeting: the session never opened
     assert op == 8 and struct.unpack(">H", p[:2])[0] == 1002
+    assert unmasked_count(echo) == 1
+    assert healthz(echo)["sessions"] == 0
+
+
+def test_masked_frame_with_the_request_and_keepalive_first(echo):
+    """No false alarm: a keep-alive GET /healthz, then the upgrade on the
+    same connection (lower-case key header) with a masked frame in the
+    same write, then a message sent a byte a write; no close, echoes."""
+    s = connect(echo)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    st, _, body = read_http(s)
+    assert st == 200 and json.loads(body)["ready"]
+    key = base64.b64encode(os.urandom(16)).decode()
+    req = (f"GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           f"sec-websocket-key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    s.sendall(req + frame(b"\x01first"))
+    st, _, _ = read_http(s)
+    assert st == 101
+    until_echo(s, b"\x01first")  # the first copy may meet the greeting in flight
+    until_echo(s, b"\x01" + b"s" * 130, bytewise=True)
+    assert unmasked_count(echo) == 0
+
+
+def test_unmasked_frame_over_tls(build_dir, tmp_path):
+    """The same check on a TLS connection (the guard reads SSL_read's
+    plaintext)."""
+    crt, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True)
+    p, port = start_echo(build_dir, f"tls_cert={crt}", f"tls_key={key}")
+    try:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        s = ctx.wrap_socket(connect(port), server_hostname="127.0.0.1")
+        wkey = base64.b64encode(os.urandom(16)).decode()
+        s.sendall((f"GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   f"Sec-WebSocket-Key: {wkey}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        st, _, _ = read_http(s)
+        assert st == 101
+        assert read_frame(s)[0] == 2
+        s.sendall(frame(b"\x01tls"))
+        assert read_frame(s) == (2, b"\x01tls")
+        s.sendall(frame(b"\x01bad", mask=False))
+        code, reason = read_close(s)
+        assert code == 1002 and b"masked" in reason
+    finally:
+        stop_echo(p)
 
 
 @pytest.mark.parametrize("payload,want", [
