@@ -109,6 +109,8 @@ static void engine_fail(sched *s, const ms_error *e) {
 static void slot_free(sched *s, int i) {
     atomic_store_explicit(&s->slots[i].state, SLOT_FREE, memory_order_release);
     atomic_fetch_add(&s->nfree, 1);
+    /* (engine_main signals the loop after this work: on_output runs, and a
+     * session waiting for a slot, sess.c, attaches there) */
 }
 
 /* Engine thread: a start (begin or job) failed: end the slot now, tell the
@@ -556,6 +558,13 @@ void sched_detach(sched *s, int i, uint32_t gen) {
 void sched_wake(sched *s) { wake_engine(s); }
 
 int sched_free_slots(const sched *s) { return atomic_load(&((sched *)s)->nfree); }
+
+int sched_detaching(const sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->cfg.slots; i++)
+        n += atomic_load_explicit(&((sched *)s)->slots[i].state, memory_order_acquire) == SLOT_DETACH;
+    return n;
+}
 int sched_capacity(const sched *s) { return s->cfg.slots; }
 int sched_overloaded(const sched *s) { return atomic_load(&((sched *)s)->overloaded); }
 uint64_t sched_progress(const sched *s) { return atomic_load(&((sched *)s)->progress); }

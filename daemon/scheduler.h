@@ -138,8 +138,12 @@ int sched_backlog(const sched *s, int slot, uint32_t gen, int *frames, double *o
 int sched_pop(sched *s, int slot, uint32_t gen, sched_out *out);
 void sched_release(sched *s, int slot, uint32_t gen);
 /* sched_detach: the session is gone; the engine ends the slot and frees it
- * for reuse. */
+ * for reuse (at once when the engine is idle, else once no submitted batch
+ * holds the slot: within a step or two); on_output runs after it is free. */
 void sched_detach(sched *s, int slot, uint32_t gen);
+/* sched_detaching: slots detached and not yet free (each is free within a
+ * step or two). */
+int sched_detaching(const sched *s);
 
 /* sched_wake: the model has work for bg: make the engine look (loop
  * thread, or any thread). */

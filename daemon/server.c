@@ -277,6 +277,7 @@ static void on_output(void *ud) {
         raise(SIGTERM);
     }
     pers_drain(a->pers);   /* primes done: waiting sessions attach */
+    sess_slot_retry(a);    /* a slot freed: a session waiting for it attaches */
     for (sess *s = a->sessions, *n; s; s = n) {
         n = s->next;
         sess_drain(s);
@@ -313,6 +314,7 @@ static void on_tick(uv_timer_t *t) {
         n = s->next;
         sess_tick(s, now);
     }
+    sess_slot_retry(a);    /* the wait for a slot has a deadline */
     if (!a->stopping && a->listening) sess_shed_tick(a, now);
     if (!a->stopping && ++a->status_ticks >= (a->server ? NOTIFY_STATUS_EVERY_S : NOTIFY_EXTEND_EVERY_S)) {
         a->status_ticks = 0;

@@ -235,13 +235,39 @@ static void attach(sess *s) {
     app *a = s->a;
     sched_params p = {.samp = s->samp, .session_id = s->id, .persona = pers_ticket_persona(&s->pt)};
     if (sched_attach(a->sch, &p, &s->slot, &s->gen) != MS_OK) {
+        /* A slot given back a moment ago (a client that closes and
+         * reconnects at once) is free within a step or two: wait for it
+         * (sess_slot_retry) rather than refuse. */
+        double now = app_now_ms();
+        if (sched_detaching(a->sch) > 0 && (!s->slot_wait_ms || now - s->slot_wait_ms < SESS_SLOT_WAIT_MS)) {
+            if (!s->slot_wait_ms) {
+                s->slot_wait_ms = now;
+                LOGI("session_slot_wait", "id=%llu msg=\"every slot is taken, one is being freed\"",
+                     (unsigned long long)s->id);
+            }
+            s->waiting = 1;
+            return;
+        }
+        s->waiting = 0;
+        s->slot_wait_ms = 0;
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
                   sched_capacity(a->sch));
         return;
     }
+    s->waiting = 0;
+    s->slot_wait_ms = 0;
     s->attached = 1;
     met_gauge_add(MET_sessions, 1);
+}
+
+void sess_slot_retry(app *a) {
+    sess *last = a->sessions;
+    while (last && last->next) last = last->next;
+    for (sess *s = last, *p; s; s = p) { /* the list starts with the newest */
+        p = s->prev;
+        if (s->slot_wait_ms && !s->attached && !s->close_status) attach(s);
+    }
 }
 
 /* The prime s waited for is over (persona.h, pers_ticket.done): attach
@@ -331,7 +357,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     /* The persona (persona.c): none, a snapshot to restore, or a prime to
      * wait for. Not asked of a server that is full or behind: the session
      * is refused below anyway. */
-    int full = sched_free_slots(a->sch) == 0, over = sched_overloaded(a->sch);
+    int full = sched_free_slots(a->sch) == 0 && sched_detaching(a->sch) == 0, over = sched_overloaded(a->sch);
     pers_answer pa = PERS_NONE;
     s->pt.done = persona_done;
     if (!full && !over) {

@@ -20,6 +20,11 @@
  * the engine means the engine is behind, not the client (sess.c: who is at
  * fault when the input buffer is full; the overload shedding). */
 #define SESS_BEHIND_FRAC 0.5
+/* A new session that finds every slot taken while a slot of a session
+ * that just left is still being freed (the engine frees it within a step
+ * or two) waits for it this long at most, instead of being refused as
+ * busy: a client that reconnects at once gets the slot it gave back. */
+#define SESS_SLOT_WAIT_MS 2000.0
 
 /* One queued outgoing message (srv_pre headroom, then the message). */
 typedef struct sess_msg {
@@ -40,7 +45,8 @@ typedef struct sess {
     int slot;
     uint32_t gen;
     int attached, ready;       /* attached: holds an engine slot (until a close is decided) */
-    int waiting;               /* waits for its persona's prime (no slot yet) */
+    int waiting;               /* waits for its persona's prime, or a slot being freed (no slot yet) */
+    double slot_wait_ms;       /* != 0: waits since then for the slot of a session that just left */
     pers_ticket pt;            /* its persona (persona.h) */
     uint64_t token;            /* the access token it holds (access.h; 0: none), until token_held drops */
     int token_held;
@@ -82,6 +88,10 @@ void sess_drain(sess *s);
  * dropped. kind: a MET_ERR_* counter, or -1 for none. Once per session:
  * later calls do nothing. */
 void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* sess_slot_retry: sessions waiting for a slot being freed (oldest first)
+ * try again, after the engine freed one (on_output) and once a second (its
+ * deadline). */
+void sess_slot_retry(app *a);
 /* sess_tick: the once-a-second checks (slow reader; idle timeout once the
  * handshake is sent; before it, a ping every PERS_WAIT_PING_S to a session
  * that waits for its persona); now_ms from app_now_ms. */

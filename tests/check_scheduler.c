@@ -33,6 +33,8 @@ typedef struct {
     int begin_gate;       /* when set, begin posts begin_in, then waits on begin_sem */
     sem_t begin_in, begin_sem;
     int begin_fail;       /* begin returns an error */
+    int end_gate;         /* when set, end posts end_in, then waits on end_sem */
+    sem_t end_in, end_sem;
     int use_job;          /* begin leaves a job; done once job_release is set */
     _Atomic int job_release, job_chunks;
     _Atomic int steps_during_job;  /* submits between the first chunk and the job's end */
@@ -70,7 +72,14 @@ static int f_job(void *ctx, int slot, int *done, ms_error *err) {
     *done = atomic_load(&f->job_release);
     return MS_OK;
 }
-static void f_end(void *ctx, int slot) { ((fake *)ctx)->ended[slot]++; }
+static void f_end(void *ctx, int slot) {
+    fake *f = ctx;
+    if (f->end_gate) {
+        sem_post(&f->end_in);
+        sem_wait(&f->end_sem);
+    }
+    f->ended[slot]++;
+}
 static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     if (f->gate) {
@@ -117,6 +126,8 @@ static sched *make_ex(fake *f, int in_frames, int out_frames, int job) {
     sem_init(&f->gate_in, 0, 0);
     sem_init(&f->begin_in, 0, 0);
     sem_init(&f->begin_sem, 0, 0);
+    sem_init(&f->end_in, 0, 0);
+    sem_init(&f->end_sem, 0, 0);
     uv_loop_init(&loop);
     uv_timer_init(&loop, &tick);
     uv_timer_start(&tick, on_tick, 5, 5);
@@ -199,6 +210,43 @@ START_TEST(test_order) {
     finish(s);
     ck_assert_int_eq(f.begun[slot], 1);
     ck_assert_int_eq(f.ended[slot], 1);
+}
+END_TEST
+
+/* A slot detached but not yet ended counts in sched_detaching (a new
+ * session then waits for it, sess.c), and its freeing runs on_output with
+ * no other output pending (the signal a waiting session attaches on). */
+START_TEST(test_detaching_then_freed_signals) {
+    fake f;
+    sched *s = make(&f, 8);
+    sched_params p = {0};
+    int slot[SLOTS];
+    uint32_t gen[SLOTS];
+    sched_out o;
+    for (int i = 0; i < SLOTS; i++) {
+        ck_assert_int_eq(sched_attach(s, &p, &slot[i], &gen[i]), MS_OK);
+        ck_assert(next_out(s, slot[i], gen[i], &o)); /* READY */
+    }
+    ck_assert_int_eq(sched_detaching(s), 0);
+    f.end_gate = 1;
+    sched_detach(s, slot[2], gen[2]);
+    sem_wait(&f.end_in); /* the engine is in end(): the slot is not free yet */
+    ck_assert_int_eq(sched_detaching(s), 1);
+    ck_assert_int_eq(sched_free_slots(s), 0);
+    int ns;
+    uint32_t ng;
+    ck_assert_int_eq(sched_attach(s, &p, &ns, &ng), MS_ERR_BUSY);
+    for (int i = 0; i < 20; i++) uv_run(&loop, UV_RUN_NOWAIT); /* what was signalled before */
+    int before = outputs;
+    sem_post(&f.end_sem);
+    RUN_UNTIL(outputs > before);
+    ck_assert_int_gt(outputs, before);
+    ck_assert_int_eq(sched_detaching(s), 0);
+    ck_assert_int_eq(sched_free_slots(s), 1);
+    f.end_gate = 0;
+    ck_assert_int_eq(sched_attach(s, &p, &ns, &ng), MS_OK);
+    ck_assert_int_eq(ns, slot[2]);
+    finish(s);
 }
 END_TEST
 
@@ -566,6 +614,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_job_interleaves);
     tcase_add_test(tc, test_backlog);
     tcase_add_test(tc, test_overload_flag);
+    tcase_add_test(tc, test_detaching_then_freed_signals);
     suite_add_tcase(s, tc);
     return s;
 }
