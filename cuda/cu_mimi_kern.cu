@@ -26,31 +26,13 @@
 #include <math.h>
 
 #include "cu_kern.h"
+#include "mimi_elu.h" /* the CPU's ELU, the same operations */
 
 #define MM_THREADS 128
 #define RVQ_THREADS 256
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + MM_THREADS - 1) / MM_THREADS); }
 
-/* The CPU's ELU (engine/mimi/mimi_layers.c, expm1_neg): expm1 for x <= 0
- * by range reduction and a degree-7 polynomial, the same operations. */
-__device__ __forceinline__ float mimi_expm1_neg(float x) {
-    if (x < -87.f) x = -87.f;
-    float n = nearbyintf(x * 1.44269504f);
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.f / 5040.f;
-    p = p * r + 1.f / 720.f;
-    p = p * r + 1.f / 120.f;
-    p = p * r + 1.f / 24.f;
-    p = p * r + 1.f / 6.f;
-    p = p * r + 0.5f;
-    p = p * r * r + r;
-    float two_n = ldexpf(1.f, (int)n);
-    return p * two_n + (two_n - 1.f);
-}
-
-__device__ __forceinline__ float mimi_elu1(float x) { return x > 0.f ? x : mimi_expm1_neg(x); }
 
 /* ---- element-wise ---------------------------------------------------------- */
 

@@ -1,22 +1,5 @@
 #!/usr/bin/env bash
-# backend_test.sh - `make test`'s view of backend-test built for a device:
-# the CUDA backend table against the CPU backend on tiny models. Skips (77)
-# when it was not built (no nvcc, CUDA=0, a sanitizer build) or when there
-# is no CUDA device (the program says so and exits 77); the emulator run of
-# the same cases is tests/gpu/emu/backend_test_emu.sh.
-BUILD=${BUILD:-build}
-bin=$BUILD/backend-test
-if [ ! -x "$bin" ]; then
-    echo "backend-test not built (no nvcc, CUDA=0 or a sanitizer build): skipped"
-    exit 77
-fi
-out=$(MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
-printf '%s\n' "$out"
-if [ $rc -eq 77 ] && grep -q '^skipped: no CUDA device' <<<"$out"; then
-    exit 77
-fi
-if [ $rc -ne 0 ] || ! tail -n 1 <<<"$out" | grep -qE '^[0-9]+ passed, 0 failed'; then
-    echo "backend-test failed (exit $rc)"
-    exit 1
-fi
-exit 0
+# backend_test.sh - the CUDA backend table against the CPU backend on tiny
+# models, on a device (tests/gpu/device_suite.sh: skips without one; the
+# emulator run is tests/gpu/emu/backend_test_emu.sh).
+exec bash "$(dirname "$0")/device_suite.sh" backend-test
