@@ -65,6 +65,7 @@ typedef struct srv_ip {
     double tokens;                 /* rate bucket */
     uint64_t refill_ms;
     srv_track *pend_head, *pend_tail; /* this IP's pending connections, oldest first */
+    struct srv_ip *pprev, *pnext;  /* srv.pend_ips: the addresses with pending connections */
 } srv_ip;
 
 enum { TRK_PENDING = 1, TRK_ACTIVE, TRK_DOOMED, TRK_DONE };
@@ -126,6 +127,7 @@ struct srv {
     uint64_t hash_seed;
     unsigned npending, nactive;
     srv_track *pend_head, *pend_tail;
+    srv_ip *pend_ips;              /* the addresses with pending > 0 (at most max_pending + 1 of them) */
     srv_track *doomed;             /* to close at the next sweep */
     uv_timer_t sweep;              /* handshake timeouts and closes (on_sweep) */
     int sweep_ready, sweep_on;     /* sweep is initialised (and not closing); started */

@@ -148,6 +148,12 @@ static void pending_leave(srv *s, srv_track *t) {
     t->iprev = t->inext = NULL;
     e->pending--;
     s->npending--;
+    if (e->pending == 0) {
+        if (e->pprev) e->pprev->pnext = e->pnext;
+        else s->pend_ips = e->pnext;
+        if (e->pnext) e->pnext->pprev = e->pprev;
+        e->pprev = e->pnext = NULL;
+    }
     t->state = 0;
 }
 
@@ -191,7 +197,12 @@ static void pending_enter(srv *s, srv_track *t) {
     if (e->pend_tail) e->pend_tail->inext = t;
     else e->pend_head = t;
     e->pend_tail = t;
-    e->pending++;
+    if (e->pending++ == 0) {
+        e->pprev = NULL;
+        e->pnext = s->pend_ips;
+        if (s->pend_ips) s->pend_ips->pprev = e;
+        s->pend_ips = e;
+    }
     s->npending++;
     /* Over the limits: the oldest of this IP, then of the IP with the
      * most pending (so a client with one pending connection is never the
@@ -200,11 +211,11 @@ static void pending_enter(srv *s, srv_track *t) {
     while (s->npending > s->cfg.max_pending) {
         /* the IP with the most pending; among equals, the one whose oldest
          * is oldest (many addresses with one each: the oldest overall).
-         * A scan of the table, only while the total is over. */
+         * A scan of the addresses with pending connections (at most
+         * max_pending + 1 of them), only while the total is over. */
         srv_ip *most = NULL;
-        for (size_t i = 0; i < SRV_IP_SLOTS; i++) {
-            srv_ip *x = &s->ips[i];
-            if (!x->pending || x->pend_head == t) continue;
+        for (srv_ip *x = s->pend_ips; x; x = x->pnext) {
+            if (x->pend_head == t) continue;
             if (!most || x->pending > most->pending ||
                 (x->pending == most->pending && x->pend_head->since_ms < most->pend_head->since_ms))
                 most = x;
