@@ -213,6 +213,17 @@ START_TEST(test_order) {
 }
 END_TEST
 
+/* Attach a session to every slot and take each one's READY. */
+static void attach_all(sched *s, int *slot, uint32_t *gen) {
+    sched_params p = {0};
+    sched_out o;
+    for (int i = 0; i < SLOTS; i++) {
+        ck_assert_int_eq(sched_attach(s, &p, &slot[i], &gen[i]), MS_OK);
+        ck_assert(next_out(s, slot[i], gen[i], &o));
+        ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    }
+}
+
 /* A slot detached but not yet ended counts in sched_detaching (a new
  * session then waits for it, sess.c), and its freeing runs on_output with
  * no other output pending (the signal a waiting session attaches on). */
@@ -222,11 +233,7 @@ START_TEST(test_detaching_then_freed_signals) {
     sched_params p = {0};
     int slot[SLOTS];
     uint32_t gen[SLOTS];
-    sched_out o;
-    for (int i = 0; i < SLOTS; i++) {
-        ck_assert_int_eq(sched_attach(s, &p, &slot[i], &gen[i]), MS_OK);
-        ck_assert(next_out(s, slot[i], gen[i], &o)); /* READY */
-    }
+    attach_all(s, slot, gen);
     ck_assert_int_eq(sched_detaching(s), 0);
     f.end_gate = 1;
     sched_detach(s, slot[2], gen[2]);
@@ -294,14 +301,10 @@ END_TEST
 START_TEST(test_batching_and_overrun) {
     fake f;
     sched *s = make(&f, 2);
-    sched_params p = {0};
     int slot[SLOTS];
     uint32_t gen[SLOTS];
     sched_out o;
-    for (int i = 0; i < SLOTS; i++) {
-        ck_assert_int_eq(sched_attach(s, &p, &slot[i], &gen[i]), MS_OK);
-        ck_assert(next_out(s, slot[i], gen[i], &o));
-    }
+    attach_all(s, slot, gen);
     f.gate = 1;
     frame(pcm_buf, 0);
     /* first step blocks inside the model with slot 0's frame: wait until
