@@ -196,7 +196,10 @@ def test_fast_readers_of_bursts_are_not_slow(build_dir, tmp_path):
         n = len(pcm) // FRAME - 1 - {"kyutai": 1, "personaplex": 2}[health(port)["variant"]]
 
         async def burst():
-            return await asyncio.gather(*[mc.session(port, pcm=pcm, realtime=False, expect_audio=n)
+            # tail_s bounds the wait for the last audio (the session ends as
+            # soon as all n came): 8 bursts take the engine a while on a
+            # slow build (3 s was too short under ASan beside other work)
+            return await asyncio.gather(*[mc.session(port, pcm=pcm, realtime=False, expect_audio=n, tail_s=60)
                                           for _ in range(8)])
 
         for res in asyncio.run(burst()):
