@@ -79,6 +79,7 @@ struct srv_track {
     int counted;                   /* active and counted against the active limits */
     int doomed_why;                /* srv_refusal of a doomed connection */
     uint64_t since_ms;             /* pending since (uv_now) */
+    uint64_t seq;                  /* order of becoming pending (uv_now has ties within a millisecond) */
     srv_track *gprev, *gnext;      /* the pending list (oldest first) or the doomed list */
     srv_track *iprev, *inext;      /* the IP's pending list */
     void *principal;               /* ws_admit's, for the connection */
@@ -128,6 +129,7 @@ struct srv {
     unsigned npending, nactive;
     srv_track *pend_head, *pend_tail;
     srv_ip *pend_ips;              /* the addresses with pending > 0 (at most max_pending + 1 of them) */
+    uint64_t pend_seq;             /* the last srv_track.seq given */
     srv_track *doomed;             /* to close at the next sweep */
     uv_timer_t sweep;              /* handshake timeouts and closes (on_sweep) */
     int sweep_ready, sweep_on;     /* sweep is initialised (and not closing); started */

@@ -187,6 +187,7 @@ static void pending_enter(srv *s, srv_track *t) {
     srv_ip *e = t->ip;
     t->state = TRK_PENDING;
     t->since_ms = uv_now(s->loop);
+    t->seq = ++s->pend_seq;
     t->gnext = NULL;
     t->gprev = s->pend_tail;
     if (s->pend_tail) s->pend_tail->gnext = t;
@@ -217,7 +218,7 @@ static void pending_enter(srv *s, srv_track *t) {
         for (srv_ip *x = s->pend_ips; x; x = x->pnext) {
             if (x->pend_head == t) continue;
             if (!most || x->pending > most->pending ||
-                (x->pending == most->pending && x->pend_head->since_ms < most->pend_head->since_ms))
+                (x->pending == most->pending && x->pend_head->seq < most->pend_head->seq))
                 most = x;
         }
         if (!most) break;
