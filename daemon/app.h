@@ -35,6 +35,7 @@ typedef struct app {
     uv_timer_t tick;           /* once a second; every 50 ms while stopping */
     struct sess *sessions;     /* every session whose connection is open */
     int nsessions;
+    int nslot_wait;            /* sessions waiting for a slot being freed (sess.c) */
     uint64_t next_id;
     int stopping;
     double stop_started_ms;    /* app_now_ms of SIGTERM/SIGINT */

@@ -229,6 +229,13 @@ static void resolve_samp(sess *s) {
     p->audio_seed = pick_seed(proto_query_audio_seed(q));
 }
 
+/* s->slot_wait_ms, with the app's count of waiting sessions kept with it
+ * (sess_slot_retry does nothing while none waits). */
+static void slot_wait_set(sess *s, double v) {
+    if (!s->slot_wait_ms != !v) s->a->nslot_wait += v ? 1 : -1;
+    s->slot_wait_ms = v;
+}
+
 /* Take an engine slot for s (with its persona's snapshot to restore, if
  * any), or refuse it as busy. */
 static void attach(sess *s) {
@@ -241,7 +248,7 @@ static void attach(sess *s) {
         double now = app_now_ms();
         if (sched_detaching(a->sch) > 0 && (!s->slot_wait_ms || now - s->slot_wait_ms < SESS_SLOT_WAIT_MS)) {
             if (!s->slot_wait_ms) {
-                s->slot_wait_ms = now;
+                slot_wait_set(s, now);
                 LOGI("session_slot_wait", "id=%llu msg=\"every slot is taken, one is being freed\"",
                      (unsigned long long)s->id);
             }
@@ -249,19 +256,20 @@ static void attach(sess *s) {
             return;
         }
         s->waiting = 0;
-        s->slot_wait_ms = 0;
+        slot_wait_set(s, 0);
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
                   sched_capacity(a->sch));
         return;
     }
     s->waiting = 0;
-    s->slot_wait_ms = 0;
+    slot_wait_set(s, 0);
     s->attached = 1;
     met_gauge_add(MET_sessions, 1);
 }
 
 void sess_slot_retry(app *a) {
+    if (!a->nslot_wait) return;   /* the common case: on every engine output signal */
     sess *last = a->sessions;
     while (last && last->next) last = last->next;
     for (sess *s = last, *p; s; s = p) { /* the list starts with the newest */
@@ -565,6 +573,7 @@ void sess_closed(void *ud, void *sp) {
     release_slot(s);
     release_token(s);
     pers_ticket_release(a->pers, &s->pt);
+    slot_wait_set(s, 0);
     /* close_status 0: the client closed or the connection dropped (the
      * server decided no close); else the status and reason it sent */
     LOGI("session_closed",

@@ -144,11 +144,7 @@ size_t srv_wg_feed(srv_wg *g, const uint8_t *data, size_t len) {
     if (g->state == SRV_WG_FRAMES && done < len) {
         size_t ok = wg_frames(g, data + done, len - done);
         done += ok;
-        if (g->state == SRV_WG_UNMASKED) {
-            g->bytes += done;
-            return done;
-        }
+        if (g->state == SRV_WG_UNMASKED) return done;
     }
-    g->bytes += len;
     return len;
 }

@@ -79,7 +79,6 @@ typedef enum srv_wg_state {
 
 typedef struct srv_wg {
     srv_wg_state state;
-    uint64_t bytes;                /* fed so far */
     /* HTTP */
     unsigned line;                 /* bytes of the current line, without a CR (saturating) */
     unsigned key;                  /* characters of SRV_WG_KEY matched at the line's start */

@@ -137,8 +137,6 @@ void srv_wire_closed(srv_wire *w) {
     if (w) w->conn = NULL;
 }
 
-int srv_wire_state(const srv_wire *w) { return w ? (int)w->g.state : -1; }
-
 /* Feed n bytes read from fd to its guard, if it has one; on a violation of
  * an established connection, close it. */
 static void wire_saw(int fd, const void *buf, size_t n) {
