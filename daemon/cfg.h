@@ -74,7 +74,8 @@ typedef struct cfg_personas {
  * JSON paths: server.port is c.server.port. */
 typedef struct cfg {
     struct {
-        char *listen;               /* address to bind */
+        cfg_strlist listen;         /* addresses to bind (srv.h) */
+        cfg_strlist proxy_protocol_from; /* proxies that send a PROXY header first */
         int64_t port;               /* TCP port; 0 = any free port */
         char *tls_cert, *tls_key;   /* PEM paths; both or neither */
         char *static_dir;           /* served at /; "" = none */

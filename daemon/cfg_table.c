@@ -12,6 +12,7 @@
 
 #include "cfg_int.h"
 #include "log.h"
+#include "srv_proxy.h"
 
 const char *const cfg_variant_names[] = {"auto", "kyutai", "personaplex", NULL};
 const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
@@ -42,14 +43,26 @@ static int is_hostname(const char *s, size_t n) {
     return s[n - 1] != '-';
 }
 
-/* server.listen: an IPv4 or IPv6 literal, or a host name. */
+/* server.listen item: an IPv4 or IPv6 literal, a host name, or "" / "*"
+ * (every interface). */
 static int check_listen(const char *s, char *why, size_t len) {
     unsigned char buf[16];
+    if (!s[0] || strcmp(s, "*") == 0) return 0;
     if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1) return 0;
     if (is_hostname(s, strlen(s))) return 0;
-    snprintf(why, len, "\"%s\" is not an IPv4/IPv6 address or a host name", s);
+    snprintf(why, len, "\"%s\" is not an IPv4/IPv6 address, a host name or \"*\"", s);
     return 1;
 }
+
+/* server.proxy_protocol_from item: an address or a prefix. */
+static int check_cidr(const char *s, char *why, size_t len) {
+    srv_cidr c;
+    if (srv_cidr_parse(s, &c) == 0) return 0;
+    snprintf(why, len, "\"%s\" is not an IPv4/IPv6 address or prefix (a.b.c.d/n, x::/n, host bits zero)", s);
+    return 1;
+}
+
+static const char *const default_listen[] = {"127.0.0.1", NULL};
 
 /* server.allowed_origins item: "*", the keywords "same-origin" and
  * "localhost" (daemon/access.h says what they admit), or
@@ -114,10 +127,20 @@ bad:
 #define DIR_PATH (CFG_F_PATH | CFG_F_DIR)
 
 const cfg_option cfg_options[] = {
-    OPT_STR("server.listen", server.listen, 0, "127.0.0.1", HOST_MAX, check_listen,
-            "Address to listen on: an IPv4/IPv6 literal or a host name (\"0.0.0.0\" or \"::\" for every interface)."),
+    OPT_LIST("server.listen", server.listen, 0, default_listen, HOST_MAX, check_listen,
+             "Addresses to listen on, each bound exactly (a string is a list of one): IPv4/IPv6 literals "
+             "(\"127.0.0.1\", \"::1\", \"0.0.0.0\" = every IPv4 address, \"::\" = every IPv6 address), host names "
+             "(every address they resolve to), or \"*\" alone for every interface of both families. An address "
+             "that cannot be bound stops the start with the reason. The log and the printed URL show what the "
+             "sockets are bound to."),
     OPT_INT("server.port", server.port, 0, 8998, 0, 65535,
             "TCP port for HTTP and WebSocket; 0 picks a free port (logged at start)."),
+    OPT_LIST("server.proxy_protocol_from", server.proxy_protocol_from, 0, NULL, 64, check_cidr,
+             "Proxies that send the PROXY protocol header (v1 or v2: HAProxy's send-proxy / send-proxy-v2) before "
+             "each connection's bytes: addresses or prefixes (\"127.0.0.1\", \"10.0.0.0/8\", \"fd00::/8\"), at "
+             "most 32. A connection from one of them must start with a header; the client address it names is "
+             "then the connection's for the per-address limits, the logs and the token checks. From any other "
+             "address a PROXY header is not read (the request is malformed). Empty = none."),
     OPT_STR("server.tls_cert", server.tls_cert, FILE_PATH | R, "", PATH_MAX_BYTES, NULL,
             "PEM certificate chain; with server.tls_key the daemon serves https/wss only. On SIGHUP the pair is "
             "read again (new paths or new contents) for new connections; open ones keep theirs; a pair that "
@@ -261,6 +284,15 @@ const cfg_option cfg_options[] = {
 const size_t cfg_noptions = sizeof cfg_options / sizeof cfg_options[0];
 
 int cfg_cross_check(const cfg *c, ms_error *err) {
+    for (int i = 0; i < c->server.listen.n; i++) {
+        const char *l = c->server.listen.v[i];
+        if ((!l[0] || strcmp(l, "*") == 0) && c->server.listen.n > 1)
+            return ms_err_set(err, MS_ERR_ARG, "server.listen: \"%s\" (every interface) cannot be listed with "
+                              "other addresses", l);
+    }
+    if (c->server.proxy_protocol_from.n > SRV_MAX_PROXY_FROM)
+        return ms_err_set(err, MS_ERR_LIMIT, "server.proxy_protocol_from: %d entries, more than %d",
+                          c->server.proxy_protocol_from.n, SRV_MAX_PROXY_FROM);
     if (!c->server.tls_cert[0] != !c->server.tls_key[0])
         return ms_err_set(err, MS_ERR_ARG, "server.tls_cert, server.tls_key: set both or neither (%s is empty)",
                           c->server.tls_cert[0] ? "server.tls_key" : "server.tls_cert");

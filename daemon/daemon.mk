@@ -9,7 +9,8 @@ MOSHID_VERSION := 0.1.0-dev
 DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 # srv_*.c: the HTTP/WebSocket front end (daemon/srv_int.h lists its files).
-SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c daemon/srv_wire.c
+SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c daemon/srv_wire.c \
+	daemon/srv_listen.c daemon/srv_proxy.c
 SERVER_SRCS := $(SRV_SRCS) daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/access.c
@@ -79,8 +80,9 @@ $(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(SRV_SRCS:%.c=$(BU
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv libssl libcrypto) $(LDLIBS_ALL)
-CHECK_SUITES += metrics scheduler access srv_limit
-CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/srv_limit.o $(LIBENGINE)
+CHECK_SUITES += metrics scheduler access srv_limit srv_proxy
+CHECK_srv_proxy_DEPS = $(BUILD)/obj/daemon/srv_proxy.o $(LIBENGINE)
+CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/srv_limit.o $(BUILD)/obj/daemon/srv_listen.o $(BUILD)/obj/daemon/srv_proxy.o $(LIBENGINE)
 CHECK_srv_limit_CFLAGS = $(call pc_cflags,libwebsockets libuv)
 CHECK_srv_limit_LIBS = $(call pc_libs,libwebsockets libuv)
 CHECK_access_DEPS = $(BUILD)/obj/daemon/access.o $(LIBENGINE)

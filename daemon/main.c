@@ -79,15 +79,19 @@ static void count_refusal(int why) {
         [SRV_REF_per_ip] = MET_connections_refused_per_ip_total,
         [SRV_REF_bad_request] = MET_http_bad_requests_total,
         [SRV_REF_unmasked] = MET_ws_unmasked_closed_total,
+        [SRV_REF_proxy_header] = MET_proxy_header_refused_total,
     };
-    _Static_assert(SRV_REF__COUNT == 8, "a counter for each srv refusal");
+    _Static_assert(SRV_REF__COUNT == 9, "a counter for each srv refusal");
     if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
 }
 
 static void to_server_opts(const cfg *c, server_opts *o) {
     static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
-    o->srv.listen = c->server.listen;
+    o->srv.listen = (const char *const *)c->server.listen.v;
+    o->srv.nlisten = c->server.listen.n;
+    o->srv.proxy_from = (const char *const *)c->server.proxy_protocol_from.v;
+    o->srv.nproxy_from = c->server.proxy_protocol_from.n;
     o->srv.port = (int)c->server.port;
     o->srv.tls_cert = c->server.tls_cert;
     o->srv.tls_key = c->server.tls_key;

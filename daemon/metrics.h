@@ -31,7 +31,8 @@
     X(connections_refused_busy_total, "Requests answered 503: over server.max_connections") \
     X(connections_refused_per_ip_total, "Requests answered 429: over server.max_connections_per_ip") \
     X(http_bad_requests_total, "Malformed or refused HTTP requests and WebSocket upgrades answered 4xx") \
-    X(ws_unmasked_closed_total, "WebSocket connections closed 1002 for a client frame without a mask (RFC 6455 5.1)")
+    X(ws_unmasked_closed_total, "WebSocket connections closed 1002 for a client frame without a mask (RFC 6455 5.1)") \
+    X(proxy_header_refused_total, "PROXY protocol headers refused: missing or malformed from a trusted proxy (closed), or sent from an address not in server.proxy_protocol_from (400)")
 
 /* X(name, help): values that go up and down. */
 #define MET_GAUGES(X)                                                              \
@@ -42,7 +43,8 @@
     X(personas, "Configured personas primed and served")                          \
     X(persona_primes_running, "Persona primes loading, queued or running")        \
     X(persona_cache_entries, "Persona snapshots held (configured and cached)")    \
-    X(persona_cache_bytes, "Bytes of the persona snapshots held (configured and cached)")
+    X(persona_cache_bytes, "Bytes of the persona snapshots held (configured and cached)") \
+    X(exposed_without_auth, "1 when a listening socket is bound beyond loopback and auth.tokens_file is not set (anyone who reaches it can open sessions)")
 
 /* X(kind): labels of moshid_errors_total{kind=...} (errors sent to clients). */
 #define MET_ERROR_KINDS(X)                                                         \

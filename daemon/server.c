@@ -4,6 +4,7 @@
  */
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -170,8 +171,6 @@ static int load_tokens(app *a, const char *path, ms_error *err) {
     int loose = 0;
     if (access_load_tokens(a->acc, path, &loose, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
     if (loose) LOGW("auth", "file=%s msg=\"the tokens file is readable by group or others: chmod 600 it\"", path);
-    const char *l = a->o.srv.listen;
-    int local = !l || !l[0] ? 0 : strncmp(l, "127.", 4) == 0 || strcmp(l, "::1") == 0 || strcmp(l, "localhost") == 0;
     if (access_required(a->acc)) {
         LOGI("auth", "tokens=%d protect_http=%s", access_ntokens(a->acc), a->o.protect_http ? "true" : "false");
         return MS_OK;
@@ -179,10 +178,21 @@ static int load_tokens(app *a, const char *path, ms_error *err) {
     if (a->o.protect_http)
         LOGW("auth", "msg=\"auth.protect_http has no effect without auth.tokens_file: /metrics and /api/personas "
              "are open\"");
-    if (!local)
-        LOGW("auth", "listen=%s msg=\"no auth.tokens_file: whoever reaches this port can open sessions\"",
-             l && l[0] ? l : "*");
     return MS_OK;
+}
+
+/* Who can connect, from what the sockets are bound to (not from the
+ * configuration's words): bound beyond loopback without tokens, say so
+ * loudly, and in /healthz and /metrics. Start-up (once listening) and
+ * after a reload of the tokens. Loop thread. */
+static void judge_exposure(app *a) {
+    if (!a->server) return;
+    int exposed = !srv_loopback_only(a->server) && !access_required(a->acc);
+    met_set(MET_exposed_without_auth, exposed);
+    if (exposed)
+        LOGW("exposed", "listen=%s msg=\"listening beyond loopback without auth.tokens_file: whoever reaches these "
+             "addresses can open sessions, list personas and read /metrics; set auth.tokens_file "
+             "(docs/security.md)\"", srv_bound(a->server));
 }
 
 /* auth.protect_http: a request for /metrics or /api/personas without a
@@ -240,15 +250,17 @@ static int http_get(void *ud, const char *path, srv_http_reply *r) {
         int ready = !a->stopping && !sched_failed(a->sch, NULL);
         int ok = ready && free_slots > 0 && !overloaded;
         const lm_backend_stats *st = model_open_stats(a->m);
-        char buf[1024];
+        char buf[2048];
         int n = snprintf(buf, sizeof buf,
-                         "{\"ready\":%s,\"accepting\":%s,\"auth_required\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
+                         "{\"ready\":%s,\"accepting\":%s,\"auth_required\":%s,\"listen\":\"%s\",\"loopback_only\":%s,"
+                         "\"exposed_without_auth\":%s,\"variant\":\"%s\",\"backend\":\"%s\",\"sessions\":%d,"
                          "\"capacity\":%d,\"free\":%d,\"overloaded\":%s,\"pipeline\":%s,"
                          "\"memory\":{\"where\":\"%s\",\"used_bytes\":%zu,\"free_bytes_at_start\":%zu},"
                          "\"personas\":{\"ready\":%lld,\"primes_running\":%lld,\"snapshots\":%lld,"
                          "\"snapshot_bytes\":%lld}}\n",
                          ready ? "true" : "false", ok ? "true" : "false", access_required(a->acc) ? "true" : "false",
-                         model_variant_name(a->m),
+                         a->server ? srv_bound(a->server) : "", a->server && srv_loopback_only(a->server) ? "true" : "false",
+                         met_gauge(MET_exposed_without_auth) ? "true" : "false", model_variant_name(a->m),
                          model_backend_name(a->m), a->nsessions, sched_capacity(a->sch), free_slots,
                          overloaded ? "true" : "false", st->pipeline ? "true" : "false",
                          st->where == LM_MEM_DEVICE ? "device" : "host", st->mem_used, st->mem_free,
@@ -413,6 +425,7 @@ static void on_hup(uv_signal_t *h, int sig) {
         LOGE("reload_origins_refused", "msg=\"%s\"", ae.msg);
     if (load_tokens(a, n.tokens_file, &ae) != MS_OK)
         LOGE("reload_tokens_refused", "msg=\"%s\" tokens_kept=%d", ae.msg, access_ntokens(a->acc));
+    judge_exposure(a);
     LOGI("reloaded", "log_level=%s", ms_log_level_name(ms_log_level));
     if (tell) {
         serving_status(a, st, sizeof st);
@@ -450,9 +463,12 @@ static void personas_ready(void *ud, int ok, const char *msg) {
         return;
     }
     met_set(MET_ready, 1);
-    /* One line that tools (and `make run`) can read. */
+    judge_exposure(a);
+    /* One line that tools (and `make run`) can read: the host and port
+     * the first socket is bound to. */
     const server_opts *o = &a->o;
-    const char *host = o->srv.listen && o->srv.listen[0] && strcmp(o->srv.listen, "0.0.0.0") ? o->srv.listen : "127.0.0.1";
+    char host[INET6_ADDRSTRLEN + 2];
+    srv_url_host(a->server, host, sizeof host);
     snprintf(a->url, sizeof a->url, "%s://%s:%d/", o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host,
              srv_port(a->server));
     fprintf(stdout, "moshid: serving on %s (variant %s, backend %s, %d sessions)\n", a->url,

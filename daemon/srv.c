@@ -6,9 +6,11 @@
  *
  * What is checked where (libwebsockets 4.1.6, Debian's libwebsockets-dev):
  *
- *   accept   LWS_CALLBACK_FILTER_NETWORK_CONNECTION (the accepted fd, no
- *            wsi yet): the per-IP connection rate and the table of client
- *            addresses; a refusal is a bare close (no request exists yet).
+ *   accept   srv_listen.c accepts (srv binds its own sockets; a trusted
+ *            proxy's PROXY header is read there first), then the per-IP
+ *            connection rate and the table of client addresses, on the
+ *            client's address; a refusal is a bare close (no request
+ *            exists yet). The socket is then adopted into lws's vhost.
  *            LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED (the new wsi, before
  *            libwebsockets gives it a header slot): the connection becomes
  *            pending; the pending limits close the oldest pending connection
@@ -55,6 +57,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "log.h"
@@ -131,10 +135,6 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
     srv *s = lws_context_user(lws_get_context(wsi));
     srv_conn *c = user;
     switch (reason) {
-    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
-        /* in: the accepted fd; nonzero closes it. */
-        return srv_lim_accept(s, (int)(intptr_t)in);
-    }
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: {
         if (srv_lim_track_new(s, wsi)) return -1;
         srv_track *t = lws_get_opaque_user_data(wsi);
@@ -159,7 +159,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         c->wsi = wsi;
         c->s = s;
         c->principal = srv_lim_principal(wsi, 0, NULL);
-        lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+        snprintf(c->peer, sizeof c->peer, "%s", srv_lim_peer(wsi));
         if (s->cfg.send_buffer_bytes > 0) {
             int fd = lws_get_socket_fd(wsi), sz = s->cfg.send_buffer_bytes;
             if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
@@ -327,6 +327,19 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
         if (strlen(cfg->static_dir) + 2 >= SRV_LWS_FILE_PATH) room = 1;
         if (room < s->max_path) s->max_path = room;
     }
+    for (int i = 0; i < cfg->nproxy_from; i++) {
+        if (s->nproxy >= SRV_MAX_PROXIES || srv_cidr_parse(cfg->proxy_from[i], &s->proxy[s->nproxy]) != 0) {
+            ms_err_set(err, MS_ERR_ARG, "server.proxy_protocol_from: \"%s\" is not an address or prefix (or more "
+                       "than %d of them)", cfg->proxy_from[i], SRV_MAX_PROXIES);
+            srv_free(s);
+            return NULL;
+        }
+        s->nproxy++;
+    }
+    if (srv_listen_bind(s, err) != MS_OK) {
+        srv_free(s);
+        return NULL;
+    }
     uv_walk(loop, snapshot_handle, s);
 
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_ours);
@@ -370,8 +383,8 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
     info.foreign_loops = loops;
     info.pcontext = &s->ctx;
     info.user = s;
-    info.port = cfg->port;
-    info.iface = cfg->listen && cfg->listen[0] ? cfg->listen : NULL;
+    /* The vhost listens nowhere: srv_listen.c binds, accepts and adopts. */
+    info.port = CONTEXT_PORT_NO_LISTEN_SERVER;
     info.protocols = s->protocols;
     info.mounts = &s->mounts[0];
     info.max_http_header_data = (unsigned short)(cfg->max_header_bytes > 65535 ? 65535 : cfg->max_header_bytes);
@@ -392,8 +405,8 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
     }
     s->ctx = lws_create_context(&info);
     if (!s->ctx || !lws_get_vhost_by_name(s->ctx, "default")) {
-        ms_err_set(err, MS_ERR_IO, "server: cannot listen on %s:%d (port in use, bad address or bad TLS files)",
-                   info.iface ? info.iface : "*", cfg->port);
+        ms_err_set(err, MS_ERR_IO, "server: cannot start libwebsockets on %s (bad TLS files?)", s->bound_text);
+        srv_listen_free_fds(s);
         if (!s->ctx) {
             /* lws gave up before it put anything on the loop and freed
              * what it had made (lws 4.1 context.c: the failures before
@@ -413,18 +426,43 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
         teardown_start(s, NULL);
         return NULL;
     }
+    s->vh = lws_get_vhost_by_name(s->ctx, "default");
     srv_lim_sweep_start(s);
     if (s->tls) srv_tls_remember(s); /* the pair in use, for srv_reload_tls to compare */
-    s->port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));
-    LOGI("listen", "addr=%s port=%d tls=%s static=%s max_connections=%u per_ip=%u max_pending=%u per_ip=%u "
-         "handshake_timeout_ms=%u rate_per_ip=%g burst=%u",
-         info.iface ? info.iface : "*", s->port, s->tls ? "on" : "off", cfg->static_dir ? cfg->static_dir : "-",
-         c->max_connections, c->max_connections_per_ip, c->max_pending, c->max_pending_per_ip,
-         c->handshake_timeout_ms, c->conn_rate_per_ip, c->conn_burst_per_ip);
+    if (srv_listen_start(s) != MS_OK) {
+        ms_err_set(err, MS_ERR_IO, "server: cannot watch the listening sockets on the loop");
+        srv_shutdown(s, NULL);
+        return NULL;
+    }
+    LOGI("listen", "addr=%s port=%d loopback_only=%s proxy_protocol_from=%d tls=%s static=%s max_connections=%u "
+         "per_ip=%u max_pending=%u per_ip=%u handshake_timeout_ms=%u rate_per_ip=%g burst=%u",
+         s->bound_text, s->port, s->loopback_only ? "true" : "false", s->nproxy, s->tls ? "on" : "off",
+         cfg->static_dir ? cfg->static_dir : "-", c->max_connections, c->max_connections_per_ip, c->max_pending,
+         c->max_pending_per_ip, c->handshake_timeout_ms, c->conn_rate_per_ip, c->conn_burst_per_ip);
     return s;
 }
 
 int srv_port(const srv *s) { return s->port; }
+
+const char *srv_bound(const srv *s) { return s->bound_text; }
+
+int srv_loopback_only(const srv *s) { return s->loopback_only; }
+
+void srv_url_host(const srv *s, char *out, size_t len) {
+    const struct sockaddr *sa = (const struct sockaddr *)&s->bound_first;
+    int v6 = sa->sa_family == AF_INET6;
+    int any = v6 ? IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr)
+                 : ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+    int v4mapped = v6 && IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    char a[INET6_ADDRSTRLEN];
+    int v6only = 0;
+    socklen_t ol = sizeof v6only;
+    if (any && v6 && s->nls > 0) getsockopt(s->ls[0].fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol);
+    if (any) snprintf(out, len, "%s", v6only ? "[::1]" : "127.0.0.1");
+    else if (srv_addr_text(sa, a, sizeof a) != 0) snprintf(out, len, "127.0.0.1");
+    else if (v6 && !v4mapped) snprintf(out, len, "[%s]", a);
+    else snprintf(out, len, "%s", a);
+}
 
 int srv_tls(const srv *s) { return s->tls; }
 
@@ -436,6 +474,7 @@ void srv_shutdown(srv *s, void (*done)(void *ud)) {
     /* The connections' WSI_DESTROY calls during the teardown find the
      * sweep closed (sweep_ready 0) and leave it alone. */
     srv_lim_sweep_stop(s);
+    srv_listen_close(s);
     lws_context_destroy(s->ctx); /* starts the teardown on the foreign loop */
     teardown_start(s, done);
 }

@@ -44,8 +44,18 @@ typedef struct srv srv;
 typedef struct srv_conn srv_conn;
 
 typedef struct srv_config {
-    const char *listen;            /* address, NULL or "" = all interfaces */
+    /* Addresses to listen on (srv_listen.c): IPv4/IPv6 literals, host
+     * names (every address), or one "" / "*" for every interface;
+     * nlisten 0 = 127.0.0.1. */
+    const char *const *listen;
+    int nlisten;
     int port;                      /* 0 = ephemeral (srv_port tells) */
+    /* Proxies that send a PROXY protocol header (v1 or v2) first:
+     * addresses or prefixes ("10.0.0.0/8", "::1"). A connection from one
+     * of them must start with a header, whose client address then stands
+     * for the connection; nproxy_from 0 = none. */
+    const char *const *proxy_from;
+    int nproxy_from;
     const char *tls_cert;          /* PEM paths, both or neither */
     const char *tls_key;
     const char *static_dir;        /* NULL = no static files */
@@ -81,7 +91,8 @@ typedef struct srv_config {
     X(busy, "answered 503: over server.max_connections")                                 \
     X(per_ip, "answered 429: over server.max_connections_per_ip")                        \
     X(bad_request, "answered 4xx: a malformed or refused HTTP request or WebSocket upgrade") \
-    X(unmasked, "closed 1002: a client WebSocket frame without a mask (RFC 6455 5.1)")
+    X(unmasked, "closed 1002: a client WebSocket frame without a mask (RFC 6455 5.1)")   \
+    X(proxy_header, "closed: no valid PROXY header from a trusted proxy; answered 400: one from an untrusted address")
 typedef enum srv_refusal {
 #define SRV_REF_E(n, w) SRV_REF_##n,
     SRV_REFUSALS(SRV_REF_E)
@@ -168,6 +179,17 @@ typedef struct srv_handlers {
 srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, void *ud, ms_error *err);
 /* srv_port: the bound port (useful with port 0). */
 int srv_port(const srv *s);
+/* srv_bound: what the listening sockets are bound to, read back from them:
+ * "127.0.0.1:8998", "[::1]:8998,127.0.0.1:8998", "*:8998" (every
+ * interface). Borrowed for s's life. */
+const char *srv_bound(const srv *s);
+/* srv_url_host: a host for URLs that reach the first listening socket:
+ * its address ("127.0.0.1", "[::1]"), or the loopback address of its
+ * family when it is bound to every address. */
+void srv_url_host(const srv *s, char *out, size_t len);
+/* srv_loopback_only: 1 when every listening socket is bound to a
+ * loopback address (only this machine can connect), else 0. */
+int srv_loopback_only(const srv *s);
 /* srv_tls: 1 when the listener serves TLS. */
 int srv_tls(const srv *s);
 /* srv_shutdown: stop accepting, close every connection, tear down lws over

@@ -8,6 +8,10 @@
  *   srv_limit.c  per-address and per-connection accounting: the pending and
  *                active limits, the handshake timeout, the per-IP rate
  *   srv_tls.c    the certificate pair: kept for comparison, reloaded
+ *   srv_listen.c the listening sockets (bound by srv, exactly as
+ *                configured), accept, the PROXY header of trusted
+ *                proxies, the hand-over to libwebsockets
+ *   srv_proxy.c  the PROXY protocol header parser (pure; srv_proxy.h)
  *   srv_rx.c     WebSocket message reassembly and the wire guard's parser
  *                (pure; srv_rx.h)
  *   srv_wire.c   the wire guard: recv and SSL_read, interposed, feed each
@@ -20,12 +24,15 @@
 #define MOSHID_SRV_INT_H
 
 #include <libwebsockets.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "msg.h"
 #include "query.h"
 #include "srv.h"
+#include "srv_proxy.h"
 
 /* Longest query string and argument list accepted on /api/chat and the
  * dynamic paths: the protocol's query limits (proto/query.h), so that
@@ -48,6 +55,10 @@
 #define SRV_IP_PROBE 64
 /* Most handles the loop may hold before srv_create (snapshot size). */
 #define SRV_MAX_PREEXISTING 256
+/* Most listening sockets (server.listen's addresses, resolved) and most
+ * trusted proxy prefixes (server.proxy_protocol_from). */
+#define SRV_MAX_LISTENERS 16
+#define SRV_MAX_PROXIES SRV_MAX_PROXY_FROM
 /* The challenge of every 401 srv sends (RFC 7235 4.1 requires one; bearer
  * tokens are the only scheme, RFC 6750 3). */
 #define SRV_WWW_AUTHENTICATE "Bearer realm=\"moshid\""
@@ -83,6 +94,7 @@ struct srv_track {
     srv_track *gprev, *gnext;      /* the pending list (oldest first) or the doomed list */
     srv_track *iprev, *inext;      /* the IP's pending list */
     void *principal;               /* ws_admit's, for the connection */
+    char peer[INET6_ADDRSTRLEN];   /* the client's address (a trusted proxy's PROXY header, else the TCP peer) */
     srv_wire *wire;                /* the wire guard's entry (srv_wire.c), NULL without one */
 };
 
@@ -110,8 +122,19 @@ struct srv_conn {
 extern const char *const srv_dynamic_paths[];
 #define SRV_NDYNAMIC 3
 
+/* One listening socket (srv_listen.c). */
+typedef struct srv_listener {
+    srv *s;
+    uv_poll_t poll;
+    int fd;
+    int polling;                   /* poll initialised (closed with uv_close) */
+} srv_listener;
+
+typedef struct srv_ppw srv_ppw;
+
 struct srv {
     struct lws_context *ctx;
+    struct lws_vhost *vh;          /* the one vhost; it listens nowhere (srv_listen.c adopts into it) */
     uv_loop_t *loop;
     srv_config cfg;                /* the strings are not used after srv_create */
     srv_handlers h;
@@ -121,6 +144,20 @@ struct srv {
     struct lws_protocol_vhost_options mime_wasm;
     int port;
     int tls;
+    /* listening (srv_listen.c) */
+    srv_listener ls[SRV_MAX_LISTENERS];
+    int nls;
+    int loopback_only;             /* every bound address is a loopback one */
+    char bound_text[SRV_MAX_LISTENERS * (INET6_ADDRSTRLEN + 9)]; /* "127.0.0.1:8998,[::1]:8998" */
+    struct sockaddr_storage bound_first;
+    const struct sockaddr_storage *adopting; /* the client's address during lws_adopt_descriptor_vhost */
+    srv_cidr proxy[SRV_MAX_PROXIES];
+    int nproxy;
+    srv_ppw *ppw_head, *ppw_tail;  /* connections of trusted proxies waiting for their header */
+    unsigned nppw;
+    uv_timer_t ppw_timer, accept_timer;
+    int ppw_timer_on;              /* both timers initialised */
+    uint64_t accept_warned_ms;
     size_t max_path;
     char argbuf[SRV_MAX_ARG_BYTES + 1]; /* decoded query arguments, for one callback at a time */
     /* accounting */
@@ -169,10 +206,13 @@ void srv_lim_sweep_start(srv *s);
 void srv_lim_sweep_stop(srv *s);
 /* srv_lim_free: the address table. */
 void srv_lim_free(srv *s);
-/* srv_lim_accept: LWS_CALLBACK_FILTER_NETWORK_CONNECTION for fd: 0 admits,
- * 1 closes (the rate, the table; counted). */
-int srv_lim_accept(srv *s, int fd);
-/* srv_lim_track_new: a new connection's wsi becomes pending; -1 closes it. */
+/* srv_lim_accept: a connection accepted from the client address sa (a
+ * trusted proxy's PROXY header, or the TCP peer), before libwebsockets
+ * gets it: 0 admits, 1 closes (the rate, the table; counted). */
+int srv_lim_accept(srv *s, const struct sockaddr *sa);
+/* srv_lim_track_new: a new connection's wsi becomes pending (its client
+ * address: s->adopting, set by srv_listen.c around the adoption); -1
+ * closes it. */
 int srv_lim_track_new(srv *s, struct lws *wsi);
 /* srv_lim_track_destroy: WSI_DESTROY: forget the connection. */
 void srv_lim_track_destroy(srv *s, struct lws *wsi);
@@ -186,6 +226,9 @@ void srv_lim_answered(srv *s, struct lws *wsi);
 /* srv_lim_principal: the principal kept with wsi's connection (set, or
  * read: out NULL), NULL when untracked. */
 void *srv_lim_principal(struct lws *wsi, int set, void *p);
+/* srv_lim_peer: the client address of wsi's connection as text ("-" when
+ * untracked). */
+const char *srv_lim_peer(struct lws *wsi);
 /* srv_refused: count a refusal (srv_config.on_refuse). */
 void srv_refused(srv *s, srv_refusal why);
 
@@ -223,8 +266,31 @@ void srv_wire_detach(srv_wire *w);
  * violation closes c. 1 when one came before the 101 (c is being closed
  * with 1002: open no session), else 0. */
 int srv_wire_established(srv_wire *w, srv_conn *c);
+/* srv_wire_proxy_header: 1 when the connection's stream began with a
+ * PROXY protocol header (that nobody read: srv_listen.c consumes those of
+ * trusted proxies before lws sees the stream). */
+int srv_wire_proxy_header(const srv_wire *w);
 /* srv_wire_closed: CLOSED: c is gone. */
 void srv_wire_closed(srv_wire *w);
+
+/* ---- listening (srv_listen.c) ---- */
+
+/* srv_addr_text: the address of sa without its port, IPv4-mapped IPv6 as
+ * IPv4 ("?" and -1 for another family). */
+int srv_addr_text(const struct sockaddr *sa, char *out, size_t len);
+/* srv_listen_bind: resolve s->cfg.listen and bind and listen on every
+ * address (s->ls, s->port, s->bound_text, s->loopback_only); MS_OK, or
+ * an error naming the address and the reason (nothing left open). */
+int srv_listen_bind(srv *s, ms_error *err);
+/* srv_listen_start: accept on the loop (after the vhost exists). */
+int srv_listen_start(srv *s);
+/* srv_listen_close: stop accepting; close the listening sockets and the
+ * connections still waiting for a PROXY header (handles close
+ * asynchronously). */
+void srv_listen_close(srv *s);
+/* srv_listen_free_fds: close the sockets of a bind whose server never
+ * started (no handles made yet). */
+void srv_listen_free_fds(srv *s);
 
 /* ---- TLS (srv_tls.c) ---- */
 

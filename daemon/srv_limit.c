@@ -69,13 +69,6 @@ int srv_lim_key(const struct sockaddr *sa, uint8_t key[16]) {
     return -1;
 }
 
-/* The peer's address as a table key; 0 on success. */
-static int peer_key(int fd, uint8_t key[16]) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
-    return srv_lim_key((const struct sockaddr *)&ss, key);
-}
 
 static uint64_t ip_hash(const srv *s, const uint8_t key[16]) {
     uint64_t h = 1469598103934665603ull ^ s->hash_seed; /* FNV-1a, seeded: addresses are the client's choice */
@@ -120,9 +113,9 @@ static int ip_take_token(srv *s, srv_ip *e) {
     return 1;
 }
 
-int srv_lim_accept(srv *s, int fd) {
+int srv_lim_accept(srv *s, const struct sockaddr *sa) {
     uint8_t key[16];
-    if (peer_key(fd, key) != 0) return 1; /* the peer is gone already (a reset) */
+    if (srv_lim_key(sa, key) != 0) return 1;
     srv_ip *e = ip_get(s, key);
     if (!e) { srv_refused(s, SRV_REF_ip_table); return 1; }
     if (!ip_take_token(s, e)) { srv_refused(s, SRV_REF_rate); return 1; }
@@ -261,6 +254,11 @@ void srv_lim_answered(srv *s, struct lws *wsi) {
     pending_enter(s, t);
 }
 
+const char *srv_lim_peer(struct lws *wsi) {
+    srv_track *t = lws_get_opaque_user_data(wsi);
+    return t ? t->peer : "-";
+}
+
 void *srv_lim_principal(struct lws *wsi, int set, void *p) {
     srv_track *t = lws_get_opaque_user_data(wsi);
     if (!t) return NULL;
@@ -319,16 +317,27 @@ void srv_lim_sweep_stop(srv *s) {
     uv_close((uv_handle_t *)&s->sweep, sweep_closed);
 }
 
-/* A new connection (its wsi, no header slot yet): pending. */
+/* A new connection (its wsi, no header slot yet): pending. Its client
+ * address is the one srv_listen.c adopted it with; a connection adopted
+ * otherwise is judged by its TCP peer. */
 int srv_lim_track_new(srv *s, struct lws *wsi) {
     uint8_t key[16];
-    if (peer_key(lws_get_socket_fd(wsi), key) != 0) return -1; /* the peer is gone already */
+    struct sockaddr_storage ss;
+    if (s->adopting) {
+        ss = *s->adopting;
+    } else {
+        socklen_t sl = sizeof ss;
+        int fd = lws_get_socket_fd(wsi);
+        if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return -1; /* the peer is gone already */
+    }
+    if (srv_lim_key((const struct sockaddr *)&ss, key) != 0) return -1;
     srv_ip *e = ip_get(s, key);
     if (!e) { srv_refused(s, SRV_REF_ip_table); return -1; }
     srv_track *t = calloc(1, sizeof *t);
     if (!t) return -1;
     t->wsi = wsi;
     t->ip = e;
+    srv_addr_text((const struct sockaddr *)&ss, t->peer, sizeof t->peer);
     e->conns++;
     lws_set_opaque_user_data(wsi, t);
     pending_enter(s, t);

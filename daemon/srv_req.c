@@ -83,9 +83,7 @@ int srv_req_path_len(struct lws *wsi) {
 int srv_refuse(srv *s, struct lws *wsi, srv_refusal why, unsigned status, const char *extra, const char *val,
                const char *body) {
     srv_refused(s, why);
-    char peer[64] = "";
-    lws_get_peer_simple(wsi, peer, sizeof peer);
-    LOGI("http_refused", "peer=%s status=%u msg=\"%s\"", peer, status, body);
+    LOGI("http_refused", "peer=%s status=%u msg=\"%s\"", srv_lim_peer(wsi), status, body);
     answer(wsi, status, extra, val, body);
     return -1;
 }
@@ -103,12 +101,25 @@ static int admit_request(srv *s, struct lws *wsi, int count) {
     }
 }
 
+/* The request came after a PROXY header from an address not trusted to
+ * send one (libwebsockets skips such a line): refused, not served. */
+static int untrusted_proxy_header(struct lws *wsi) {
+    srv_track *t = lws_get_opaque_user_data(wsi);
+    return t && srv_wire_proxy_header(t->wire);
+}
+
+static int refuse_proxy_header(srv *s, struct lws *wsi) {
+    return srv_refuse(s, wsi, SRV_REF_proxy_header, 400, NULL, NULL,
+                      "bad request: a PROXY protocol header from an address not in server.proxy_protocol_from");
+}
+
 int srv_req_http(srv *s, struct lws *wsi) {
     char path[32];
     int n = srv_req_path_len(wsi);
     int dynamic = n > 0 && (size_t)n < sizeof path && lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) > 0 &&
                   path_is_dynamic(path);
     if (admit_request(s, wsi, !dynamic)) return -1;
+    if (untrusted_proxy_header(wsi)) return refuse_proxy_header(s, wsi);
     if (n < 0)
         return srv_refuse(s, wsi, SRV_REF_bad_request, 405, "allow:", "GET", "method not allowed: only GET is served");
     if ((size_t)n > s->max_path) return srv_refuse(s, wsi, SRV_REF_bad_request, 414, NULL, NULL, "URI too long");
@@ -185,6 +196,7 @@ int srv_req_upgrade(srv *s, struct lws *wsi, const char *upgrade) {
     char host[SRV_HDR_SHORT], origin[SRV_HDR_SHORT], conn[SRV_HDR_SHORT], ver[16], key[64], proto[SRV_HDR_SHORT];
     char authz[SRV_HDR_LONG], apikey[SRV_HDR_LONG], path[64];
     if (admit_request(s, wsi, 1)) return -1;
+    if (untrusted_proxy_header(wsi)) return refuse_proxy_header(s, wsi);
     int n = srv_req_path_len(wsi);
     if (n < 0) return srv_refuse(s, wsi, SRV_REF_bad_request, 405, "allow:", "GET", "method not allowed: upgrades are GET");
     if ((size_t)n >= sizeof path || lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ||
@@ -216,11 +228,9 @@ int srv_req_upgrade(srv *s, struct lws *wsi, const char *upgrade) {
         return srv_refuse(s, wsi, SRV_REF_bad_request, 403, NULL, NULL, "forbidden: origin not allowed");
     srv_lim_principal(wsi, 1, NULL);
     if (!s->h.ws_admit) return 0;
-    char peer[64] = "";
-    lws_get_peer_simple(wsi, peer, sizeof peer);
     const char *args[SRV_MAX_ARGS];
     int nargs = srv_req_args(s, wsi, args);
-    srv_admit_req r = {.peer = peer, .path = path, .host = host, .origin = origin, .authorization = authz,
+    srv_admit_req r = {.peer = srv_lim_peer(wsi), .path = path, .host = host, .origin = origin, .authorization = authz,
                        .api_key = apikey, .args = args, .nargs = nargs, .tls = s->tls};
     void *principal = NULL;
     char why[256] = "";
@@ -246,14 +256,13 @@ int srv_req_dynamic(srv *s, struct lws *wsi, srv_conn *c) {
     c->s = s;
     if (path_is_dynamic(uri) && s->h.http_get) {
         /* The headers an access check needs, bounded as for upgrades. */
-        char authz[SRV_HDR_LONG], apikey[SRV_HDR_LONG], peer[64] = "";
+        char authz[SRV_HDR_LONG], apikey[SRV_HDR_LONG];
         if (hdr(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, authz, sizeof authz) ||
             hdr_custom(wsi, "kyutai-api-key:", apikey, sizeof apikey))
             return srv_refuse(s, wsi, SRV_REF_bad_request, 431, NULL, NULL, "request header fields too large");
-        lws_get_peer_simple(wsi, peer, sizeof peer);
         const char *args[SRV_MAX_ARGS];
         int nargs = srv_req_args(s, wsi, args);
-        srv_http_req q = {.path = uri, .peer = peer, .authorization = authz, .api_key = apikey, .args = args,
+        srv_http_req q = {.path = uri, .peer = srv_lim_peer(wsi), .authorization = authz, .api_key = apikey, .args = args,
                           .nargs = nargs, .tls = s->tls};
         srv_http_reply r = {.req = &q};
         if (s->h.http_get(s->ud, uri, &r)) return http_reply(wsi, c, &r);

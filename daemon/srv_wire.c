@@ -43,6 +43,10 @@
 
 #include "log.h"
 #include "srv_int.h"
+#include "srv_proxy.h"
+
+/* Bytes of the stream's start kept to recognise a PROXY header. */
+#define SRV_WIRE_HEAD 6
 
 struct srv_wire {
     srv *s;
@@ -51,8 +55,16 @@ struct srv_wire {
     int fd;
     int off;                       /* the guard lost track: no verdicts */
     int told;                      /* the violation was acted on */
+    /* The stream's first bytes: a PROXY header where none is read (the
+     * peer is not in server.proxy_protocol_from) is refused by srv_req.c;
+     * libwebsockets itself would skip the line and serve the request. */
+    uint8_t head[SRV_WIRE_HEAD];
+    int nhead;
+    int proxy_hdr;
     srv_wg g;
 };
+
+int srv_wire_proxy_header(const srv_wire *w) { return w && w->proxy_hdr; }
 
 static pthread_mutex_t wire_mu = PTHREAD_MUTEX_INITIALIZER;
 static srv_wire **wire_tab;        /* by descriptor */
@@ -144,6 +156,14 @@ static void wire_saw(int fd, const void *buf, size_t n) {
     pthread_mutex_lock(&wire_mu);
     srv_wire *w = fd < wire_cap ? wire_tab[fd] : NULL;
     int act = 0;
+    if (w && w->nhead < SRV_WIRE_HEAD) {
+        size_t k = SRV_WIRE_HEAD - (size_t)w->nhead;
+        if (k > n) k = n;
+        memcpy(w->head + w->nhead, buf, k);
+        w->nhead += (int)k;
+        /* "PROXY " (v1) or six bytes of v2's signature: no HTTP request starts so */
+        if (w->nhead >= SRV_WIRE_HEAD) w->proxy_hdr = srv_proxy_looks_like(w->head, (size_t)w->nhead);
+    }
     if (w && !w->off && w->g.state != SRV_WG_UNMASKED) {
         srv_wg_feed(&w->g, buf, n);
         act = w->g.state == SRV_WG_UNMASKED;

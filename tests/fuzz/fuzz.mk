@@ -13,7 +13,7 @@
 
 FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
-FUZZ_cfg_SRCS := daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c engine/base/err.c engine/base/log.c
+FUZZ_cfg_SRCS := daemon/srv_proxy.c daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
 # The server's receive path (srv_rx_feed, daemon/srv_rx.c: pure, no
 # libwebsockets).
@@ -23,6 +23,10 @@ FUZZ_srv_SRCS := daemon/srv_rx.c
 # frames, the MASK bit libwebsockets 4.1 does not check.
 FUZZ_TARGETS += wg
 FUZZ_wg_SRCS := daemon/srv_rx.c
+# The PROXY protocol header of trusted proxies (srv_proxy_parse,
+# daemon/srv_proxy.c: pure) and the trusted prefixes.
+FUZZ_TARGETS += proxy
+FUZZ_proxy_SRCS := daemon/srv_proxy.c
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60

@@ -46,8 +46,8 @@ def start_daemon(build_dir, tmp_path, env=None, **over):
     if "serving on" not in line:
         p.kill()
         raise AssertionError("moshid did not start: " + line + open(log.name).read())
-    port = int(line.split("://")[1].split(":")[1].split("/")[0])
-    p.cfg_path, p.cfg = path, cfg
+    port = int(line.rsplit(":", 1)[1].split("/")[0])
+    p.cfg_path, p.cfg, p.url_line = path, cfg, line
     return p, port, log.name
 
 

@@ -154,7 +154,8 @@ int main(int argc, char **argv) {
     static const srv_handlers h = {.http_get = http_get, .ws_open = ws_open, .ws_message = ws_message,
                                    .ws_oversize = ws_oversize, .ws_writable = ws_writable, .ws_closed = ws_closed,
                                    .ws_admit = ws_admit};
-    srv_config cfg = {.listen = "127.0.0.1", .port = 0, .max_message_bytes = argc > 1 ? (size_t)atol(argv[1]) : 65536,
+    static const char *const listen_local[] = {"127.0.0.1"};
+    srv_config cfg = {.listen = listen_local, .nlisten = 1, .port = 0, .max_message_bytes = argc > 1 ? (size_t)atol(argv[1]) : 65536,
                       .max_header_bytes = 16384, .max_connections = 32, .send_buffer_bytes = 0,
                       .on_refuse = on_refuse};
     for (int i = 2; i < argc; i++) {
