@@ -268,8 +268,10 @@ void srv_wire_detach(srv_wire *w);
 int srv_wire_established(srv_wire *w, srv_conn *c);
 /* srv_wire_proxy_header: 1 when the connection's stream began with a
  * PROXY protocol header (that nobody read: srv_listen.c consumes those of
- * trusted proxies before lws sees the stream). */
-int srv_wire_proxy_header(const srv_wire *w);
+ * trusted proxies before lws sees the stream); the caller refuses the
+ * request and counts it. One that libwebsockets closes before any request
+ * is counted at srv_wire_detach. */
+int srv_wire_proxy_header(srv_wire *w);
 /* srv_wire_closed: CLOSED: c is gone. */
 void srv_wire_closed(srv_wire *w);
 

@@ -60,11 +60,15 @@ struct srv_wire {
      * libwebsockets itself would skip the line and serve the request. */
     uint8_t head[SRV_WIRE_HEAD];
     int nhead;
-    int proxy_hdr;
+    int proxy_hdr;                 /* 1 seen, 2 seen and refused by srv_req.c */
     srv_wg g;
 };
 
-int srv_wire_proxy_header(const srv_wire *w) { return w && w->proxy_hdr; }
+int srv_wire_proxy_header(srv_wire *w) {
+    if (!w || !w->proxy_hdr) return 0;
+    w->proxy_hdr = 2; /* told: srv_req.c answers 400 and counts it */
+    return 1;
+}
 
 static pthread_mutex_t wire_mu = PTHREAD_MUTEX_INITIALIZER;
 static srv_wire **wire_tab;        /* by descriptor */
@@ -107,6 +111,13 @@ int srv_wire_attach(srv *s, struct lws *wsi, srv_wire **out) {
 
 void srv_wire_detach(srv_wire *w) {
     if (!w) return;
+    if (w->proxy_hdr == 1) {
+        /* libwebsockets closed it before a request came (a v2 header is no
+         * HTTP at all): counted and said here */
+        LOGI("proxy_header_untrusted", "msg=\"a PROXY protocol header from an address not in "
+             "server.proxy_protocol_from: closed\"");
+        srv_refused(w->s, SRV_REF_proxy_header);
+    }
     pthread_mutex_lock(&wire_mu);
     if (w->fd >= 0 && w->fd < wire_cap && wire_tab[w->fd] == w) wire_tab[w->fd] = NULL;
     pthread_mutex_unlock(&wire_mu);

@@ -204,8 +204,8 @@ def test_tls_listener_binds_exactly(daemons, build_dir, tmp_path):
     r = subprocess.run([str(build_dir / "moshid"), "--self-signed", str(cert_dir)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     listen = ["127.0.0.1", "::1"] if have_ipv6_loopback() else ["127.0.0.1"]
-    p, port, log = daemons(server__listen=listen, server__tls_cert=str(cert_dir / "cert.pem"),
-                           server__tls_key=str(cert_dir / "key.pem"))
+    p, port, log = daemons(server__listen=listen, server__tls_cert=str(cert_dir / "moshid.crt"),
+                           server__tls_key=str(cert_dir / "moshid.key"))
     assert listening(p.pid) == {(a, port) for a in listen}
     assert url_of(p) == f"https://127.0.0.1:{port}/"
     ctx = ssl.create_default_context()
@@ -359,13 +359,15 @@ def test_proxy_missing_or_malformed_is_closed(daemons):
 
 
 def test_proxy_header_from_untrusted_is_refused(daemons):
-    """Only 127.0.0.2 is trusted: a header from 127.0.0.1 gets 400 (not
-    served as if it were not there), one from 127.0.0.2 is read, and plain
-    requests from 127.0.0.1 are served."""
+    """Only 127.0.0.2 is trusted: a v1 header from 127.0.0.1 gets 400 (not
+    served as if it were not there; libwebsockets alone would skip the
+    line), a v2 one is closed (no HTTP at all), both counted; one from
+    127.0.0.2 is read, and plain requests from 127.0.0.1 are served."""
     p, port, log = daemons(server__listen="127.0.0.1", server__proxy_protocol_from=["127.0.0.2"])
     assert via(port, b"PROXY TCP4 203.0.113.5 127.0.0.1 40000 80\r\n", HEALTHZ) == 400
-    assert via(port, v2_header("203.0.113.5", 1), HEALTHZ) == 400
     wait_log(log, r"status=400 msg=\"bad request: a PROXY protocol header from an address not in", "the 400")
+    assert via(port, v2_header("203.0.113.5", 1), HEALTHZ) is None
+    wait_log(log, r"event=proxy_header_untrusted", "the v2 header's close")
     assert via(port, b"", HEALTHZ) == 200
     assert via(port, b"PROXY TCP4 203.0.113.5 127.0.0.1 40000 80\r\n", HEALTHZ, src="127.0.0.2") == 200
     assert metric(port, "moshid_proxy_header_refused_total") == 2
