@@ -139,8 +139,9 @@ const cfg_option cfg_options[] = {
              "Proxies that send the PROXY protocol header (v1 or v2: HAProxy's send-proxy / send-proxy-v2) before "
              "each connection's bytes: addresses or prefixes (\"127.0.0.1\", \"10.0.0.0/8\", \"fd00::/8\"), at "
              "most 32. A connection from one of them must start with a header; the client address it names is "
-             "then the connection's for the per-address limits, the logs and the token checks. From any other "
-             "address a PROXY header is not read (the request is malformed). Empty = none."),
+             "then the connection's for the per-address limits and the logs; one without a valid header is "
+             "closed. A PROXY header from any other address is refused (400, or a close). Empty = none "
+             "(docs/security.md, \"Behind a reverse proxy\")."),
     OPT_STR("server.tls_cert", server.tls_cert, FILE_PATH | R, "", PATH_MAX_BYTES, NULL,
             "PEM certificate chain; with server.tls_key the daemon serves https/wss only. On SIGHUP the pair is "
             "read again (new paths or new contents) for new connections; open ones keep theirs; a pair that "

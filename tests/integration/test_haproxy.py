@@ -6,7 +6,8 @@ when both are full a new one gets moshid's own "server busy" (the backup
 lines); an instance stopped with SIGTERM ends its sessions cleanly (1001 and
 the error text, through the tunnel) and new sessions go to the other; an
 instance drained through HAProxy's runtime API keeps its sessions and gets
-no new one.
+no new one. HAProxy sends the PROXY protocol (v2, from 127.0.0.2): the
+instances' per-address limits and logs see each client's own address.
 
 Every wait polls (HAProxy's CSV status page, the instances' /healthz) with a
 generous deadline; the health check runs every 200 ms."""
@@ -35,6 +36,8 @@ SLOTS = 2
 START_S = 20
 VERDICT_S = 15
 HANDSHAKE_S = 20
+# config/haproxy.cfg: HAProxy connects to the instances from this address.
+PROXY_SOURCE = "127.0.0.2"
 
 
 def haproxy_bin():
@@ -94,13 +97,14 @@ def render_config(tmp_path, front, stats, a, b):
 class Cluster:
     """Instances a and b (moshid processes) and HAProxy in front of them."""
 
-    def __init__(self, build_dir, tmp_path):
+    def __init__(self, build_dir, tmp_path, **over):
         self.tmp = tmp_path
         self.procs = {}
         for name in ("gpu0", "gpu1"):
             d = tmp_path / name
             d.mkdir()
-            p, port, log = start_daemon(build_dir, d, sessions=SLOTS, limits__idle_timeout_s=600)
+            p, port, log = start_daemon(build_dir, d, sessions=SLOTS, limits__idle_timeout_s=600,
+                                        server__proxy_protocol_from=[PROXY_SOURCE], **over)
             self.procs[name] = (p, port, log)
         self.front, self.stats = free_port(), free_port()
         cfg = render_config(tmp_path, self.front, self.stats, self.port("gpu0"), self.port("gpu1"))
@@ -169,6 +173,34 @@ def cluster(build_dir, tmp_path):
     c = Cluster(build_dir, tmp_path)
     yield c
     c.close()
+
+
+@pytest.fixture
+def cluster_one_per_client(build_dir, tmp_path):
+    """The cluster with server.max_connections_per_ip = 1 on each instance."""
+    if not haproxy_bin():
+        pytest.skip("haproxy not installed (Debian: haproxy; tests/deps.txt)")
+    c = Cluster(build_dir, tmp_path, server__max_connections_per_ip=1)
+    yield c
+    c.close()
+
+
+def upgrade_from(port, src):
+    """A WebSocket upgrade to port from source address src (a loopback
+    address): (socket, HTTP status)."""
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(HANDSHAKE_S)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        d = s.recv(1)
+        if not d:
+            break
+        head += d
+    return s, int(head.split()[1]) if head.startswith(b"HTTP/1.") else None
 
 
 class Held:
@@ -309,3 +341,34 @@ def test_runtime_drain_keeps_sessions(cluster):
             await x.close()
 
     asyncio.run(go())
+
+
+def test_limits_and_logs_see_each_client(cluster_one_per_client):
+    """One connection per client address per instance, through HAProxy's
+    PROXY header: client A (127.0.0.3) gets one session on each instance
+    (leastconn) and a 429 for a third; client B (127.0.0.4) still gets one.
+    Without the header every session would come from the proxy's address
+    and B would be refused too. The instances log the clients, never the
+    proxy."""
+    c = cluster_one_per_client
+    socks = []
+    try:
+        a1 = upgrade_from(c.front, "127.0.0.3")
+        socks.append(a1[0])
+        wait_for(lambda: c.sessions("gpu0") + c.sessions("gpu1") == 1, VERDICT_S, "A's first session")
+        a2 = upgrade_from(c.front, "127.0.0.3")
+        socks.append(a2[0])
+        wait_for(lambda: c.sessions("gpu0") == 1 and c.sessions("gpu1") == 1, VERDICT_S, "one on each instance")
+        a3 = upgrade_from(c.front, "127.0.0.3")
+        socks.append(a3[0])
+        b1 = upgrade_from(c.front, "127.0.0.4")
+        socks.append(b1[0])
+        assert (a1[1], a2[1], a3[1], b1[1]) == (101, 101, 429, 101)
+    finally:
+        for s in socks:
+            s.close()
+    logs = "".join(open(log).read() for _, _, log in c.procs.values())
+    opened = re.findall(r"event=session_open id=\d+ peer=(\S+)", logs)
+    assert sorted(opened) == ["127.0.0.3", "127.0.0.3", "127.0.0.4"], opened
+    assert re.search(r"event=http_refused peer=127\.0\.0\.3 status=429", logs), logs[-3000:]
+    assert "peer=127.0.0.2" not in logs
