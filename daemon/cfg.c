@@ -298,7 +298,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
         return MS_OK;
     }
     case CFG_STRLIST: {
-        if (cJSON_IsString(v)) { /* a string is a list of one */
+        if ((o->flags & CFG_F_ONE) && cJSON_IsString(v)) { /* a string is a list of one */
             int rc = check_string(o, v->valuestring, p, err);
             if (rc != MS_OK) return rc;
             const char *one[1] = {v->valuestring};
@@ -306,8 +306,8 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             return MS_OK;
         }
         if (!cJSON_IsArray(v))
-            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an array of strings or a string, got %s", p,
-                              cfg__json_kind(v));
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: expected an array of strings%s, got %s", p,
+                              (o->flags & CFG_F_ONE) ? " or a string" : "", cfg__json_kind(v));
         int n = cJSON_GetArraySize(v);
         if (n > CFG_MAX_LIST)
             return ms_err_set(err, MS_ERR_LIMIT, "%s: %d entries, more than the limit of %d", p, n, CFG_MAX_LIST);
@@ -568,7 +568,7 @@ int cfg_set(cfg *c, const char *assignment, ms_error *err) {
     const char *val = eq + 1;
     size_t vlen = strlen(val);
     cJSON *v;
-    if ((o->type == CFG_STRING || o->type == CFG_ENUM || (o->type == CFG_STRLIST && val[0] != '[')) &&
+    if ((o->type == CFG_STRING || o->type == CFG_ENUM || (o->type == CFG_STRLIST && (o->flags & CFG_F_ONE) && val[0] != '[')) &&
         val[0] != '"') {
         v = cJSON_CreateString(val);
     } else {

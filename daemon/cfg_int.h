@@ -20,6 +20,7 @@ enum {
     CFG_F_REQUIRED = 1u << 2, /* must be set before serving (cfg_check_files) */
     CFG_F_FILE = 1u << 3,     /* cfg_check_files: a readable regular file */
     CFG_F_DIR = 1u << 4,      /* cfg_check_files: a directory */
+    CFG_F_ONE = 1u << 5,      /* a list that also takes a string (a list of one) */
 };
 
 /* check: validate one string (a CFG_STRING value or one CFG_STRLIST item);

@@ -127,7 +127,7 @@ bad:
 #define DIR_PATH (CFG_F_PATH | CFG_F_DIR)
 
 const cfg_option cfg_options[] = {
-    OPT_LIST("server.listen", server.listen, 0, default_listen, HOST_MAX, check_listen,
+    OPT_LIST("server.listen", server.listen, CFG_F_ONE, default_listen, HOST_MAX, check_listen,
              "Addresses to listen on, each bound exactly (a string is a list of one): IPv4/IPv6 literals "
              "(\"127.0.0.1\", \"::1\", \"0.0.0.0\" = every IPv4 address, \"::\" = every IPv6 address), host names "
              "(every address they resolve to), or \"*\" alone for every interface of both families. An address "
@@ -135,7 +135,7 @@ const cfg_option cfg_options[] = {
              "sockets are bound to."),
     OPT_INT("server.port", server.port, 0, 8998, 0, 65535,
             "TCP port for HTTP and WebSocket; 0 picks a free port (logged at start)."),
-    OPT_LIST("server.proxy_protocol_from", server.proxy_protocol_from, 0, NULL, 64, check_cidr,
+    OPT_LIST("server.proxy_protocol_from", server.proxy_protocol_from, CFG_F_ONE, NULL, 64, check_cidr,
              "Proxies that send the PROXY protocol header (v1 or v2: HAProxy's send-proxy / send-proxy-v2) before "
              "each connection's bytes: addresses or prefixes (\"127.0.0.1\", \"10.0.0.0/8\", \"fd00::/8\"), at "
              "most 32. A connection from one of them must start with a header; the client address it names is "

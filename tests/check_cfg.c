@@ -73,7 +73,9 @@ START_TEST(test_defaults) {
     cfg_init(&d);
     ck_assert_int_eq(load(&c, "{}", &e), MS_OK);
     ck_assert(cfg_equal(&c, &d));
-    ck_assert_str_eq(c.server.listen, "127.0.0.1");
+    ck_assert_int_eq(c.server.listen.n, 1);
+    ck_assert_str_eq(c.server.listen.v[0], "127.0.0.1");
+    ck_assert_int_eq(c.server.proxy_protocol_from.n, 0);
     ck_assert_int_eq(c.server.port, 8998);
     ck_assert_int_eq(c.server.allowed_origins.n, 2);
     ck_assert_str_eq(c.server.allowed_origins.v[0], "same-origin");
@@ -109,7 +111,8 @@ START_TEST(test_every_type) {
         " \"limits\": {\"input_buffer_s\": 3.5, \"max_header_bytes\": 65535},\n"
         " \"log\": {\"level\": \"debug\"}}";
     ck_assert_msg(load(&c, json, &e) == MS_OK, "%s", e.msg);
-    ck_assert_str_eq(c.server.listen, "::");
+    ck_assert_int_eq(c.server.listen.n, 1); /* a string: a list of one */
+    ck_assert_str_eq(c.server.listen.v[0], "::");
     ck_assert_int_eq(c.server.port, 0);
     ck_assert_int_eq(c.server.allowed_origins.n, 3);
     ck_assert_str_eq(c.server.allowed_origins.v[1], "http://[::1]:80");
@@ -155,6 +158,12 @@ START_TEST(test_bad_types) {
     refused("{\"server\":{\"allowed_origins\":[\"https://a.b/\"]}}", MS_ERR_ARG, "server.allowed_origins[0]",
             "not a valid origin");
     refused("{\"server\":{\"listen\":\"bad host!\"}}", MS_ERR_ARG, "server.listen", "not an IPv4/IPv6");
+    refused("{\"server\":{\"listen\":[\"::1\",\"bad host!\"]}}", MS_ERR_ARG, "server.listen[1]", "not an IPv4/IPv6");
+    refused("{\"server\":{\"listen\":7}}", MS_ERR_FORMAT, "server.listen", "expected an array of strings or a string");
+    refused("{\"server\":{\"proxy_protocol_from\":[\"10.0.0.1/8\"]}}", MS_ERR_ARG, "server.proxy_protocol_from[0]",
+            "not an IPv4/IPv6 address or prefix");
+    refused("{\"server\":{\"proxy_protocol_from\":\"example.com\"}}", MS_ERR_ARG, "server.proxy_protocol_from",
+            "not an IPv4/IPv6 address or prefix");
     refused("{\"server\":5}", MS_ERR_FORMAT, "server: expected an object", NULL);
     refused("[1]", MS_ERR_FORMAT, "expected a JSON object at the top", NULL);
 }
@@ -244,9 +253,18 @@ START_TEST(test_cross_check) {
     refused("{\"server\":{\"tls_cert\":\"/c.pem\"}}", MS_ERR_ARG, "server.tls_cert, server.tls_key",
             "server.tls_key is empty");
     refused("{\"server\":{\"tls_key\":\"/k.pem\"}}", MS_ERR_ARG, "server.tls_cert is empty", NULL);
+    /* every interface is one socket: listed with others it would collide */
+    refused("{\"server\":{\"listen\":[\"*\",\"127.0.0.1\"]}}", MS_ERR_ARG, "server.listen: \"*\"",
+            "cannot be listed with other addresses");
+    refused("{\"server\":{\"listen\":[\"::1\",\"\"]}}", MS_ERR_ARG, "server.listen: \"\"", NULL);
     cfg c;
     ms_error e = {0};
     ck_assert_int_eq(load(&c, "{\"server\":{\"tls_cert\":\"/c\",\"tls_key\":\"/k\"}}", &e), MS_OK);
+    cfg_close(&c);
+    ck_assert_msg(load(&c, "{\"server\":{\"listen\":[\"127.0.0.1\",\"::1\",\"localhost\"],"
+                           "\"proxy_protocol_from\":[\"127.0.0.2\",\"fd00::/8\"]}}", &e) == MS_OK, "%s", e.msg);
+    ck_assert_int_eq(c.server.listen.n, 3);
+    ck_assert_int_eq(c.server.proxy_protocol_from.n, 2);
     cfg_close(&c);
 }
 END_TEST
@@ -254,7 +272,7 @@ END_TEST
 /* A configuration that sets every option to a value other than its
  * default (strings with quotes and non-ASCII to exercise the dump). */
 static const char *all_set =
-    "{\"server\":{\"listen\":\"host-1.example\",\"port\":9000,\"tls_cert\":\"/c \\\"q\\\".pem\",\"tls_key\":\"/k\","
+    "{\"server\":{\"listen\":[\"host-1.example\",\"::1\"],\"proxy_protocol_from\":[\"10.0.0.0/8\"],\"port\":9000,\"tls_cert\":\"/c \\\"q\\\".pem\",\"tls_key\":\"/k\","
     "\"static_dir\":\"/www/\xc3\xa9t\xc3\xa9\",\"allowed_origins\":[],\"metrics\":false,"
     "\"handshake_timeout_ms\":1000,\"max_connections\":40,\"max_connections_per_ip\":3,\"max_pending_handshakes\":9,"
     "\"max_pending_per_ip\":2,\"conn_rate_per_ip\":0.5,\"conn_burst_per_ip\":7},"
@@ -461,6 +479,11 @@ START_TEST(test_set) {
     ck_assert_str_eq(c.model.tokenizer, "/t \"q\"");
     ck_assert_int_eq(cfg_set(&c, "server.allowed_origins=[\"https://a.example\",\"*\"]", &e), MS_OK);
     ck_assert_int_eq(c.server.allowed_origins.n, 2);
+    ck_assert_int_eq(cfg_set(&c, "server.listen=::1", &e), MS_OK); /* a list of one from plain text */
+    ck_assert_int_eq(c.server.listen.n, 1);
+    ck_assert_str_eq(c.server.listen.v[0], "::1");
+    ck_assert_int_eq(cfg_set(&c, "server.listen=[\"127.0.0.1\",\"::1\"]", &e), MS_OK);
+    ck_assert_int_eq(c.server.listen.n, 2);
     ck_assert_int_eq(cfg_set(&c, "server.metrics=false", &e), MS_OK);
     ck_assert(!c.server.metrics);
     ck_assert_int_eq(cfg_set(&c, "sampling.text_temperature=0.25", &e), MS_OK);
