@@ -42,7 +42,7 @@
 #                      (default 3600: it installs the packages and builds first)
 set -euo pipefail
 
-mode=test
+mode="test"
 case "${1:-}" in
 "") ;;
 --run) mode=run ;;
@@ -125,6 +125,7 @@ release() { # DIR: end its processes, unmount everything under it; 0 when nothin
     fi
     return 0
 }
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     local rc=$? ok=1
     trap - EXIT INT TERM HUP
@@ -207,21 +208,27 @@ mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives"
 version=$(cat "$root/etc/debian_version")
 npkg0=$(chroot "$root" dpkg-query -W -f '.\n' | wc -l)
 say "Debian $version (minbase + git, make, ca-certificates; $npkg0 packages), mirror $(sed -n 's/^mirror=//p' "$base.ok"), commit ${head:0:12}"
-in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
+# Run in the background (so that the traps run at once on SIGTERM, not after
+# it), with SIGINT and SIGQUIT back to their defaults: a background command
+# of a script starts with them ignored, which the tests' processes inherit.
+in_root() { chroot "$root" /usr/bin/env -i --default-signal=INT,QUIT HOME=/root TERM="${TERM:-dumb}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "cd /src/moshid && $1"; }
 log=$cache/logs/$me-$(date +%Y%m%d-%H%M%S).log
 t0=$SECONDS
 
 if [ "$mode" = test ]; then
     say "running 'make test' in the root (log: $log)"
-    set +e
-    in_root "make test" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    set -e
+    mkfifo "$work/test.out"
+    in_root "make test" > "$work/test.out" 2>&1 &
+    runpid=$!
+    tee "$log" < "$work/test.out" &
+    teepid=$!
+    wait "$runpid" && rc=0 || rc=$?
+    wait "$teepid" || true
     npkg1=$(chroot "$root" dpkg-query -W -f '.\n' | wc -l)
     say "Debian $version: $npkg0 packages in the fresh root, $npkg1 after make test"
     say "make test exited $rc after $(( (SECONDS - t0) / 60 )) min $(( (SECONDS - t0) % 60 )) s (commit ${head:0:12})"
-    [ "$rc" -eq 0 ] && say "PASSED" || say "FAILED"
+    if [ "$rc" -eq 0 ]; then say "PASSED"; else say "FAILED"; fi
     exit "$rc"
 fi
 
@@ -287,5 +294,5 @@ say "make run exited $runrc after SIGTERM"
 [ "$runrc" -eq 0 ] || fetch_rc=1
 npkg1=$(chroot "$root" dpkg-query -W -f '.\n' | wc -l)
 say "Debian $version: $npkg0 packages in the fresh root, $npkg1 after make run"
-[ "$fetch_rc" -eq 0 ] && say "PASSED: /healthz and / served, moshid stopped cleanly" || say "FAILED"
+if [ "$fetch_rc" -eq 0 ]; then say "PASSED: /healthz and / served, moshid stopped cleanly"; else say "FAILED"; fi
 exit "$fetch_rc"
