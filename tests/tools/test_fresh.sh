@@ -23,17 +23,20 @@
 # Into the copy: a git clone of this clone's HEAD (committed work only: a
 # warning names uncommitted changes) as /src/moshid, and ../shared beside it
 # as /src/shared (as CI has it). Mounted for the run, in the copy: /proc,
-# /sys, /dev, /dev/pts, a tmpfs on /dev/shm, the apt archive; /etc/resolv.conf
-# is copied. Whatever happens (failure, Ctrl-C, SIGTERM), the exit trap ends
-# the processes still running in the root, unmounts everything under the
-# work directory and checks with findmnt that nothing is left mounted; the
-# work directory is only removed when nothing is.
+# /sys, /dev, /dev/pts, a tmpfs on /dev/shm, the apt archive. Copied from
+# this machine: /etc/resolv.conf, and its network trust where it has one (the
+# CA certificates added in /usr/local/share/ca-certificates, e.g. an HTTPS
+# proxy's, and /etc/pip.conf; a line names what was copied). Whatever happens
+# (failure, Ctrl-C, SIGTERM), the exit trap ends the processes still running
+# in the root, unmounts everything under the work directory and checks with
+# findmnt that nothing is left mounted; the work directory is only removed
+# when nothing is.
 #
 # The command runs as root in the chroot with a bare environment (HOME, PATH,
-# TERM). Output is shown and kept in $FRESH_CACHE/logs/. The closing lines
-# say the Debian version, the number of packages in the fresh root and after
-# the run, the command's exit status and the time taken; the script exits
-# with the command's status.
+# TERM; http_proxy, https_proxy, no_proxy when set). Output is shown and kept
+# in $FRESH_CACHE/logs/. The closing lines say the Debian version, the number
+# of packages in the fresh root and after the run, the command's exit status
+# and the time taken; the script exits with the command's status.
 #
 #   FRESH_CACHE        cache directory (default /var/cache/moshid-fresh)
 #   FRESH_TMP          where the per-run copy goes (default /var/tmp)
@@ -197,6 +200,18 @@ git -C "$root/src/moshid" checkout -q -b "$branch" FETCH_HEAD
 if [ -d "$repo/../shared" ]; then cp -a "$repo/../shared" "$root/src/shared"
 else say "no $repo/../shared: the root gets no /src/shared"; fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's network trust, as its administrator set it up (an HTTPS
+# proxy's CA, pip told to use the system's CA bundle): without it a root on
+# such a network cannot reach PyPI. Only what is there is copied, and said.
+carried=""
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp -L /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates failed in the root"
+    carried="$carried $(cd /usr/local/share/ca-certificates && echo ./*.crt | sed 's#\./#/usr/local/share/ca-certificates/#g')"
+fi
+if [ -f /etc/pip.conf ]; then cp -L /etc/pip.conf "$root/etc/pip.conf"; carried="$carried /etc/pip.conf"; fi
+[ -z "$carried" ] || say "carried this machine's network trust into the root:$carried"
 
 mount -t proc proc "$root/proc"
 mount -t sysfs sysfs "$root/sys" 2>/dev/null || { mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"; }
@@ -211,7 +226,9 @@ say "Debian $version (minbase + git, make, ca-certificates; $npkg0 packages), mi
 # Run in the background (so that the traps run at once on SIGTERM, not after
 # it), with SIGINT and SIGQUIT back to their defaults: a background command
 # of a script starts with them ignored, which the tests' processes inherit.
-in_root() { chroot "$root" /usr/bin/env -i --default-signal=INT,QUIT HOME=/root TERM="${TERM:-dumb}" \
+proxy_env=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do [ -z "${!v:-}" ] || proxy_env+=("$v=${!v}"); done
+in_root() { chroot "$root" /usr/bin/env -i --default-signal=INT,QUIT HOME=/root TERM="${TERM:-dumb}" "${proxy_env[@]}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "cd /src/moshid && $1"; }
 log=$cache/logs/$me-$(date +%Y%m%d-%H%M%S).log
 t0=$SECONDS
