@@ -280,22 +280,33 @@ exec 8<&-
 say "serving after $((SECONDS - t0)) s: $url; fetching /healthz and / from the host"
 fetch_rc=0
 python3 - "$url" <<'PY' || fetch_rc=$?
-import json, sys, urllib.request
+import json, sys, urllib.error, urllib.request
 url = sys.argv[1]
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, never a proxy
+
+
+def get(path):
+    try:
+        with direct.open(url + path, timeout=30) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode(errors="replace")
+
+
 bad = 0
-with urllib.request.urlopen(url + "healthz", timeout=30) as r:
-    body = r.read().decode()
+status, ctype, body = get("healthz")
+print(f"run-fresh: GET /healthz -> {status} {ctype}: {body.strip()}")
+try:
     h = json.loads(body)
-    print(f"run-fresh: GET /healthz -> {r.status} {r.headers.get('Content-Type')}: {body.strip()}")
-    if r.status != 200 or h.get("ready") is not True or h.get("accepting") is not True:
-        print("run-fresh: /healthz is not ready and accepting"); bad = 1
-with urllib.request.urlopen(url, timeout=30) as r:
-    body = r.read().decode(errors="replace")
-    ctype = r.headers.get("Content-Type", "")
-    title = body.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in body else ""
-    print(f"run-fresh: GET / -> {r.status} {ctype}, {len(body)} bytes, title {title!r}")
-    if r.status != 200 or not ctype.startswith("text/html") or "<html" not in body.lower():
-        print("run-fresh: / is not the HTML page"); bad = 1
+except ValueError:
+    h = {}
+if status != 200 or h.get("ready") is not True or h.get("accepting") is not True:
+    print("run-fresh: /healthz does not say ready and accepting"); bad = 1
+status, ctype, body = get("")
+title = body.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in body else ""
+print(f"run-fresh: GET / -> {status} {ctype}, {len(body)} bytes, title {title!r}")
+if status != 200 or not ctype.startswith("text/html") or "<html" not in body.lower():
+    print("run-fresh: / is not the HTML page"); bad = 1
 sys.exit(bad)
 PY
 pids=""
