@@ -131,7 +131,8 @@ release() { # DIR: end its processes, unmount everything under it; 0 when nothin
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     local rc=$? ok=1
-    trap - EXIT INT TERM HUP
+    trap - EXIT
+    trap '' INT TERM HUP # a second Ctrl-C must not cut the unmounting short
     set +e
     if [ -n "$building" ] && [ -d "$building" ]; then
         release "$building" || ok=0
