@@ -16,6 +16,13 @@
 #                    HOSTILE_N streaming sessions (default 4), which must
 #                    stay real time and get every frame; summary in
 #                    $(BUILD)/hostile/hostile.{json,md}
+#   make test-fresh  the README's `make test` in a fresh minimal Debian 12 root
+#                    (debootstrap minbase + git, make, ca-certificates, cached
+#                    in FRESH_CACHE, default /var/cache/moshid-fresh; a clone
+#                    of HEAD copied in; needs root); about as long as make test
+#                    plus the package installs (tests/tools/test_fresh.sh)
+#   make run-fresh   the same root, `make run`: /healthz and / fetched from the
+#                    host, then moshid stopped with SIGTERM
 # Each exits non-zero when its checks fail. The venv is named literally:
 # tests/tests.mk, which defines VENV, is read after this file, and a
 # prerequisite is expanded when its rule is read.
@@ -42,4 +49,9 @@ hostile: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 	$(Q)build/venv/bin/python tests/tools/soak.py --moshid $(BUILD)/moshid --demo $(DEMO_DIR) \
 	  -n $(HOSTILE_N) --seconds $(HOSTILE_S) --sample-s 30 --out $(BUILD)/hostile --hostile "$(HOSTILE_ARGS)"
 
-.PHONY: fuzz-long soak hostile
+test-fresh:
+	$(Q)bash tests/tools/test_fresh.sh
+run-fresh:
+	$(Q)bash tests/tools/test_fresh.sh --run
+
+.PHONY: fuzz-long soak hostile test-fresh run-fresh

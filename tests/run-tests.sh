@@ -6,7 +6,8 @@
 #   run-tests.sh unit   CHECK_BIN... -- SCRIPT...
 #   run-tests.sh pytest DIR...
 #   run-tests.sh all    CHECK_BIN... -- SCRIPT... -- DIR...
-# Test scripts exit 0 (pass), 77 (skip, with a reason on stdout) or other (fail).
+# Test scripts exit 0 (pass), 77 (skip, with a reason on stdout) or other (fail);
+# pytest prints the reason of each skip (-rs).
 set -u
 mode=$1; shift
 bins=(); scripts=(); pydirs=()
@@ -61,7 +62,7 @@ done
 
 if [ ${#pydirs[@]} -gt 0 ]; then
     xml=$logdir/pytest.xml
-    "${VENV:-build/venv}/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$xml" "${pydirs[@]}" 2>&1 | tee "$logdir/pytest.log" | tail -n 40
+    "${VENV:-build/venv}/bin/python" -m pytest -q -rs -p no:cacheprovider --junitxml="$xml" "${pydirs[@]}" 2>&1 | tee "$logdir/pytest.log" | tail -n 40
     if [ -f "$xml" ]; then
         read -r t f e s < <(python3 - "$xml" <<'PY'
 import sys, xml.etree.ElementTree as ET

@@ -110,6 +110,13 @@ else
     mkdir -p "$u"
     cp -r "$P/lib/systemd/system/." "$u/"
     find "$u" -type f -exec sed -i "s#/usr/bin/moshid#$P/bin/moshid#g" {} +
+    # verify runs `man 8 moshid` for Documentation=: the installed page
+    if command -v man >/dev/null; then
+        run manw env MANPATH="$P/share/man" man -w 8 moshid
+        [ "$rc" -eq 0 ] && [ "$out" = "$P/share/man/man8/moshid.8" ] || fail "man -w 8 moshid with MANPATH=$P/share/man: '$out' $err (exit $rc)"
+    else
+        fail "man not installed (Debian: man-db, in tests/deps.txt): systemd-analyze verify cannot look up Documentation=man:moshid(8)"
+    fi
     run verify env MANPATH="$P/share/man" systemd-analyze verify "$u/moshid.service" "$u/moshid@0.service"
     if [ "$rc" -ne 0 ] && grep -qiE 'no such file or directory.*(bus|private)|failed to (initialize|connect)|permission denied' <<<"$err"; then
         echo "systemd-analyze cannot run here: installed units not verified ($err)"

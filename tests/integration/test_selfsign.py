@@ -4,6 +4,7 @@ them to a client that trusts that certificate alone, and the refusal to
 overwrite an existing pair."""
 import asyncio
 import datetime
+import fcntl
 import ipaddress
 import json
 import os
@@ -12,6 +13,7 @@ import shutil
 import socket
 import ssl
 import stat
+import struct
 import subprocess
 import time
 import urllib.request
@@ -63,19 +65,69 @@ def sans(text):
 
 def host_addresses():
     """This host's addresses on interfaces that are up, but loopback and
-    IPv6 link-local ones (what the certificate must name), from iproute2."""
-    r = subprocess.run(["ip", "-j", "addr", "show", "up"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    IPv6 link-local ones (what the certificate must name): every address of
+    an RTM_GETADDR dump over rtnetlink (what `ip addr` and getifaddrs() read;
+    no command needed), the interface's flags by SIOCGIFFLAGS."""
     out = set()
-    for link in json.loads(r.stdout):
-        if "LOOPBACK" in link.get("flags", []):
+    for index, family, raw in netlink_addresses():
+        try:
+            flags = if_flags(socket.if_indextoname(index))
+        except OSError:  # the interface went away since the dump
             continue
-        for a in link.get("addr_info", []):
-            ip = ipaddress.ip_address(a["local"])
-            if ip.is_loopback or (ip.version == 6 and ip.is_link_local):
-                continue
-            out.add(str(ip))
+        if not flags & IFF_UP or flags & IFF_LOOPBACK:
+            continue
+        ip = ipaddress.ip_address(raw)
+        if ip.is_loopback or (ip.version == 6 and ip.is_link_local):
+            continue
+        out.add(str(ip))
     return out
+
+
+IFF_UP, IFF_LOOPBACK = 0x1, 0x8  # <net/if.h>
+SIOCGIFFLAGS = 0x8913  # <linux/sockios.h>
+RTM_GETADDR, RTM_NEWADDR = 22, 20  # <linux/rtnetlink.h>
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300  # <linux/netlink.h>
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+IFA_ADDRESS, IFA_LOCAL = 1, 2  # <linux/if_addr.h>
+
+
+def if_flags(name):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh14x", name.encode(), 0)  # struct ifreq: name, ifr_flags
+        return struct.unpack("16sh14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1] & 0xffff
+
+
+def netlink_addresses():
+    """(interface index, family, address bytes) of every address: IFA_LOCAL
+    where the kernel gives one (the local end of a point-to-point link),
+    else IFA_ADDRESS, as getifaddrs() does."""
+    out = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as s:
+        # struct nlmsghdr (16 bytes) + struct ifaddrmsg (8 bytes), any family
+        s.sendall(struct.pack("=IHHII", 24, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+                  + struct.pack("=BBBBI", socket.AF_UNSPEC, 0, 0, 0, 0))
+        while True:
+            data = s.recv(65536)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind, _, _, _ = struct.unpack_from("=IHHII", data, off)
+                assert length >= 16, "malformed netlink message"
+                if kind == NLMSG_DONE:
+                    return out
+                assert kind != NLMSG_ERROR, "RTM_GETADDR refused"
+                if kind == RTM_NEWADDR:
+                    family, _, _, _, index = struct.unpack_from("=BBBBI", data, off + 16)
+                    attrs, a = {}, off + 24
+                    while a + 4 <= off + length:
+                        alen, atype = struct.unpack_from("=HH", data, a)
+                        if alen < 4:
+                            break
+                        attrs[atype] = data[a + 4:a + alen]
+                        a += (alen + 3) & ~3
+                    raw = attrs.get(IFA_LOCAL, attrs.get(IFA_ADDRESS))
+                    if family in (socket.AF_INET, socket.AF_INET6) and raw:
+                        out.append((index, family, raw))
+                off += (length + 3) & ~3
 
 
 @pytest.fixture(scope="module")
