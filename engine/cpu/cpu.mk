@@ -1,6 +1,6 @@
 # engine/cpu/cpu.mk - the CPU reference backend: its kernels (the C twins of
 # the CUDA kernels), the thread pool, and the backend table.
-ENGINE_SRCS += engine/cpu/kern_cpu.c engine/cpu/kern_pool.c engine/cpu/cpu_backend.c
+ENGINE_SRCS += engine/cpu/kern_cpu.c engine/cpu/kern_q8.c engine/cpu/kern_pool.c engine/cpu/cpu_backend.c
 
 # Benchmarks (make bench): matvec bandwidth vs read references, one 7B layer.
 $(BUILD)/bench_lm: tests/bench/bench_lm.c $(LIBENGINE)
