@@ -19,3 +19,12 @@ $(BUILD)/bench_7b: tests/bench/bench_lm_7b.c $(LIBENGINE)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 bench-7b: $(BUILD)/bench_7b
 	$(Q)$(BUILD)/bench_7b $(BENCH_7B_DIR)
+
+# make bench: int8 against bf16 side by side (matvec on one matrix; a
+# 7B-shaped layer with int8 weights and K/V against bf16 + float32 K/V)
+$(BUILD)/bench_q8: tests/bench/bench_q8.c $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+BENCH_DEPS += $(BUILD)/bench_q8
+BENCHES += '$(BUILD)/bench_q8'
