@@ -34,6 +34,9 @@ enum { CFG_PRE_SKIP_IGNORE, CFG_PRE_SKIP_RFC };
 
 /* NULL-terminated names of the enum options, in enum order. */
 extern const char *const cfg_variant_names[];
+/* engine.weights / engine.kv: indexed by lm_weights (lm.h) / lm_kv (backend.h) */
+extern const char *const cfg_weights_names[];
+extern const char *const cfg_kv_names[];
 extern const char *const cfg_backend_names[];
 extern const char *const cfg_pre_skip_names[];
 extern const char *const cfg_log_level_names[]; /* indexed by MS_LOG_* */
@@ -106,6 +109,8 @@ typedef struct cfg {
         int64_t gpu;                /* CUDA device index */
         int64_t threads;            /* CPU backend threads; 0 = online CPUs */
         bool pipeline;              /* overlap a frame's decode with the next frame's step */
+        int weights;                /* lm_weights: stored, bf16, int8 */
+        int kv;                     /* lm_kv: native, int8 */
     } engine;
     struct {
         int64_t max;                /* concurrent sessions (engine slots) */

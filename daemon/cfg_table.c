@@ -16,6 +16,8 @@
 
 const char *const cfg_variant_names[] = {"auto", "kyutai", "personaplex", NULL};
 const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const cfg_weights_names[] = {"stored", "bf16", "int8", NULL};
+const char *const cfg_kv_names[] = {"native", "int8", NULL};
 const char *const cfg_pre_skip_names[] = {"ignore", "rfc", NULL};
 const char *const cfg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -215,6 +217,13 @@ const cfg_option cfg_options[] = {
     OPT_BOOL("engine.pipeline", engine.pipeline, 0, 1,
              "Overlap each frame's Mimi decode with the next frame's encode and LM step (the CPU backend decodes "
              "on a thread of its own); false = the synchronous engine."),
+    OPT_ENUM("engine.weights", engine.weights, 0, 0, cfg_weights_names,
+             "Linear layers' weights: stored (the checkpoint's dtype), bf16, or int8 (per output row with a float "
+             "scale, quantized at load; Kyutai's q8 checkpoints run int8 as stored). Embeddings and norms stay "
+             "as stored. The CPU backend implements all three (docs/lm.md)."),
+    OPT_ENUM("engine.kv", engine.kv, 0, 0, cfg_kv_names,
+             "K/V cache: native (the backend's own precision: float32 on the CPU, bf16 on the GPU) or int8 (one "
+             "float scale per position and head: half the bytes of bf16, a quarter of float32)."),
 
     OPT_INT("sessions.max", sessions.max, 0, 8, 1, 1024,
             "Concurrent sessions (engine slots, allocated at start); one more is told the server is busy."),

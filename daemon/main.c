@@ -123,6 +123,8 @@ static void to_server_opts(const cfg *c, server_opts *o) {
     o->model.gpu = (int)c->engine.gpu;
     o->model.threads = (int)c->engine.threads;
     o->model.pipeline = c->engine.pipeline;
+    o->model.weights = c->engine.weights;
+    o->model.kv = c->engine.kv;
     o->model.slots = (int)c->sessions.max;
     o->model.variant = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
                        : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX

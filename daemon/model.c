@@ -210,7 +210,8 @@ model *model_open(const model_opts *o, ms_error *err) {
         m->prime_slots = LM_MAX_SLOTS - o->slots;
     }
     lm_backend_opts bo = {.max_slots = o->slots + m->prime_slots, .threads = o->threads, .variant = o->variant,
-                          .device = o->gpu, .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline};
+                          .device = o->gpu, .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline,
+                          .weights = o->weights, .kv = o->kv};
     if (!(m->lm = lm_backend_open(ops, o->lm_dir, &bo, err))) {
         /* a device was found and chosen: no silent fall back to the CPU,
          * which would serve the configured sessions far below real time */

@@ -36,6 +36,8 @@ typedef struct model_opts {
     lm_variant variant;        /* LM_VARIANT_AUTO: from the checkpoint */
     int pipeline;              /* 1: the backend overlaps a frame's decode with
                                   the next frame's encode and LM step */
+    int weights;               /* lm_weights (engine.weights) */
+    int kv;                    /* lm_kv (engine.kv) */
     const char *record_dir;    /* debug: when set, each session's input codes
                                   (session-ID.codes, moshi-run's --codes-in format)
                                   and LM outputs (session-ID.jsonl, moshi-run's

@@ -278,7 +278,7 @@ static const char *all_set =
     "\"max_pending_per_ip\":2,\"conn_rate_per_ip\":0.5,\"conn_burst_per_ip\":7},"
     "\"auth\":{\"tokens_file\":\"/tokens\",\"protect_http\":true},"
     "\"model\":{\"lm_dir\":\"/lm\",\"mimi\":\"/m\",\"mimi_config\":\"/mc\",\"tokenizer\":\"/t\",\"variant\":\"kyutai\"},"
-    "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false},\"sessions\":{\"max\":3},"
+    "\"engine\":{\"backend\":\"cpu\",\"gpu\":1,\"threads\":2,\"pipeline\":false,\"weights\":\"int8\",\"kv\":\"int8\"},\"sessions\":{\"max\":3},"
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
     "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
     "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"audio\":{\"input_pre_skip\":\"rfc\"},"

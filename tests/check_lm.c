@@ -368,7 +368,7 @@ START_TEST(test_matmul_kernel) {
                     else { ((uint16_t *)w)[i] = st_f32_to_f16(f); wf[i] = st_f16_to_f32(st_f32_to_f16(f)); }
                 }
                 for (int i = 0; i < n * C; i++) x[i] = (float)sin(i * 0.37 + si);
-                kern_mat m = {w, dts[di], R, C};
+                kern_mat m = {w, dts[di], R, C, NULL};
                 kern_matmul(y, x, &m, n, pool);
                 for (int j = 0; j < n; j++)
                     for (int r = 0; r < R; r++) {

@@ -51,6 +51,46 @@ START_TEST(test_greedy_traces) {
 }
 END_TEST
 
+/* --weights int8, --kv int8 and both: the greedy trace byte for byte equal
+ * to the official code's on fake-quantized weights and K/V
+ * (tests/fixtures/lm_q8, gen_lm_q8.py); the start-up line names the
+ * schemes that ran. Without the flags the same checkpoints differ from
+ * those traces (the flags are what makes them match). */
+START_TEST(test_q8_flags) {
+    static const struct { const char *name, *flags, *says; int plain_differs; } q8[] = {
+        {"w8_bf16", "--weights int8", "weights=int8 kv=f32", 1},
+        {"kv8_f32", "--kv int8", "weights=f32 kv=int8", 1},
+        {"w8kv8_f32", "--weights int8 --kv int8", "weights=int8 kv=int8", 1},
+        {"q8_kv8", "--kv int8", "weights=int8 kv=int8", 0},   /* a q8 checkpoint runs int8 as stored */
+    };
+    for (size_t i = 0; i < sizeof q8 / sizeof q8[0]; i++) {
+        char args[512], p[256];
+        snprintf(p, sizeof p, "tests/fixtures/lm_q8/%s/trace.jsonl", q8[i].name);
+        size_t n;
+        char *ref = slurp(p, &n);
+        ck_assert(ref != NULL);
+        snprintf(args, sizeof args, "--lm tests/fixtures/lm_q8/%s --codes-in tests/fixtures/lm_q8/%s/codes.txt --greedy %s",
+                 q8[i].name, q8[i].name, q8[i].flags);
+        ck_assert_msg(run(args) == 0, "%s: %s", q8[i].name, err_txt);
+        ck_assert_msg(strcmp(out_txt, ref) == 0, "%s %s: trace differs from the official one", q8[i].name, q8[i].flags);
+        ck_assert_msg(strstr(err_txt, q8[i].says) != NULL, "%s: start-up line lacks '%s': %s", q8[i].name, q8[i].says,
+                      err_txt);
+        if (q8[i].plain_differs) {
+            snprintf(args, sizeof args, "--lm tests/fixtures/lm_q8/%s --codes-in tests/fixtures/lm_q8/%s/codes.txt --greedy",
+                     q8[i].name, q8[i].name);
+            ck_assert_int_eq(run(args), 0);
+            ck_assert_msg(strcmp(out_txt, ref) != 0, "%s: the float run already matches: the case tests nothing",
+                          q8[i].name);
+        }
+        free(ref);
+    }
+    /* a q8 checkpoint cannot run in bf16: exit 1 with the reason */
+    ck_assert_int_eq(run("--lm tests/fixtures/lm_q8/q8_kv8 --codes-in tests/fixtures/lm_q8/q8_kv8/codes.txt --greedy "
+                         "--weights bf16"), 1);
+    ck_assert_msg(strstr(err_txt, "bf16") != NULL, "%s", err_txt);
+}
+END_TEST
+
 /* --logits-out: the logits of every step, as the official ones (1e-4) */
 START_TEST(test_logits_out) {
     char args[512], path[256];
@@ -219,6 +259,9 @@ START_TEST(test_bad_options) {
         "--lm " LM_FIX_DIR "/ring_f32 --codes-in x --variant other",
         "--lm " LM_FIX_DIR "/ring_f32 --codes-in x --frobnicate",
         "--lm " LM_FIX_DIR "/ring_f32 --codes-in",
+        "--lm " LM_FIX_DIR "/ring_f32 --codes-in x --weights int4",
+        "--lm " LM_FIX_DIR "/ring_f32 --codes-in x --kv fp8",
+        "--lm " LM_FIX_DIR "/ring_f32 --codes-in x --weights",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_assert_msg(run(cases[i]) == 2, "case %zu: exit status", i);
@@ -305,6 +348,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_hostile_codes);
     tcase_add_test(tc, test_hostile_model);
     tcase_add_test(tc, test_bad_options);
+    tcase_add_test(tc, test_q8_flags);
     tcase_add_test(tc, test_tokenizer);
     suite_add_tcase(s, tc);
     return s;

@@ -25,8 +25,8 @@ struct st_file {
     size_t *by_name;      /* indices sorted by name */
 };
 
-static const char *const dtype_names[ST__NDTYPES] = {"F32", "F16", "BF16", "I64", "I32", "U8", "BOOL"};
-static const size_t dtype_sizes[ST__NDTYPES] = {4, 2, 2, 8, 4, 1, 1};
+static const char *const dtype_names[ST__NDTYPES] = {"F32", "F16", "BF16", "I64", "I32", "U8", "BOOL", "I8"};
+static const size_t dtype_sizes[ST__NDTYPES] = {4, 2, 2, 8, 4, 1, 1, 1};
 
 size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST__NDTYPES ? dtype_sizes[d] : 0; }
 const char *st_dtype_name(st_dtype d) { return (unsigned)d < ST__NDTYPES ? dtype_names[d] : "?"; }

@@ -27,7 +27,7 @@
 /* Longest tensor name, bytes. */
 #define ST_MAX_NAME 1024
 
-typedef enum { ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8, ST_BOOL, ST__NDTYPES } st_dtype;
+typedef enum { ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8, ST_BOOL, ST_I8, ST__NDTYPES } st_dtype;
 
 typedef struct st_tensor {
     const char *name;              /* owned by the st_file */

@@ -3,7 +3,8 @@
  *   moshi-run --lm DIR --codes-in FILE [--greedy | --seed N --temp T
  *             --temp-text T --topk K --topk-text K] [--tokenizer FILE]
  *             [--out FILE] [--variant kyutai|personaplex] [--threads N]
- *             [--logits-out FILE.safetensors]
+ *             [--logits-out FILE.safetensors] [--weights stored|bf16|int8]
+ *             [--kv native|int8]
  *   PersonaPlex checkpoints (prime before the live steps, engine/prime.h):
  *             [--voice-codes FILE | --voice-saved FILE.safetensors]
  *             [--text-ids FILE] [--silence-tokens FILE] [--sine-tokens FILE]
@@ -45,6 +46,7 @@ static void usage(FILE *f) {
             "usage: moshi-run --lm DIR --codes-in FILE [--greedy | --seed N --temp T --temp-text T\n"
             "                 --topk K --topk-text K] [--tokenizer FILE] [--out FILE]\n"
             "                 [--variant kyutai|personaplex] [--threads N] [--logits-out FILE]\n"
+            "                 [--weights stored|bf16|int8] [--kv native|int8]\n"
             "  PersonaPlex prime: [--voice-codes FILE | --voice-saved FILE] [--text-ids FILE]\n"
             "                 [--silence-tokens FILE] [--sine-tokens FILE] [--silence-frames N]\n"
             "                 [--prime-mode prefill|steps]\n");
@@ -123,6 +125,8 @@ typedef struct {
     const char *lm, *codes, *tokenizer, *out, *logits_out;
     int greedy, threads, have_samp;
     lm_variant variant;
+    lm_weights weights;       /* --weights: the linear matrices' scheme (lm.h) */
+    lm_kv kv;                 /* --kv: the K/V cache's precision (backend.h) */
     lm_samp samp;
     pp_prompt_paths pp;       /* PersonaPlex prime */
     int have_prime, prime_mode;
@@ -163,6 +167,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             if (!strcmp(v, "kyutai")) o->variant = LM_VARIANT_KYUTAI;
             else if (!strcmp(v, "personaplex")) o->variant = LM_VARIANT_PERSONAPLEX;
             else BAD(); }
+        else if (!strcmp(a, "--weights")) { NEEDV(); if (lm_weights_parse(v, &o->weights)) BAD(); }
+        else if (!strcmp(a, "--kv")) { NEEDV(); if (lm_kv_parse(v, &o->kv)) BAD(); }
         else if (!strcmp(a, "--voice-codes")) { NEEDV(); o->pp.voice_codes = v; o->have_prime = 1; }
         else if (!strcmp(a, "--voice-saved")) { NEEDV(); o->pp.voice_saved = v; o->have_prime = 1; }
         else if (!strcmp(a, "--text-ids")) { NEEDV(); o->pp.text_ids = v; o->have_prime = 1; }
@@ -212,7 +218,7 @@ int main(int argc, char **argv) {
         ms_err_set(&err, MS_ERR_IO, "%s: cannot open: %s", o.codes, strerror(errno));
         goto fail;
     }
-    lm_backend_opts bo = {.max_slots = 1, .threads = o.threads, .variant = o.variant};
+    lm_backend_opts bo = {.max_slots = 1, .threads = o.threads, .variant = o.variant, .weights = o.weights, .kv = o.kv};
     b = lm_backend_open(&lm_cpu_backend, o.lm, &bo, &err);
     if (!b) goto fail;
     const lm_config *c = &b->cfg;
@@ -236,9 +242,12 @@ int main(int argc, char **argv) {
     }
     lm_backend_stats bst;
     lm_backend_stats_get(b, &bst);
-    fprintf(stderr, "moshi-run: model %s variant=%s dim=%d layers=%d dep_q=%d card=%d text_card=%d threads=%d %s\n",
+    fprintf(stderr,
+            "moshi-run: model %s variant=%s dim=%d layers=%d dep_q=%d card=%d text_card=%d threads=%d %s weights=%s "
+            "kv=%s\n",
             o.lm, lm_variant_name(c->variant), c->dim, c->num_layers, c->dep_q, c->card, c->text_card, bst.threads,
-            o.greedy ? "greedy" : "sampling");
+            o.greedy ? "greedy" : "sampling", bst.weights_scheme ? bst.weights_scheme : "?",
+            bst.kv_scheme ? bst.kv_scheme : "?");
     lmgen_slot g;
     lmgen_init(&g, c, 0, &o.samp);
     lmgen_slot *gp = &g;

@@ -5,7 +5,17 @@
  *   moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])
  *               [--context C] [--slots N] [--gpu-gb M | --gpu-bytes B]
  *               [--bucket B] [--snapshots S --snap-positions P] [--codec | --host-codec]
+ *               [--weights bf16|int8] [--kv bf16|int8]
  *   moshid-plan --preset 7b --table     the table of docs/operations.md
+ *   moshid-plan --preset 7b --table-8bit  sessions at full context per card,
+ *                                       bf16 and 8-bit weights and K/V
+ *
+ * 8-bit (issue 26): cuda/cu_plan.c counts bf16 K/V and every weight at one
+ * width. Until the CUDA part of the issue moves this there, plan8() below
+ * corrects its plan: int8 linear matrices (1 byte + a float32 scale per
+ * row) beside bf16 embeddings and norms, int8 K/V (1 byte + a float32
+ * scale per position, layer, K|V and head), and the fragmentation margin
+ * recomputed on the new sum (PLAN8_FRAG_PERCENT mirrors cu_plan.c's).
  *
  * Slots are backend slots: sessions.max plus personas.max_concurrent_primes.
  * GB are 10^9 bytes, which every card named in the table reports more of
@@ -19,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cu_plan.h"
 #include "lm.h"
 #include "lm_config.h"
@@ -26,6 +37,84 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 /* Largest --gpu-gb: a card of 64 TB is far beyond any made. */
 #define PLAN_MAX_GPU_GB 65536
+/* cu_plan.c's PLAN_FRAG_PERCENT (its reserve = fixed + this % of the rest) */
+#define PLAN8_FRAG_PERCENT 3
+
+/* cu_plan.c's margin on a sum (3 %, rounded up, overflow-safe) */
+static size_t frag_of(size_t sum) {
+    return sum / 100 * PLAN8_FRAG_PERCENT + (sum % 100 * PLAN8_FRAG_PERCENT + 99) / 100;
+}
+
+/* Elements of the tables and norms that stay bf16 under int8 weights, and
+ * the rows of the int8 matrices (one float32 scale each). */
+static void w8_parts(const lm_config *c, size_t *keep_elems, size_t *rows) {
+    size_t D = (size_t)c->dim, dd = (size_t)c->depformer_dim, Q = (size_t)c->dep_q;
+    size_t card = (size_t)c->card, tcard = (size_t)c->text_card, L = (size_t)c->num_layers;
+    size_t DL = (size_t)c->depformer_num_layers, H = (size_t)c->hidden, Hd = (size_t)c->dep_hidden;
+    *keep_elems = (size_t)c->n_q * (card + 1) * D + (tcard + 1) * D + (Q - 1) * (card + 1) * dd + (tcard + 1) * dd +
+                  D + L * 2 * D + DL * 2 * dd;
+    *rows = tcard + L * (3 * D + D + 2 * H + D) + Q * (dd + card) + DL * Q * (3 * dd + dd + 2 * Hd + dd);
+}
+
+/* K/V bytes of `positions` positions of one slot, int8 with scales */
+static size_t kv8_bytes(const lm_config *c, size_t positions) {
+    return 2 * (size_t)c->num_layers * positions * ((size_t)c->dim + (size_t)c->num_heads * sizeof(float));
+}
+
+/* cu_plan_compute with int8 weights (w8) and/or int8 K/V (kv8). 0 or -1. */
+static int plan8(const lm_config *cfg, const cu_plan_req *req, int w8, int kv8, cu_plan *p) {
+    cu_plan_req r = *req;
+    r.weight_bytes_per_el = w8 ? 1 : 2;
+    if (cu_plan_compute(cfg, &r, p) != 0) return -1;
+    if (!w8 && !kv8) return 0;
+    lm_config c = *cfg;
+    if (lm_config_finish(&c, NULL) != MS_OK) return -1;
+    size_t sum = p->total - p->reserve, fixed = p->reserve - frag_of(sum);
+    sum -= p->weights + p->kv + p->snapshots;
+    if (w8) {
+        size_t keep, rows;
+        w8_parts(&c, &keep, &rows);
+        p->weights += keep + rows * sizeof(float);   /* tables and norms at 2 bytes, not 1 */
+    }
+    if (kv8) {
+        int ctx = r.context > 0 ? r.context : c.context;
+        p->kv_per_slot = kv8_bytes(&c, (size_t)ctx);
+        p->kv = p->kv_per_slot * ((size_t)r.slots + 1);   /* + the scratch slot, as cu_plan */
+        p->snapshots = kv8_bytes(&c, (size_t)r.snap_positions) * (size_t)r.snapshots;
+    }
+    sum += p->weights + p->kv + p->snapshots;
+    p->reserve = fixed + frag_of(sum);
+    p->total = sum + p->reserve;
+    return 0;
+}
+
+/* cu_plan_max_slots for plan8 (bisection: the total grows with slots) */
+static int max_slots8(const lm_config *cfg, const cu_plan_req *req, int w8, int kv8, size_t device_bytes) {
+    int lo = 0, hi = LM_MAX_SLOTS + 1;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        cu_plan_req r = *req;
+        r.slots = mid;
+        cu_plan p;
+        if (plan8(cfg, &r, w8, kv8, &p) == 0 && p.total <= device_bytes) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* sessions at the model's full context per card, for the four schemes */
+static int print_table8(const lm_config *cfg, const cu_plan_req *base) {
+    static const int cards_gb[] = {24, 48, 80, 141};
+    printf("slots at full context (%d positions)\n", base->context > 0 ? base->context : cfg->context);
+    printf("| card | bf16 / bf16 K/V | int8 / bf16 K/V | bf16 / int8 K/V | int8 / int8 K/V |\n|---|---|---|---|---|\n");
+    for (size_t k = 0; k < sizeof cards_gb / sizeof cards_gb[0]; k++) {
+        printf("| %d GB |", cards_gb[k]);
+        for (int s = 0; s < 4; s++)
+            printf(" %d |", max_slots8(cfg, base, s & 1, s >> 1, (size_t)cards_gb[k] * 1000000000ull));
+        printf("\n");
+    }
+    return 0;
+}
 
 static void usage(FILE *f) {
     fputs("usage: moshid-plan (--preset 7b|personaplex | --config config.json [--personaplex])\n"
@@ -45,8 +134,14 @@ static void usage(FILE *f) {
           "  --codec             count the Mimi codec's weights and state on the device (the\n"
           "                      default: the CUDA backend runs Mimi there)\n"
           "  --host-codec        leave the codec out (MOSHID_CU_MIMI=cpu keeps Mimi on the host)\n"
+          "  --weights bf16|int8 weights counted at 16 or 8 bits (int8: linear layers 1 byte\n"
+          "                      + a float32 scale per row; embeddings and norms bf16)\n"
+          "  --kv bf16|int8      K/V counted at 16 or 8 bits (int8: + a float32 scale per\n"
+          "                      position, layer, K|V and head)\n"
           "  --table             slots that fit on 24, 48, 80 and 141 GB cards at contexts\n"
-          "                      3000 and 750 (Markdown)\n",
+          "                      3000 and 750 (Markdown)\n"
+          "  --table-8bit        slots at full context on 24, 48, 80 and 141 GB cards with\n"
+          "                      bf16 and int8 weights and K/V (Markdown)\n",
           f);
 }
 
@@ -76,7 +171,7 @@ static void print_plan(const cu_plan *p, int slots) {
 }
 
 /* The docs/operations.md table for cfg: slots that fit per card and context. */
-static int print_table(const lm_config *cfg, const cu_plan_req *base) {
+static int print_table(const lm_config *cfg, const cu_plan_req *base, int w8, int kv8) {
     static const int cards_gb[] = {24, 48, 80, 141};
     static const int contexts[] = {3000, 750};
     printf("| card | context %d | context %d |\n|---|---|---|\n", contexts[0], contexts[1]);
@@ -85,7 +180,7 @@ static int print_table(const lm_config *cfg, const cu_plan_req *base) {
         for (size_t c = 0; c < sizeof contexts / sizeof contexts[0]; c++) {
             cu_plan_req r = *base;
             r.context = contexts[c];
-            int m = cu_plan_max_slots(cfg, &r, (size_t)cards_gb[k] * 1000000000ull);
+            int m = max_slots8(cfg, &r, w8, kv8, (size_t)cards_gb[k] * 1000000000ull);
             printf(" %d |", m);
         }
         printf("\n");
@@ -95,7 +190,7 @@ static int print_table(const lm_config *cfg, const cu_plan_req *base) {
 
 int main(int argc, char **argv) {
     const char *preset = NULL, *config = NULL;
-    int pp = 0, table = 0;
+    int pp = 0, table = 0, table8 = 0, w8 = 0, kv8 = 0;
     long long context = 0, slots = 1, bucket = 0, snapshots = 0, snap_pos = 0, gpu_gb = 0, gpu_bytes = 0;
     int codec = 1;   /* the CUDA backend runs Mimi on the device (cuda/cu_mimi.c) */
     for (int i = 1; i < argc; i++) {
@@ -115,6 +210,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--codec")) codec = 1;
         else if (!strcmp(a, "--host-codec")) codec = 0;
         else if (!strcmp(a, "--table")) table = 1;
+        else if (!strcmp(a, "--table-8bit")) table8 = 1;
+        else if (!strcmp(a, "--weights") || !strcmp(a, "--kv")) { NEEDV();
+            int *f = a[2] == 'w' ? &w8 : &kv8;
+            if (!strcmp(v, "int8")) *f = 1;
+            else if (!strcmp(v, "bf16")) *f = 0;
+            else { fprintf(stderr, "moshid-plan: %s: bf16 or int8, not '%s'\n", a, v); return 2; } }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else { fprintf(stderr, "moshid-plan: unknown option %s\n", a); usage(stderr); return 2; }
 #undef NEEDV
@@ -163,11 +264,13 @@ int main(int argc, char **argv) {
     cu_plan_req r = {.slots = (int)slots, .context = (int)context, .snapshots = (int)snapshots,
                      .snap_positions = (int)snap_pos, .max_bucket = (int)bucket, .weight_bytes_per_el = 2,
                      .codec = codec};
-    printf("model: %s (%s; dim %d, %d layers, dep_q %d, context %d), weights bf16, codec %s\n", what,
-           lm_variant_name(c.variant), c.dim, c.num_layers, c.dep_q, c.context, codec ? "on the device" : "on the host (not counted)");
-    if (table) return print_table(&c, &r);
+    printf("model: %s (%s; dim %d, %d layers, dep_q %d, context %d), weights %s, K/V %s, codec %s\n", what,
+           lm_variant_name(c.variant), c.dim, c.num_layers, c.dep_q, c.context, w8 ? "int8" : "bf16",
+           kv8 ? "int8" : "bf16", codec ? "on the device" : "on the host (not counted)");
+    if (table8) return print_table8(&c, &r);
+    if (table) return print_table(&c, &r, w8, kv8);
     cu_plan p;
-    if (cu_plan_compute(&c, &r, &p) != 0) {
+    if (plan8(&c, &r, w8, kv8, &p) != 0) {
         fprintf(stderr, "moshid-plan: the request is refused (slots 1..1024, snapshot positions <= context) "
                         "or its sizes overflow\n");
         return 1;
@@ -176,12 +279,12 @@ int main(int argc, char **argv) {
     print_plan(&p, r.slots);
     if (gpu_gb || gpu_bytes) {
         size_t dev = gpu_bytes ? (size_t)gpu_bytes : (size_t)gpu_gb * 1000000000ull;
-        int m = cu_plan_max_slots(&c, &r, dev);
+        int m = max_slots8(&c, &r, w8, kv8, dev);
         printf("most slots on %zu bytes (%.1f GiB): %d\n", dev, dev / GIB, m);
         if (m > 0) {
             cu_plan_req rm = r;
             rm.slots = m;
-            if (cu_plan_compute(&c, &rm, &p) == 0) {
+            if (plan8(&c, &rm, w8, kv8, &p) == 0) {
                 printf("plan for %d slot%s:\n", m, m == 1 ? "" : "s");
                 print_plan(&p, m);
             }

@@ -1,6 +1,6 @@
 # engine/cpu/cpu.mk - the CPU reference backend: its kernels (the C twins of
 # the CUDA kernels), the thread pool, and the backend table.
-ENGINE_SRCS += engine/cpu/kern_cpu.c engine/cpu/kern_pool.c engine/cpu/cpu_backend.c
+ENGINE_SRCS += engine/cpu/kern_cpu.c engine/cpu/kern_q8.c engine/cpu/kern_pool.c engine/cpu/cpu_backend.c
 
 # Benchmarks (make bench): matvec bandwidth vs read references, one 7B layer.
 $(BUILD)/bench_lm: tests/bench/bench_lm.c $(LIBENGINE)
@@ -19,3 +19,12 @@ $(BUILD)/bench_7b: tests/bench/bench_lm_7b.c $(LIBENGINE)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 bench-7b: $(BUILD)/bench_7b
 	$(Q)$(BUILD)/bench_7b $(BENCH_7B_DIR)
+
+# make bench: int8 against bf16 side by side (matvec on one matrix; a
+# 7B-shaped layer with int8 weights and K/V against bf16 + float32 K/V)
+$(BUILD)/bench_q8: tests/bench/bench_q8.c $(LIBENGINE)
+	@mkdir -p $(@D)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+BENCH_DEPS += $(BUILD)/bench_q8
+BENCHES += '$(BUILD)/bench_q8'

@@ -1,7 +1,9 @@
 /* cpu_backend.c - the CPU reference backend (see backend.h).
  *
- * Weights: lm_model (stored precision, mapped). K/V: per slot and layer a
- * ring of `context` rows of float32 keys (after RoPE) and values, row
+ * Weights: lm_model (stored precision, mapped; or opts.weights: bf16, or
+ * int8 rows with float32 scales, lm.h). K/V: per slot and layer a ring of
+ * `context` rows of float32 keys (after RoPE) and values (opts.kv int8:
+ * int8 with a scale per head, written before the row is attended), row
  * pos % context holding absolute position pos; the query at position q sees
  * the rows of positions max(0, q - window + 1) .. q (lm_config.window:
  * context for Kyutai, context - 1 for PersonaPlex), and depformer sub-step
@@ -36,14 +38,21 @@
 /* Positions of one prefill pass (bounds the scratch memory). */
 #define CPU_PREFILL_CHUNK 64
 
+/* A slot's K/V ring: float32, or (opts.kv int8) int8 with one float32
+ * scale per (layer, row, head). */
 typedef struct cpu_slot {
-    int64_t pos;     /* next temporal position */
-    float *k, *v;    /* (num_layers, context, dim) each */
+    int64_t pos;      /* next temporal position */
+    float *k, *v;     /* (num_layers, context, dim) each; NULL with int8 K/V */
+    int8_t *k8, *v8;  /* (num_layers, context, dim) each; int8 K/V only */
+    float *ks, *vs;   /* (num_layers, context, num_heads) scales; int8 K/V only */
 } cpu_slot;
 
+/* A snapshot in the ring's own precision (restored bit for bit). */
 struct lm_kv_snap {
-    int P, num_layers, dim;
-    float *k, *v;    /* (num_layers, P, dim) */
+    int P, num_layers, dim, heads;
+    float *k, *v;     /* (num_layers, P, dim); NULL with int8 K/V */
+    int8_t *k8, *v8;  /* (num_layers, P, dim); int8 K/V only */
+    float *ks, *vs;   /* (num_layers, P, heads); int8 K/V only */
 };
 
 /* One frame in flight through the pipeline (all fields under the ctx's mu;
@@ -71,7 +80,10 @@ typedef struct cpu_ctx {
     int64_t *row_pos;                         /* (rows) */
     /* depformer scratch */
     float *dy, *dyn, *dqkv, *datt, *do_, *du, *dh;   /* per row, ddim-based */
-    float *dk, *dv;                           /* (rows, dep_layers, dep_q, ddim) */
+    float *dk, *dv;                           /* (rows, dep_layers, dep_q, ddim); float32 K/V only */
+    int8_t *dk8, *dv8;                        /* (rows, dep_layers, dep_q, ddim); int8 K/V only */
+    float *dks, *dvs;                         /* (rows, dep_layers, dep_q, dep_heads); int8 K/V only */
+    int kv8;                                  /* 1: K/V caches in int8 (opts.kv) */
     /* codec */
     mimi_model *mimi;                         /* NULL: opened without a codec */
     mimi_stream **streams;                    /* (nslots) */
@@ -118,11 +130,17 @@ static void cpu_close(void *vctx) {
     for (int i = 0; c->slots && i < c->nslots; i++) {
         free(c->slots[i].k);
         free(c->slots[i].v);
+        free(c->slots[i].k8);
+        free(c->slots[i].v8);
+        free(c->slots[i].ks);
+        free(c->slots[i].vs);
     }
     free(c->slots);
     float *bufs[] = {c->x, c->xn, c->qkv, c->att, c->o, c->u, c->h, c->scores, c->logits,
-                     c->dy, c->dyn, c->dqkv, c->datt, c->do_, c->du, c->dh, c->dk, c->dv};
+                     c->dy, c->dyn, c->dqkv, c->datt, c->do_, c->du, c->dh, c->dk, c->dv, c->dks, c->dvs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->dk8);
+    free(c->dv8);
     free(c->samp_scratch);
     free(c->row_slot);
     free(c->row_prev);
@@ -164,10 +182,19 @@ static int codec_open(cpu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
     return MS_OK;
 }
 
+/* the dtype the linear matrices run in (float schemes) */
+static const char *weights_scheme(const lm_model *m) {
+    switch (m->text_linear.dtype) {
+    case ST_BF16: return "bf16";
+    case ST_F16: return "f16";
+    default: return "f32";
+    }
+}
+
 static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_error *err) {
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-    c->m = lm_model_load(dir, opts->variant, err);
+    c->m = lm_model_load_ex(dir, opts->variant, (lm_weights)opts->weights, err);
     if (!c->m) {
         free(c);
         return err ? err->code : MS_ERR_FORMAT;
@@ -181,10 +208,17 @@ static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms
     c->slots = calloc((size_t)c->nslots, sizeof *c->slots);
     int ok = c->pool && c->slots;
     size_t kvn = (size_t)g->num_layers * (size_t)g->context * D;
+    size_t kvs = (size_t)g->num_layers * (size_t)g->context * (size_t)g->num_heads;
+    c->kv8 = opts->kv == LM_KV_INT8;
+    /* bytes of one slot's ring: keys and values */
+    size_t slot_bytes = c->kv8 ? 2 * (kvn + kvs * sizeof(float)) : 2 * kvn * sizeof(float);
     for (int i = 0; ok && i < c->nslots; i++) {
-        c->slots[i].k = falloc(kvn);   /* calloc: pages become resident when written */
-        c->slots[i].v = falloc(kvn);
-        ok = c->slots[i].k && c->slots[i].v;
+        cpu_slot *sl = &c->slots[i];   /* calloc: pages become resident when written */
+        if (c->kv8)
+            ok = (sl->k8 = calloc(kvn ? kvn : 1, 1)) && (sl->v8 = calloc(kvn ? kvn : 1, 1)) &&
+                 (sl->ks = falloc(kvs)) && (sl->vs = falloc(kvs));
+        else
+            ok = (sl->k = falloc(kvn)) && (sl->v = falloc(kvn));
     }
     ok = ok && (c->x = falloc(R * D)) && (c->xn = falloc(R * D)) && (c->qkv = falloc(R * 3 * D)) &&
          (c->att = falloc(R * D)) && (c->o = falloc(R * D)) && (c->u = falloc(R * 2 * (size_t)g->hidden)) &&
@@ -196,14 +230,22 @@ static int cpu_open(void **out, const char *dir, const lm_backend_opts *opts, ms
          (c->datt = falloc(R * dd)) && (c->do_ = falloc(R * dd)) &&
          (c->du = falloc(R * 2 * (size_t)g->dep_hidden)) && (c->dh = falloc(R * (size_t)g->dep_hidden)) &&
          (c->dk = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd)) &&
-         (c->dv = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd));
+         (c->dv = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd)) &&
+         (!c->kv8 || ((c->dk8 = calloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd, 1)) &&
+                      (c->dv8 = calloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd, 1)) &&
+                      (c->dks = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * g->depformer_num_heads)) &&
+                      (c->dvs = falloc(R * (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * g->depformer_num_heads))));
     if (!ok) {
         cpu_close(c);
         return ms_err_set(err, MS_ERR_NOMEM, "cpu backend: out of memory for %d slots (K/V %.1f MiB each)",
-                          opts->max_slots, 2.0 * kvn * sizeof(float) / 1048576.0);
+                          opts->max_slots, slot_bytes / 1048576.0);
     }
     c->st.weight_bytes = c->m->weight_bytes;
-    c->st.kv_bytes = (size_t)c->nslots * 2 * kvn * sizeof(float);
+    c->st.kv_bytes = (size_t)c->nslots * slot_bytes;
+    c->st.weights_scheme = c->m->int8 ? "int8" : weights_scheme(c->m);
+    c->st.kv_scheme = c->kv8 ? "int8" : "f32";
+    LOGI("cpu_backend_open", "slots=%d threads=%d weights=%s kv=%s kv_mb_per_slot=%.1f", c->nslots,
+         kern_pool_threads(c->pool), c->st.weights_scheme, c->st.kv_scheme, slot_bytes / 1048576.0);
     c->st.threads = kern_pool_threads(c->pool);
     if (opts->mimi && codec_open(c, opts, err) != MS_OK) {
         cpu_close(c);
@@ -228,7 +270,7 @@ static int64_t cpu_pos(void *vctx, int slot) { return ((cpu_ctx *)vctx)->slots[s
 static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
     const lm_model *m = c->m;
     const lm_config *g = &m->cfg;
-    int D = g->dim, H = g->hidden, ctx = g->context;
+    int D = g->dim, H = g->hidden, ctx = g->context, NH = g->num_heads;
     for (int l = 0; l < g->num_layers; l++) {
         const lm_layer_w *L = &m->layers[l];
         kern_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS);
@@ -240,9 +282,19 @@ static void temporal(cpu_ctx *c, int n, const int *slot, const int64_t *pos) {
             cpu_slot *s = &c->slots[slot[r]];
             size_t base = (size_t)l * ctx * D;
             size_t row = (size_t)(pos[r] % ctx);
+            int64_t lo = pos[r] + 1 > g->window ? pos[r] + 1 - g->window : 0;   /* oldest position seen */
+            if (c->kv8) {
+                /* the new row quantized first, then read back like the others */
+                size_t sb = (size_t)l * ctx * NH;
+                kern_q8_quantize_heads(s->k8 + base + row * D, s->ks + sb + row * NH, k, NH, g->head_dim);
+                kern_q8_quantize_heads(s->v8 + base + row * D, s->vs + sb + row * NH, v, NH, g->head_dim);
+                kern_attend_ring_q8_pool(c->att + (size_t)r * D, q, s->k8 + base, s->ks + sb, s->v8 + base, s->vs + sb,
+                                         c->scores, ctx, (int)(lo % ctx), (int)(pos[r] - lo + 1), NH, g->head_dim, D,
+                                         NH, c->pool);
+                continue;
+            }
             memcpy(s->k + base + row * D, k, sizeof(float) * D);
             memcpy(s->v + base + row * D, v, sizeof(float) * D);
-            int64_t lo = pos[r] + 1 > g->window ? pos[r] + 1 - g->window : 0;   /* oldest position seen */
             kern_attend_ring_pool(c->att + (size_t)r * D, q, s->k + base, s->v + base, c->scores, ctx,
                                   (int)(lo % ctx), (int)(pos[r] - lo + 1), g->num_heads, g->head_dim, D, c->pool);
         }
@@ -270,6 +322,7 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
     const lm_config *g = &m->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
     size_t per_row = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd;
+    size_t per_row_s = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * g->depformer_num_heads;
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const lm_dep_layer_w *L = &m->dep_layers[l];
         kern_rmsnorm(c->dyn, c->dy, L->norm1, n, dd, LM_NORM_EPS);
@@ -278,9 +331,20 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
             float *q = c->dqkv + (size_t)r * 3 * dd;
             float *kc = c->dk + r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
             float *vc = c->dv + r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
+            int lo = k + 1 > g->dep_window ? k + 1 - g->dep_window : 0;   /* oldest sub-step seen */
+            if (c->kv8) {
+                int DH = g->depformer_num_heads;
+                size_t o8 = r * per_row + (size_t)l * LM_MAX_DEP_Q * dd;
+                size_t os = r * per_row_s + (size_t)l * LM_MAX_DEP_Q * DH;
+                kern_q8_quantize_heads(c->dk8 + o8 + (size_t)k * dd, c->dks + os + (size_t)k * DH, q + dd, DH, g->dep_head_dim);
+                kern_q8_quantize_heads(c->dv8 + o8 + (size_t)k * dd, c->dvs + os + (size_t)k * DH, q + 2 * dd, DH,
+                                       g->dep_head_dim);
+                kern_attend_ring_q8(c->datt + (size_t)r * dd, q, c->dk8 + o8, c->dks + os, c->dv8 + o8, c->dvs + os,
+                                    c->scores, LM_MAX_DEP_Q, lo, k + 1 - lo, DH, g->dep_head_dim, dd, DH);
+                continue;
+            }
             memcpy(kc + (size_t)k * dd, q + dd, sizeof(float) * dd);
             memcpy(vc + (size_t)k * dd, q + 2 * dd, sizeof(float) * dd);
-            int lo = k + 1 > g->dep_window ? k + 1 - g->dep_window : 0;   /* oldest sub-step seen */
             kern_attend(c->datt + (size_t)r * dd, q, kc + (size_t)lo * dd, vc + (size_t)lo * dd, c->scores, k + 1 - lo,
                         g->depformer_num_heads, g->dep_head_dim, dd);
         }
@@ -380,27 +444,54 @@ static int cpu_prefill(void *vctx, int slot, int64_t pos0, int P, const int *tok
     return MS_OK;
 }
 
-static size_t snap_bytes(const lm_kv_snap *s) { return 2 * (size_t)s->num_layers * s->P * s->dim * sizeof(float); }
+static size_t snap_bytes(const lm_kv_snap *s) {
+    size_t n = (size_t)s->num_layers * s->P;
+    return s->k8 ? 2 * n * ((size_t)s->dim + (size_t)s->heads * sizeof(float)) : 2 * n * s->dim * sizeof(float);
+}
+
+static void snap_free_bufs(lm_kv_snap *s) {
+    free(s->k);
+    free(s->v);
+    free(s->k8);
+    free(s->v8);
+    free(s->ks);
+    free(s->vs);
+}
 
 static int cpu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_error *err) {
     cpu_ctx *c = vctx;
     const lm_config *g = &c->m->cfg;
     lm_kv_snap *s = calloc(1, sizeof *s);
-    size_t per = (size_t)P * g->dim;
-    if (!s || !(s->k = falloc((size_t)g->num_layers * per)) || !(s->v = falloc((size_t)g->num_layers * per))) {
-        if (s) free(s->k);
+    size_t per = (size_t)P * g->dim, pers = (size_t)P * g->num_heads, L = (size_t)g->num_layers;
+    int ok = s != NULL;
+    if (ok && c->kv8)
+        ok = (s->k8 = malloc(L * per + 1)) && (s->v8 = malloc(L * per + 1)) && (s->ks = falloc(L * pers)) &&
+             (s->vs = falloc(L * pers));
+    else if (ok)
+        ok = (s->k = falloc(L * per)) && (s->v = falloc(L * per));
+    if (!ok) {
+        if (s) snap_free_bufs(s);
         free(s);
         return ms_err_set(err, MS_ERR_NOMEM, "kv_snapshot: out of memory for %d positions", P);
     }
     s->P = P;
     s->num_layers = g->num_layers;
     s->dim = g->dim;
+    s->heads = g->num_heads;
     c->snap_bytes += snap_bytes(s);
     const cpu_slot *cs = &c->slots[slot];
-    for (int l = 0; l < g->num_layers; l++) {
-        size_t base = (size_t)l * g->context * g->dim;   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
-        memcpy(s->k + l * per, cs->k + base, sizeof(float) * per);
-        memcpy(s->v + l * per, cs->v + base, sizeof(float) * per);
+    for (size_t l = 0; l < L; l++) {
+        /* P <= context: rows 0..P-1 hold positions 0..P-1 */
+        size_t base = l * g->context * g->dim, sbase = l * g->context * g->num_heads;
+        if (c->kv8) {
+            memcpy(s->k8 + l * per, cs->k8 + base, per);
+            memcpy(s->v8 + l * per, cs->v8 + base, per);
+            memcpy(s->ks + l * pers, cs->ks + sbase, sizeof(float) * pers);
+            memcpy(s->vs + l * pers, cs->vs + sbase, sizeof(float) * pers);
+        } else {
+            memcpy(s->k + l * per, cs->k + base, sizeof(float) * per);
+            memcpy(s->v + l * per, cs->v + base, sizeof(float) * per);
+        }
     }
     *out = s;
     return MS_OK;
@@ -411,12 +502,21 @@ static int cpu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, int l0, int
     const lm_config *g = &c->m->cfg;
     if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
         return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
-    size_t per = (size_t)s->P * g->dim;
+    if (!!s->k8 != c->kv8)
+        return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another K/V precision");
+    size_t per = (size_t)s->P * g->dim, pers = (size_t)s->P * g->num_heads;
     cpu_slot *cs = &c->slots[slot];
-    for (int l = l0; l < l1; l++) {
-        size_t base = (size_t)l * g->context * g->dim;
-        memcpy(cs->k + base, s->k + l * per, sizeof(float) * per);
-        memcpy(cs->v + base, s->v + l * per, sizeof(float) * per);
+    for (size_t l = (size_t)l0; l < (size_t)l1; l++) {
+        size_t base = l * g->context * g->dim, sbase = l * g->context * g->num_heads;
+        if (c->kv8) {
+            memcpy(cs->k8 + base, s->k8 + l * per, per);
+            memcpy(cs->v8 + base, s->v8 + l * per, per);
+            memcpy(cs->ks + sbase, s->ks + l * pers, sizeof(float) * pers);
+            memcpy(cs->vs + sbase, s->vs + l * pers, sizeof(float) * pers);
+        } else {
+            memcpy(cs->k + base, s->k + l * per, sizeof(float) * per);
+            memcpy(cs->v + base, s->v + l * per, sizeof(float) * per);
+        }
     }
     if (l1 == g->num_layers) cs->pos = s->P;
     return MS_OK;
@@ -435,11 +535,19 @@ static int cpu_kv_snap_len(void *vctx, const lm_kv_snap *s) {
     return s->P;
 }
 
+/* float32: copied; int8: dequantized (q * s per head) */
 static int cpu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int which, float *dst, ms_error *err) {
     (void)vctx;
     (void)err;
     size_t n = (size_t)s->P * (size_t)s->dim;
-    memcpy(dst, (which ? s->v : s->k) + (size_t)layer * n, n * sizeof(float));
+    if (!s->k8) {
+        memcpy(dst, (which ? s->v : s->k) + (size_t)layer * n, n * sizeof(float));
+        return MS_OK;
+    }
+    const int8_t *q = (which ? s->v8 : s->k8) + (size_t)layer * n;
+    const float *sc = (which ? s->vs : s->ks) + (size_t)layer * s->P * s->heads;
+    int hd = s->dim / s->heads;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)q[i] * sc[i / (size_t)hd];
     return MS_OK;
 }
 
@@ -447,8 +555,7 @@ static void cpu_kv_snap_free(void *vctx, lm_kv_snap *s) {
     cpu_ctx *c = vctx;
     if (!s) return;
     c->snap_bytes -= snap_bytes(s);
-    free(s->k);
-    free(s->v);
+    snap_free_bufs(s);
     free(s);
 }
 
@@ -629,4 +736,5 @@ const lm_backend_ops lm_cpu_backend = {
     .frame_submit = cpu_frame_submit,
     .frame_wait = cpu_frame_wait,
     .stats = cpu_stats,
+    .schemes = LM_SCHEME_W_BF16 | LM_SCHEME_W_INT8 | LM_SCHEME_KV_INT8,
 };

@@ -19,6 +19,7 @@ kern_mat kern_mat_rows(const kern_mat *m, int r0, int n) {
     kern_mat v = *m;
     v.w = (const char *)m->w + (size_t)r0 * (size_t)m->cols * st_dtype_size(m->dtype);
     v.rows = n;
+    if (m->scale) v.scale = m->scale + r0;
     return v;
 }
 
@@ -27,6 +28,7 @@ static inline float wget(const void *w, st_dtype dt, size_t i) {
     switch (dt) {
     case ST_BF16: return st_bf16_to_f32(((const uint16_t *)w)[i]);
     case ST_F16: return st_f16_to_f32(((const uint16_t *)w)[i]);
+    case ST_I8: return (float)((const int8_t *)w)[i];   /* unscaled: embeddings are never int8 */
     default: return ((const float *)w)[i];
     }
 }
@@ -176,6 +178,10 @@ static void rows_scalar(float *y, const float *x, const kern_mat *w, int n, int 
 }
 
 void kern_matmul_rows(float *y, const float *x, const kern_mat *w, int n, int r0, int r1) {
+    if (w->dtype == ST_I8) {
+        kern_matmul_rows_i8(y, x, w, n, r0, r1);
+        return;
+    }
 #ifdef KERN_AVX2
     switch (w->dtype) {
     case ST_F32: rows_f32(y, x, w->w, n, w->rows, w->cols, r0, r1, ST_F32); return;
@@ -234,7 +240,7 @@ void kern_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, fl
 }
 
 void kern_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K, kern_pool *pool) {
-    kern_mat m = {w, ST_BF16, N, K};
+    kern_mat m = {w, ST_BF16, N, K, NULL};
     kern_matmul(y, x, &m, B, pool);
 }
 

@@ -20,12 +20,15 @@
 #include "st.h"
 
 /* A weight matrix (rows, cols), row-major, in its stored dtype (ST_F32,
- * ST_F16 or ST_BF16). w is borrowed (usually inside the mapped checkpoint)
- * and aligned to its element size. */
+ * ST_F16 or ST_BF16), or int8 (ST_I8) with one float32 scale per row: row
+ * r holds q[r][c] * scale[r] (the 8-bit scheme, kern_q8_quantize_rows). w
+ * and scale are borrowed (usually inside the mapped checkpoint, or the
+ * loader's quantized copy) and aligned to their element size. */
 typedef struct kern_mat {
-    const void *w;   /* (rows, cols) */
+    const void *w;        /* (rows, cols) */
     st_dtype dtype;
     int rows, cols;
+    const float *scale;   /* (rows): ST_I8 only, else NULL */
 } kern_mat;
 
 /* kern_mat_rows: the view of rows [r0, r0 + n) of m. */
@@ -54,6 +57,36 @@ void kern_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N,
 
 /* kern_matmul_rows: the same for output rows [r0, r1) only (one thread). */
 void kern_matmul_rows(float *y, const float *x, const kern_mat *w, int n, int r0, int r1);
+
+/* ---- the 8-bit schemes (kern_q8.c) ---------------------------------- */
+
+/* kern_q8_scale: the scale of a vector or row of largest magnitude absmax:
+ * absmax / 127 (a float32 division), 1 for absmax 0. */
+float kern_q8_scale(float absmax);
+/* kern_q8_quantize_rows: w (rows, cols) of dtype dt (float types or I8)
+ * to int8 per output row: s[r] = kern_q8_scale(max_c |w[r][c]| in float32),
+ * q[r][c] = w[r][c] / s[r] (float32 division) rounded half to even,
+ * clamped to [-127, 127].  q (rows, cols), s (rows). */
+void kern_q8_quantize_rows(int8_t *q, float *s, const void *w, st_dtype dt, int rows, int cols);
+/* kern_q8_quantize_heads: one K or V vector x (heads * head_dim) to int8
+ * with one scale per head, the same rule per head.  q (heads*head_dim),
+ * s (heads). */
+void kern_q8_quantize_heads(int8_t *q, float *s, const float *x, int heads, int head_dim);
+/* kern_matmul_rows_i8: kern_matmul_rows on an ST_I8 matrix: the int8 bytes
+ * widened in registers, each row's sum times its scale (no dequantized copy). */
+void kern_matmul_rows_i8(float *y, const float *x, const kern_mat *w, int n, int r0, int r1);
+/* kern_attend_ring_q8: kern_attend_ring over an int8 ring: key/value row
+ * r of head h is k[r*stride + h*head_dim ..] * ks[r*sstride + h] (values
+ * alike); the key scale multiplies q . k8, the value scale folds into the
+ * softmax weight.  k, v (ring, stride) int8; ks, vs (ring, sstride). */
+void kern_attend_ring_q8(float *out, const float *q, const int8_t *k, const float *ks, const int8_t *v,
+                         const float *vs, float *scratch, int ring, int first, int nk, int heads, int head_dim,
+                         int stride, int sstride);
+/* kern_attend_ring_q8_pool: the same, heads split over the pool; scratch
+ * (threads, nk) floats. */
+void kern_attend_ring_q8_pool(float *out, const float *q, const int8_t *k, const float *ks, const int8_t *v,
+                              const float *vs, float *scratch, int ring, int first, int nk, int heads, int head_dim,
+                              int stride, int sstride, kern_pool *pool);
 
 /* kern_embed_add: x += table[token] ; token -1 adds nothing.
  *   x (dim), table (card, dim). The caller checks 0 <= token < rows. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lm.h"
 #include "lmgen.h"
 #include "lmgen_pp.h"
 #include "samp.h"
@@ -23,6 +24,16 @@ void lm_samp_greedy(lm_samp *s) {
     s->audio_temp = 0;
 }
 
+const char *lm_kv_name(lm_kv k) { return k == LM_KV_INT8 ? "int8" : "native"; }
+
+int lm_kv_parse(const char *s, lm_kv *out) {
+    if (!s) return -1;
+    if (!strcmp(s, "int8")) *out = LM_KV_INT8;
+    else if (!strcmp(s, "native") || !strcmp(s, "f32") || !strcmp(s, "bf16")) *out = LM_KV_NATIVE;
+    else return -1;
+    return 0;
+}
+
 lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, const lm_backend_opts *opts,
                             ms_error *err) {
     if (!ops || !ops->open || !ops->close || !ops->config || !model_dir || !opts) {
@@ -32,6 +43,19 @@ lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, co
     if (opts->max_slots < 1 || opts->max_slots > LM_MAX_SLOTS) {
         ms_err_set(err, MS_ERR_RANGE, "backend open: max_slots %d out of range (1..%d)", opts->max_slots,
                    LM_MAX_SLOTS);
+        return NULL;
+    }
+    if (opts->weights < LM_WEIGHTS_STORED || opts->weights > LM_WEIGHTS_INT8 || opts->kv < LM_KV_NATIVE ||
+        opts->kv > LM_KV_INT8) {
+        ms_err_set(err, MS_ERR_RANGE, "backend open: weights %d / kv %d out of range", opts->weights, opts->kv);
+        return NULL;
+    }
+    unsigned need = (opts->weights == LM_WEIGHTS_BF16 ? LM_SCHEME_W_BF16 : 0) |
+                    (opts->weights == LM_WEIGHTS_INT8 ? LM_SCHEME_W_INT8 : 0) |
+                    (opts->kv == LM_KV_INT8 ? LM_SCHEME_KV_INT8 : 0);
+    if (need & ~ops->schemes) {
+        ms_err_set(err, MS_ERR_UNSUPPORTED, "backend %s: weights %s, kv %s: not implemented by this backend",
+                   ops->name ? ops->name : "?", lm_weights_name((lm_weights)opts->weights), lm_kv_name((lm_kv)opts->kv));
         return NULL;
     }
     lm_backend *b = calloc(1, sizeof *b);

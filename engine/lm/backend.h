@@ -50,6 +50,24 @@ struct lmgen_slot;    /* lmgen.h */
 struct lm_backend;    /* below */
 typedef struct lm_kv_snap lm_kv_snap;   /* a backend's copy of a slot's K/V range */
 
+/* The K/V cache's precision (engine.kv, moshi-run --kv): the backend's own
+ * (float32 on the CPU, bf16 on the GPU), or int8 with one float32 scale per
+ * (position, head): s = max|x| / 127 over head_dim (1 for a zero vector),
+ * q = x / s rounded half to even, clamped to +-127; keys after RoPE; the
+ * temporal ring and the depformer's per-frame cache; a step's own new keys
+ * and values are read back quantized like older positions. */
+typedef enum { LM_KV_NATIVE = 0, LM_KV_INT8 = 1 } lm_kv;
+/* lm_kv_name: "native", "int8"; lm_kv_parse: the reverse ("f32" and "bf16"
+ * also name the native precision); -1 for anything else. */
+const char *lm_kv_name(lm_kv k);
+int lm_kv_parse(const char *s, lm_kv *out);
+
+/* Schemes a backend implements beyond its defaults (lm_backend_ops.schemes);
+ * lm_backend_open refuses options a backend does not declare. */
+#define LM_SCHEME_W_BF16 1u   /* opts.weights = LM_WEIGHTS_BF16 */
+#define LM_SCHEME_W_INT8 2u   /* opts.weights = LM_WEIGHTS_INT8 (and q8 checkpoints) */
+#define LM_SCHEME_KV_INT8 4u  /* opts.kv = LM_KV_INT8 */
+
 typedef struct lm_backend_opts {
     int max_slots;        /* slots to allocate K/V and codec state for (>= 1) */
     int threads;          /* CPU threads (<= 0: all online CPUs) */
@@ -66,6 +84,8 @@ typedef struct lm_backend_opts {
                              alone and the weights are generated from this
                              seed (a backend without the feature answers
                              MS_ERR_UNSUPPORTED) */
+    int weights;          /* lm_weights (lm.h): LM_WEIGHTS_STORED (0), BF16, INT8 */
+    int kv;               /* lm_kv: LM_KV_NATIVE (0) or LM_KV_INT8 */
 } lm_backend_opts;
 
 /* Where a backend keeps slot state and snapshots. */
@@ -154,6 +174,8 @@ typedef struct lm_backend_stats {
     size_t mem_free;            /* bytes still available there (host: MemAvailable) */
     int threads;
     int pipeline;               /* frame steps overlap (opts.pipeline honoured) */
+    const char *weights_scheme; /* what the matrices run in: "f32", "bf16", "f16", "int8" (static string) */
+    const char *kv_scheme;      /* the K/V cache: "f32", "bf16", "int8" (static string) */
 } lm_backend_stats;
 
 typedef struct lm_backend_ops {
@@ -212,6 +234,7 @@ typedef struct lm_backend_ops {
     int (*frame_submit)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
     int (*frame_wait)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
     int (*stats)(void *ctx, lm_backend_stats *st);
+    unsigned schemes;     /* LM_SCHEME_* bits: the non-default options it implements */
 } lm_backend_ops;
 
 /* An opened backend: its table, context and facts the dispatcher checks. */

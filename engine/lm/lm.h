@@ -14,6 +14,21 @@
 #include "lm_config.h"
 #include "st.h"
 
+/* How the linear layers' matrices are kept (engine.weights, moshi-run
+ * --weights): the attention in/out projections and FFN linears of the
+ * temporal transformer and the depformer, depformer_in and the output
+ * heads (text_linear, linears). Embedding tables and norms stay as stored.
+ *   STORED: the checkpoint's dtype (a q8 checkpoint: its int8 rows);
+ *   BF16:   widened-from bf16 (f32/f16 matrices rounded to bf16 at load);
+ *   INT8:   int8 per output row with a float32 scale (kern_q8_quantize_rows),
+ *           quantized at load; a q8 checkpoint's rows as stored. */
+typedef enum { LM_WEIGHTS_STORED = 0, LM_WEIGHTS_BF16 = 1, LM_WEIGHTS_INT8 = 2 } lm_weights;
+
+/* lm_weights_name: "stored", "bf16", "int8". lm_weights_parse: the
+ * reverse; -1 for anything else. */
+const char *lm_weights_name(lm_weights w);
+int lm_weights_parse(const char *s, lm_weights *out);
+
 /* RMSNorm epsilon of norm = "rms_norm_f32". */
 #define LM_NORM_EPS 1e-8f
 /* Depformer steps in a PersonaPlex checkpoint. */
@@ -37,6 +52,8 @@ typedef struct lm_dep_layer_w {
 
 typedef struct lm_model {
     lm_config cfg;               /* variant resolved (never LM_VARIANT_AUTO) */
+    lm_weights weights;          /* the scheme asked for at load */
+    int int8;                    /* 1: the linear matrices are ST_I8 (quantized at load or a q8 checkpoint) */
     st_file *st;                 /* owns the mapping the matrices point into */
     kern_mat emb[LM_MAX_NQ];     /* (card+1, dim) */
     kern_mat text_emb;           /* (text_card+1, dim) */
@@ -48,7 +65,7 @@ typedef struct lm_model {
     kern_mat dep_emb[LM_MAX_DEP_Q];       /* (card+1, ddim), dep_q - 1 of them */
     lm_dep_layer_w *dep_layers;           /* (depformer_num_layers) */
     kern_mat linears[LM_MAX_DEP_Q];       /* (card, ddim) */
-    size_t weight_bytes;         /* bytes of all matrices, stored precision */
+    size_t weight_bytes;         /* bytes of all matrices as they run (int8: rows + scales) */
     size_t copied_bytes;         /* bytes copied out of the mapping */
     void **owned;                /* heap blocks to free */
     int n_owned, cap_owned;
@@ -61,10 +78,21 @@ typedef struct lm_model {
  * may be shared by threads. */
 lm_model *lm_model_load(const char *dir, lm_variant variant, ms_error *err);
 
+/* lm_model_load_ex: lm_model_load with the weight scheme (LM_WEIGHTS_*).
+ * Kyutai's q8 checkpoints ("quantize": true in config.json: int8 linear
+ * matrices, each with a float32 `<name>_scb` row absmax, scale = scb / 127;
+ * the attention projections concatenated as `in_proj_weight` or per step as
+ * `in_projs.<k>.weight`) load with STORED or INT8; BF16 refuses them.
+ * lm_model_load (= STORED) refuses them: its callers (the CUDA backend)
+ * read float matrices only. */
+lm_model *lm_model_load_ex(const char *dir, lm_variant variant, lm_weights weights, ms_error *err);
+
 /* lm_model_load_files: the same with explicit paths (config_path may be
  * NULL for the built-in values). */
 lm_model *lm_model_load_files(const char *config_path, const char *weights_path, lm_variant variant,
                               ms_error *err);
+lm_model *lm_model_load_files_ex(const char *config_path, const char *weights_path, lm_variant variant,
+                                 lm_weights weights, ms_error *err);
 
 void lm_model_free(lm_model *m);
 

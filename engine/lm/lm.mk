@@ -31,3 +31,8 @@ BENCHES += '$(BUILD)/bench_frame'
 
 # check_lmgen's frame-step tests run on the demo model (codec + Kyutai LM)
 $(BUILD)/tests/check_lmgen: $(BUILD)/demo/.ok
+
+# the 8-bit schemes (issue 26): quantizers, int8 kernels, parity with the
+# official package on fake-quantized weights and K/V (tests/fixtures/lm_q8)
+CHECK_SUITES += lm_q8
+CHECK_lm_q8_DEPS = $(LIBENGINE)

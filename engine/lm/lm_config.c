@@ -90,7 +90,7 @@ int lm_config_finish(lm_config *c, ms_error *err) {
 }
 
 /* How a config.json key is treated. */
-enum { K_INT, K_NUM, K_DELAYS, K_INT_OR_NULL, K_IGNORE, K_REQ_STR, K_REQ_BOOL, K_REQ_NULL, K_REQ_NULL_OR_INT };
+enum { K_INT, K_BOOL, K_NUM, K_DELAYS, K_INT_OR_NULL, K_IGNORE, K_REQ_STR, K_REQ_BOOL, K_REQ_NULL, K_REQ_NULL_OR_INT };
 
 /* What an absent key means: the official LMModel constructor default
  * applies (the loader passes config.json as its keyword arguments). */
@@ -138,7 +138,7 @@ static const key_rule rules[] = {
     {"bias_proj", K_REQ_BOOL, 0, "false", A_OK, NULL},
     {"demux_second_text_stream", K_REQ_BOOL, 0, "false", A_OK, NULL},
     {"demux_second_stream", K_REQ_BOOL, 0, "false", A_OK, NULL},
-    {"quantize", K_REQ_BOOL, 0, "false", A_OK, NULL},
+    {"quantize", K_BOOL, OFF(quantize), NULL, A_OK, NULL},   /* true: Kyutai's q8 format (lm.h) */
     {"lora", K_REQ_BOOL, 0, "false", A_OK, NULL},
     {"cross_attention", K_REQ_BOOL, 0, "false", A_OK, NULL},
     {"layer_scale", K_REQ_NULL, 0, NULL, A_OK, NULL},
@@ -193,6 +193,11 @@ static int apply_rule(lm_config *c, const key_rule *r, const js_value *v, const 
             return ms_err_set(err, MS_ERR_UNSUPPORTED, "%s: key \"%s\": per-step widths are not implemented",
                               name, r->key);
         return get_int(v, name, r->key, (int *)(base + r->off), err);
+    case K_BOOL:
+        if (v->type != JS_BOOL)
+            return ms_err_set(err, MS_ERR_FORMAT, "%s: key \"%s\": expected true or false", name, r->key);
+        *(int *)(base + r->off) = v->boolean != 0;
+        return MS_OK;
     case K_NUM:
         if (v->type != JS_NUMBER)
             return ms_err_set(err, MS_ERR_FORMAT, "%s: key \"%s\": expected a number", name, r->key);

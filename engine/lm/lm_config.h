@@ -46,6 +46,7 @@ typedef struct lm_config {
     int n_q, dep_q, card, text_card;
     int delays[LM_MAX_STREAMS];   /* (1 + n_q) */
     int existing_text_padding_id;
+    int quantize;                 /* "quantize": true: a q8 checkpoint (int8 rows + _scb) */
     /* depformer */
     int depformer_dim, depformer_num_heads, depformer_num_layers;
     int depformer_dim_feedforward;

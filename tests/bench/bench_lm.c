@@ -69,7 +69,7 @@ static kern_mat mat(uint16_t **buf, int rows, int cols) {
         exit(1);
     }
     fill_bf16(*buf, (size_t)rows * cols);
-    kern_mat m = {*buf, ST_BF16, rows, cols};
+    kern_mat m = {*buf, ST_BF16, rows, cols, NULL};
     return m;
 }
 

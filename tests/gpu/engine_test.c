@@ -506,10 +506,10 @@ static void embed_case(int B, int D, int n_q, int card, int text_card) {
     float *want = calloc((size_t)B * D, sizeof *want), *got = malloc(sizeof(float) * B * D);
     for (int b = 0; b < B; b++) {   /* the twin: kern_embed_add, audio tables first, then text */
         for (int q = 0; q < n_q; q++) {
-            kern_mat m = {audio + (size_t)q * (card + 1) * D, ST_BF16, card + 1, D};
+            kern_mat m = {audio + (size_t)q * (card + 1) * D, ST_BF16, card + 1, D, NULL};
             kern_embed_add(want + (size_t)b * D, &m, tok[b * ts + 1 + q]);
         }
-        kern_mat m = {text, ST_BF16, text_card + 1, D};
+        kern_mat m = {text, ST_BF16, text_card + 1, D, NULL};
         kern_embed_add(want + (size_t)b * D, &m, tok[b * ts]);
     }
     uint16_t *da = gu_dalloc(na * 2), *dt = gu_dalloc(nt * 2);
@@ -530,7 +530,7 @@ static void embed_case(int B, int D, int n_q, int card, int text_card) {
     for (int b = 0; b < B; b++) tok[b] = gu_int(&r, -1, rows - 1);
     memcpy(want, got, sizeof(float) * B * D);
     for (int b = 0; b < B; b++) {
-        kern_mat m = {audio, ST_BF16, rows, D};
+        kern_mat m = {audio, ST_BF16, rows, D, NULL};
         kern_embed_add(want + (size_t)b * D, &m, tok[b]);
     }
     gu_h2d(dtok, tok, sizeof(int32_t) * B);
