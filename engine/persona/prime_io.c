@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt.h"
 #include "st.h"
 
 int pp_read_ints(const char *path, long lo, long hi, int max, int **out, int *n, ms_error *err) {
@@ -91,13 +92,65 @@ static int read_frame(const char *path, int card, int *dst, ms_error *err) {
     return rc;
 }
 
+/* t without its leading axes of size 1 until keep axes remain (a
+ * PersonaPlex .pt keeps the batch: embeddings (T, 1, 1, dim), cache
+ * (1, 17, R)); 0, or -1 when other than keep axes remain. */
+static int squeeze_leading(const st_tensor *t, int keep, st_tensor *out) {
+    *out = *t;
+    while (out->ndim > keep && out->shape[0] == 1) {
+        memmove(out->shape, out->shape + 1, sizeof(int64_t) * (size_t)(out->ndim - 1));
+        out->ndim--;
+    }
+    /* (T, 1, 1, dim): the batch and the step axes after T */
+    while (out->ndim > keep && out->shape[1] == 1) {
+        memmove(out->shape + 1, out->shape + 2, sizeof(int64_t) * (size_t)(out->ndim - 2));
+        out->ndim--;
+    }
+    return out->ndim == keep ? 0 : -1;
+}
+
+/* Is path a zip archive (torch.save's format)? */
+static int is_pt(const char *path) {
+    unsigned char head[4];
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    size_t n = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    return pt_is_zip(head, n);
+}
+
 static int load_saved(pp_prompt_buf *pb, const char *path, const lm_config *c, ms_error *err) {
-    st_file *f = st_open(path, err);
-    if (!f) return err ? err->code : MS_ERR_FORMAT;
+    st_file *f = NULL;
+    pt_file *pf = NULL;
+    st_tensor es, ks;
+    const st_tensor *e = NULL, *k = NULL;
     int rc = MS_OK, R = c->max_delay + 3;
-    int64_t eshape[2] = {-1, c->dim};
-    const st_tensor *e = st_get(f, "embeddings", 2, eshape, 1, ST_F32, err);
-    const st_tensor *k = e ? st_find(f, "cache") : NULL;
+    if (is_pt(path)) {
+        /* a PersonaPlex voice as NVIDIA publishes it (torch.save) */
+        if (!(pf = pt_open(path, err))) return err ? err->code : MS_ERR_FORMAT;
+        const st_tensor *pe = pt_find(pf, "embeddings"), *pk = pt_find(pf, "cache");
+        if (!pe || !pk) {
+            rc = ms_err_set(err, MS_ERR_FORMAT, "%s: not a PersonaPlex voice (a dict of \"embeddings\" and "
+                            "\"cache\" expected)", path);
+            goto out;
+        }
+        if (squeeze_leading(pe, 2, &es) || es.shape[1] != c->dim ||
+            (es.dtype != ST_F32 && es.dtype != ST_F16 && es.dtype != ST_BF16)) {
+            rc = ms_err_set(err, MS_ERR_FORMAT, "%s: tensor embeddings: expected float (T, [1, 1,] %d)", path, c->dim);
+            goto out;
+        }
+        if (squeeze_leading(pk, 2, &ks)) {
+            rc = ms_err_set(err, MS_ERR_FORMAT, "%s: tensor cache: expected ([1,] %d, %d)", path, PP_STREAMS, R);
+            goto out;
+        }
+        e = &es;
+        k = &ks;
+    } else {
+        if (!(f = st_open(path, err))) return err ? err->code : MS_ERR_FORMAT;
+        int64_t eshape[2] = {-1, c->dim};
+        e = st_get(f, "embeddings", 2, eshape, 1, ST_F32, err);
+        k = e ? st_find(f, "cache") : NULL;
+    }
     if (!e) {
         rc = err ? err->code : MS_ERR_FORMAT;
         goto out;
@@ -149,6 +202,7 @@ static int load_saved(pp_prompt_buf *pb, const char *path, const lm_config *c, m
     pb->p.voice_cache = pb->cache;
 out:
     st_close(f);
+    pt_close(pf);
     return rc;
 }
 

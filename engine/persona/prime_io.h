@@ -5,7 +5,10 @@
  *   voice saved:  safetensors, "embeddings" [T, dim] (F32/F16/BF16, finite)
  *                 and "cache" [17, max_delay + 3] (I32 or I64, tokens in
  *                 [-2, card], text row [-2, text_card]): a PersonaPlex `.pt`
- *                 voice converted (personas.md)
+ *                 voice converted (personas.md); or the `.pt` itself as
+ *                 NVIDIA publishes it (torch.save of {"embeddings" (T, 1,
+ *                 1, dim), "cache" (1, 17, R)}, read by pt.h without
+ *                 Python), recognised by its zip signature
  *   text ids:     text, whitespace-separated ids in [0, text_card)
  *   silence/sine: text, 8 codes in [0, card) (the codec's SILENCE / SINE
  *                 frames; the released Mimi's are built in)

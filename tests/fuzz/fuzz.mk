@@ -27,6 +27,10 @@ FUZZ_wg_SRCS := daemon/srv_rx.c
 # daemon/srv_proxy.c: pure) and the trusted prefixes.
 FUZZ_TARGETS += proxy
 FUZZ_proxy_SRCS := daemon/srv_proxy.c
+# torch.save files (PersonaPlex voices as published): the zip reader and
+# the pickle interpreter (engine/base/pt.c).
+FUZZ_TARGETS += pt
+FUZZ_pt_SRCS := engine/base/pt.c engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60

@@ -277,16 +277,16 @@ def via(port, header, request, src="127.0.0.1", split=False):
     s.settimeout(WAIT_S)
     s.connect(("127.0.0.1", port))
     try:
+        # the server may close (and reset) as soon as it has judged the header
         if split:
             for b in header:
                 s.sendall(bytes([b]))
         else:
             s.sendall(header)
         s.sendall(request)
-        try:
-            return read_http(s)[0]
-        except (AssertionError, ConnectionResetError):
-            return None
+        return read_http(s)[0]
+    except (AssertionError, ConnectionResetError, BrokenPipeError):
+        return None
     finally:
         s.close()
 
