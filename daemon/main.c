@@ -1,5 +1,5 @@
 /* main.c - moshid's command line: load and check the configuration, report
- * the build and the backends it can load, and serve (server.h).
+ * the build and the backends it can load, and serve (app.h).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@
 #include "backend.h"
 #include "model.h"
 #include "notify.h"
-#include "server.h"
+#include "app.h"
 #include "selfsign.h"
 
 enum {
@@ -37,7 +37,7 @@ enum {
 /* Most --set options on one command line. */
 #define MAIN_MAX_SETS 64
 
-/* The daemon's view of the configuration (server.h) from the option table;
+/* The daemon's view of the configuration (app.h) from the option table;
  * strings are borrowed from c. */
 #ifndef MOSHID_WEB_SRC_DIR
 #define MOSHID_WEB_SRC_DIR ""
@@ -97,7 +97,7 @@ static void to_server_opts(const cfg *c, server_opts *o) {
     o->srv.tls_key = c->server.tls_key;
     o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : default_web_dir();
     /* srv admits every origin (NULL); the policy is access.h's, judged in
-     * server.c's ws_admit, and reloadable */
+     * app.c's ws_admit, and reloadable */
     o->srv.allowed_origins = NULL;
     o->origins = (const char *const *)c->server.allowed_origins.v;
     o->norigins = c->server.allowed_origins.n;
@@ -278,7 +278,7 @@ static void version(void) {
     else printf("  cuda  plugin loaded (%s), probe failed: %s\n", p->build ? p->build : "?",
                 p->probe ? what : "no probe function");
     /* engine.backend = auto takes the plugin only with a table and a device
-     * (daemon/model.c) */
+     * (daemon/session/model.c) */
     const char *table_name = p->backend ? ((const lm_backend_ops *)p->backend)->name : NULL;
     if (p->backend)
         printf("        backend table: yes (%s)%s\n", table_name ? table_name : "unnamed",

@@ -309,7 +309,7 @@ def test_many_continuations_size(echo):
     assert code == 1009 and reason == f"message too big: {crossing} bytes".encode()
 
 
-# ---- unmasked client frames (RFC 6455 5.1; daemon/srv_wire.c) ----
+# ---- unmasked client frames (RFC 6455 5.1; daemon/net/srv_wire.c) ----
 
 def unmasked_count(port):
     return healthz(port)["refused"]["unmasked"]

@@ -1,8 +1,8 @@
-/* server.c - the moshid application: wiring, /healthz, /metrics, signals,
- * shutdown and reload. See server.h. Everything here runs on the loop
+/* app.c - the moshid application: wiring, /healthz, /metrics, signals,
+ * shutdown and reload. See app.h. Everything here runs on the loop
  * thread, except what the engine thread does inside the scheduler.
  */
-#include "server.h"
+#include "app.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "access.h"
-#include "app.h"
+#include "app_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "access.h"
-#include "app.h"
+#include "app_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
