@@ -377,7 +377,7 @@ static void on_hup(uv_signal_t *h, int sig) {
         }
         return;
     }
-    server_opts n = a->o;
+    app_opts n = a->o;
     ms_error e = {0};
     if (a->reload(a->reload_ud, &n, &e) != MS_OK) {
         LOGW("reload_refused", "msg=\"%s\"", e.msg);
@@ -466,7 +466,7 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     judge_exposure(a);
     /* One line that tools (and `make run`) can read: the host and port
      * the first socket is bound to. */
-    const server_opts *o = &a->o;
+    const app_opts *o = &a->o;
     char host[INET6_ADDRSTRLEN + 2];
     srv_url_host(a->server, host, sizeof host);
     snprintf(a->url, sizeof a->url, "%s://%s:%d/", o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host,
@@ -480,7 +480,7 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     a->status_ticks = 0;
 }
 
-int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err) {
+int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *err) {
     app *a = calloc(1, sizeof *a);
     if (!a) { ms_err_set(err, MS_ERR_NOMEM, "out of memory"); return 1; }
     a->o = *o;

@@ -1,6 +1,6 @@
 /* app.h - the moshid application: the libuv loop, the HTTP/WebSocket
  * front end, sessions, the engine thread and the model, wired together.
- * main.c fills a server_opts from the configuration and calls server_run.
+ * main.c fills a app_opts from the configuration and calls app_run.
  */
 #ifndef MOSHID_SERVER_H
 #define MOSHID_SERVER_H
@@ -12,7 +12,7 @@
 #include "persona.h"
 #include "srv.h"
 
-typedef struct server_opts {
+typedef struct app_opts {
     srv_config srv;            /* listen address, port, TLS, static files, limits */
     model_opts model;          /* model files, backend, slots */
     double text_temperature, audio_temperature;   /* defaults when the client sends none */
@@ -29,19 +29,19 @@ typedef struct server_opts {
     const char *const *origins;    /* server.allowed_origins (borrowed from the configuration) */
     int norigins;
     pers_opts personas;        /* personas (pointers borrowed from the configuration:
-                                  read by server_run and by reload only) */
+                                  read by app_run and by reload only) */
     const char *build;         /* version string for metadata */
     const char *instance;      /* name for metadata (host name) */
-} server_opts;
+} app_opts;
 
-/* server_reload_fn: re-read the configuration (SIGHUP) into *o; return
+/* app_reload_fn: re-read the configuration (SIGHUP) into *o; return
  * MS_OK or an error (then nothing changes). Loop thread. */
-typedef int (*server_reload_fn)(void *ud, server_opts *o, ms_error *err);
+typedef int (*app_reload_fn)(void *ud, app_opts *o, ms_error *err);
 
-/* server_run: open the model, listen, serve until SIGTERM/SIGINT, shut down
+/* app_run: open the model, listen, serve until SIGTERM/SIGINT, shut down
  * cleanly. Returns the process exit status: 0 after a clean shutdown, 1 when
  * start-up failed (err set), 3 when the loop did not close cleanly, 4 after a fatal
  * engine error. */
-int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err);
+int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *err);
 
 #endif

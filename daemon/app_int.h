@@ -22,7 +22,7 @@ struct sess;
 
 typedef struct app {
     uv_loop_t loop;
-    server_opts o;             /* the options in force (reload updates the reloadable ones) */
+    app_opts o;             /* the options in force (reload updates the reloadable ones) */
     model *m;
     sched *sch;
     pers *pers;                /* personas: configured, on demand, the snapshot cache */
@@ -41,7 +41,7 @@ typedef struct app {
     double stop_started_ms;    /* app_now_ms of SIGTERM/SIGINT */
     int exit_status;
     int in_frames, out_frames; /* ring sizes per slot, frames */
-    server_reload_fn reload;
+    app_reload_fn reload;
     void *reload_ud;
     /* the service manager (notify.h) */
     char url[128];             /* "http://host:port/" once serving (STATUS= lines) */

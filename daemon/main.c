@@ -27,7 +27,7 @@ enum {
     MAIN_EXIT_OK = 0,
     MAIN_EXIT_CONFIG = 1,          /* configuration refused */
     MAIN_EXIT_USAGE = 2,           /* bad command line */
-    /* server_run: 3 = the loop did not close cleanly, 4 = fatal engine error
+    /* app_run: 3 = the loop did not close cleanly, 4 = fatal engine error
      * (a failed frame step, or a device error, MS_ERR_DEVICE, in a step or
      * a session's start: sticky on CUDA, so the process ends and the
      * service manager starts a fresh one; one status for both, as systemd
@@ -85,7 +85,7 @@ static void count_refusal(int why) {
     if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
 }
 
-static void to_server_opts(const cfg *c, server_opts *o) {
+static void to_app_opts(const cfg *c, app_opts *o) {
     static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
     o->srv.listen = (const char *const *)c->server.listen.v;
@@ -171,7 +171,7 @@ static const char *report_line(const char *l, char *buf, size_t len) {
 }
 
 /* SIGHUP (loop thread): re-read the file; reloadable options apply. */
-static int reload(void *ud, server_opts *o, ms_error *err) {
+static int reload(void *ud, app_opts *o, ms_error *err) {
     reload_ctx *r = ud;
     cfg_reload_report rep;
     if (cfg_reload_file(r->c, r->path, &rep, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
@@ -183,16 +183,16 @@ static int reload(void *ud, server_opts *o, ms_error *err) {
     for (const char *l = rep.changed; rep.n_changed && *l; l += strcspn(l, "\n"), l += *l == '\n')
         LOGI("reload_changed", "change=\"%s\"", report_line(l, line, sizeof line));
     ms_log_level = r->c->log.level;
-    to_server_opts(r->c, o);
+    to_app_opts(r->c, o);
     return MS_OK;
 }
 
 static int serve(cfg *c, const char *path) {
-    server_opts o;
-    to_server_opts(c, &o);
+    app_opts o;
+    to_app_opts(c, &o);
     reload_ctx r = {c, path};
     ms_error err = {0};
-    int rc = server_run(&o, reload, &r, &err);
+    int rc = app_run(&o, reload, &r, &err);
     if (rc == 1) fprintf(stderr, "moshid: %s\n", err.msg);
     return rc;
 }
