@@ -40,12 +40,6 @@
 /* STATUS= refresh while serving, ticks (s). */
 #define NOTIFY_STATUS_EVERY_S 10
 
-double app_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* The model load keeps start-up alive: a thread that asks the service
  * manager for NOTIFY_EXTEND_USEC more every NOTIFY_EXTEND_EVERY_S while
  * model_open blocks the loop thread, for NOTIFY_LOAD_CAP_S at most.

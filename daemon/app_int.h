@@ -10,12 +10,13 @@
 #define MOSHID_APP_H
 
 #include <stdint.h>
+#include <time.h>
 #include <uv.h>
 
+#include "app.h"
 #include "model.h"
 #include "persona.h"
 #include "scheduler.h"
-#include "app.h"
 #include "srv.h"
 
 struct sess;
@@ -51,7 +52,12 @@ typedef struct app {
     int status_ticks;          /* ticks since the last STATUS= refresh */
 } app;
 
-/* app_now_ms: the monotonic clock, ms (any thread). */
-double app_now_ms(void);
+/* app_now_ms: the monotonic clock, ms (any thread). Inline, so that the
+ * sessions (sess.c) read it without calling into app.c, which calls them. */
+static inline double app_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 #endif

@@ -6,16 +6,16 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c
+DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 # srv_*.c: the HTTP/WebSocket front end (daemon/net/srv_int.h lists its files).
-SRV_SRCS := daemon/net/srv.c daemon/net/srv_req.c daemon/net/srv_limit.c daemon/net/srv_tls.c daemon/net/srv_rx.c daemon/net/srv_wire.c \
+SRV_SRCS := daemon/net/srv.c daemon/net/srv_conn.c daemon/net/srv_req.c daemon/net/srv_limit.c daemon/net/srv_tls.c daemon/net/srv_rx.c daemon/net/srv_wire.c \
 	daemon/net/srv_listen.c daemon/net/srv_proxy.c
 SERVER_SRCS := $(SRV_SRCS) daemon/service/metrics.c daemon/session/scheduler.c daemon/session/sess.c daemon/app.c daemon/session/model.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/net/access.c
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules.
-PERSONA_SRCS := daemon/persona/persona.c daemon/persona/persona_prime.c daemon/persona/persona_conf.c
+PERSONA_SRCS := daemon/persona/persona.c daemon/persona/persona_prime.c daemon/persona/persona_conf.c daemon/persona/persona_util.c
 DAEMON_SRCS += daemon/persona/prompt.c daemon/persona/pcache.c $(PERSONA_SRCS)
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
 # The service manager: sd_notify readiness, status, watchdog (systemd/systemd.mk
