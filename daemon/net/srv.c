@@ -376,8 +376,8 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
     info.mounts = &s->mounts[0];
     info.max_http_header_data = (unsigned short)(cfg->max_header_bytes > 65535 ? 65535 : cfg->max_header_bytes);
     /* Every connection holding a header slot is pending or active: with
-     * this many slots none waits for one (the defect of issue 16: idle
-     * connections took every slot). */
+     * this many slots none waits for one (idle connections cannot take
+     * every slot). */
     unsigned pool = c->max_pending + c->max_connections + SRV_HEADER_SLOTS_SPARE;
     info.max_http_header_pool = (unsigned short)(pool > 65535 ? 65535 : pool);
     info.timeout_secs = 20;
