@@ -1,4 +1,4 @@
-/* plan_cli.c - build/moshid-plan: the CUDA backend's memory plan (cuda/cu_plan.h)
+/* plan.c - build/moshid-plan: the CUDA backend's memory plan (cuda/cu_plan.h)
  * for a model, from the command line, with no GPU: what N slots at context
  * C need, and how many fit on a card of M GB.
  *
