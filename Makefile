@@ -63,7 +63,10 @@ WARN := -Wall -Wextra -Werror -Wno-format-truncation -Wno-format-zero-length
 # The engine's concept folders (engine/*/): each holds its public headers.
 ENGINE_DIRS := base lm mimi cpu persona
 ENGINE_INC := $(ENGINE_DIRS:%=-Iengine/%)
-CPPFLAGS_ALL := -D_GNU_SOURCE $(ENGINE_INC) -Iproto -Idaemon -Icuda
+# The daemon's folders (daemon/*/, docs/architecture.md): each holds its headers.
+DAEMON_DIRS := config net session persona service
+DAEMON_INC := -Idaemon $(DAEMON_DIRS:%=-Idaemon/%)
+CPPFLAGS_ALL := -D_GNU_SOURCE $(ENGINE_INC) -Iproto $(DAEMON_INC) -Icuda
 CFLAGS_ALL := $(CSTD) $(OPT) $(ARCH) -g -fPIC -pthread $(WARN) -MMD -MP
 LDFLAGS_ALL := -pthread
 LDLIBS_ALL := -lm -ldl

@@ -984,7 +984,7 @@ static int cu_codec_decode(void *vctx, const int *slots, int n, const int *codes
     return mimi_decode_batch_ws(c->mimi, c->dec_ws, c->tab, n, codes, pcm, err);
 }
 
-/* ---- the frame step, pipelined (issue 15) ---------------------------------------------
+/* ---- the frame step, pipelined ---------------------------------------------
  *
  * frame_submit runs the frame's encode (the codec's encode stream; the
  * host waits for the codes, which LMGen's bookkeeping needs) and its LMGen

@@ -4,6 +4,12 @@
 # selection tests load (tests/gpu/fake_plugin.c).
 ENGINE_SRCS += cuda/cu_plan.c
 
+# moshid-plan: the memory plan from the command line (cuda/cli/plan.c).
+PROGRAMS += $(BUILD)/moshid-plan
+$(BUILD)/moshid-plan: $(BUILD)/obj/cuda/cli/plan.o $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+
 CHECK_SUITES += plan
 CHECK_plan_DEPS = $(LIBENGINE)
 

@@ -1,57 +1,47 @@
-/* app.h - the moshid application's state: the event loop, the options, the
- * model, the engine thread, the front end, the open sessions, the signals.
- * Created and torn down by server.c; the sessions (sess.c) read the options
- * and the model and keep their list in it. Internal to the daemon.
- *
- * Threading: the loop thread only (the engine thread sees the scheduler,
- * never the app).
+/* app.h - the moshid application: the libuv loop, the HTTP/WebSocket
+ * front end, sessions, the engine thread and the model, wired together.
+ * main.c fills a app_opts from the configuration and calls app_run.
  */
-#ifndef MOSHID_APP_H
-#define MOSHID_APP_H
+#ifndef MOSHID_SERVER_H
+#define MOSHID_SERVER_H
 
 #include <stdint.h>
-#include <uv.h>
 
+#include "err.h"
 #include "model.h"
 #include "persona.h"
-#include "scheduler.h"
-#include "server.h"
 #include "srv.h"
 
-struct sess;
+typedef struct app_opts {
+    srv_config srv;            /* listen address, port, TLS, static files, limits */
+    model_opts model;          /* model files, backend, slots */
+    double text_temperature, audio_temperature;   /* defaults when the client sends none */
+    int text_topk, audio_topk;
+    double input_buffer_s;     /* queued input audio per session (>= 3 s accepts opusenc's 1 s pages) */
+    double output_queue_s;     /* unsent output audio before a slow client is closed */
+    double idle_timeout_s;     /* no audio from the client for this long closes it */
+    int64_t close_timeout_s;   /* a close the server decides: connection dropped after this long (0 = never) */
+    int64_t max_steps;         /* frames per session; 0 = no limit */
+    int input_pre_skip;        /* audio_pre_skip for client audio */
+    int metrics;               /* serve /metrics */
+    const char *tokens_file;   /* auth.tokens_file, "" = no authentication (access.h) */
+    int protect_http;          /* auth.protect_http: /metrics and /api/personas need a token */
+    const char *const *origins;    /* server.allowed_origins (borrowed from the configuration) */
+    int norigins;
+    pers_opts personas;        /* personas (pointers borrowed from the configuration:
+                                  read by app_run and by reload only) */
+    const char *build;         /* version string for metadata */
+    const char *instance;      /* name for metadata (host name) */
+} app_opts;
 
-typedef struct app {
-    uv_loop_t loop;
-    server_opts o;             /* the options in force (reload updates the reloadable ones) */
-    model *m;
-    sched *sch;
-    pers *pers;                /* personas: configured, on demand, the snapshot cache */
-    struct access_ctl *acc;        /* origins and tokens (access.h) */
-    srv *server;               /* NULL until the personas are primed, and once the front end is torn down */
-    int listening;             /* srv_create was called (start-up is over) */
-    int torn_down;             /* the engine and the handles are closed (or closing) */
-    ms_error start_err;        /* why start-up failed (exit status 1) */
-    uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t tick;           /* once a second; every 50 ms while stopping */
-    struct sess *sessions;     /* every session whose connection is open */
-    int nsessions;
-    int nslot_wait;            /* sessions waiting for a slot being freed (sess.c) */
-    uint64_t next_id;
-    int stopping;
-    double stop_started_ms;    /* app_now_ms of SIGTERM/SIGINT */
-    int exit_status;
-    int in_frames, out_frames; /* ring sizes per slot, frames */
-    server_reload_fn reload;
-    void *reload_ud;
-    /* the service manager (notify.h) */
-    char url[128];             /* "http://host:port/" once serving (STATUS= lines) */
-    uint64_t wd_usec;          /* watchdog ping period asked for, us (0: none) */
-    uv_timer_t wd_tick;        /* the watchdog check, every wd_usec / 2 (when wd_usec > 0) */
-    uint64_t wd_progress;      /* sched_progress at the last ping */
-    int status_ticks;          /* ticks since the last STATUS= refresh */
-} app;
+/* app_reload_fn: re-read the configuration (SIGHUP) into *o; return
+ * MS_OK or an error (then nothing changes). Loop thread. */
+typedef int (*app_reload_fn)(void *ud, app_opts *o, ms_error *err);
 
-/* app_now_ms: the monotonic clock, ms (any thread). */
-double app_now_ms(void);
+/* app_run: open the model, listen, serve until SIGTERM/SIGINT, shut down
+ * cleanly. Returns the process exit status: 0 after a clean shutdown, 1 when
+ * start-up failed (err set), 3 when the loop did not close cleanly, 4 after a fatal
+ * engine error. */
+int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *err);
 
 #endif

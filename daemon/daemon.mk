@@ -6,24 +6,25 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c
+DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
-# srv_*.c: the HTTP/WebSocket front end (daemon/srv_int.h lists its files).
-SRV_SRCS := daemon/srv.c daemon/srv_req.c daemon/srv_limit.c daemon/srv_tls.c daemon/srv_rx.c daemon/srv_wire.c \
-	daemon/srv_listen.c daemon/srv_proxy.c
-SERVER_SRCS := $(SRV_SRCS) daemon/metrics.c daemon/scheduler.c daemon/sess.c daemon/server.c daemon/model.c
+# srv_*.c: the HTTP/WebSocket front end (daemon/net/srv_int.h lists its files).
+SRV_SRCS := daemon/net/srv.c daemon/net/srv_conn.c daemon/net/srv_req.c daemon/net/srv_limit.c daemon/net/srv_tls.c daemon/net/srv_rx.c daemon/net/srv_wire.c \
+	daemon/net/srv_listen.c daemon/net/srv_proxy.c
+SERVER_SRCS := $(SRV_SRCS) daemon/service/metrics.c daemon/session/scheduler.c daemon/session/sess.c daemon/app.c daemon/session/model.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
-SERVER_SRCS += daemon/access.c
-# Personas: configured and on-demand primes, the snapshot cache, prompt rules, the prime job.
-DAEMON_SRCS += daemon/prompt.c daemon/pcache.c daemon/pjob.c daemon/persona.c daemon/persona_prime.c daemon/persona_conf.c
+SERVER_SRCS += daemon/net/access.c
+# Personas: configured and on-demand primes, the snapshot cache, prompt rules.
+PERSONA_SRCS := daemon/persona/persona.c daemon/persona/persona_prime.c daemon/persona/persona_conf.c daemon/persona/persona_util.c
+DAEMON_SRCS += daemon/persona/prompt.c daemon/persona/pcache.c $(PERSONA_SRCS)
 DAEMON_SRCS += $(SERVER_SRCS) $(DAEMON_AUDIO_SRCS)
 # The service manager: sd_notify readiness, status, watchdog (systemd/systemd.mk
 # holds its flags and its Check suite).
-DAEMON_SRCS += daemon/notify.c
+DAEMON_SRCS += daemon/service/notify.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd libssl libcrypto)
-$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/daemon/persona.o $(BUILD)/obj/daemon/persona_prime.o $(BUILD)/obj/daemon/persona_conf.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
+$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(PERSONA_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"
@@ -45,13 +46,13 @@ $(BUILD)/obj/daemon/main.o: CPPFLAGS_ALL += -I$(BUILD)/gen $(call pc_cflags,libw
 .PHONY: FORCE
 FORCE:
 
-# `moshid --self-signed DIR` (daemon/selfsign.c): OpenSSL's libcrypto, in
+# `moshid --self-signed DIR` (daemon/net/selfsign.c): OpenSSL's libcrypto, in
 # moshid alone (the suites that link libdaemon.a do not need it).
 SELFSIGN_LIBS = $(call pc_libs,libcrypto)
-$(BUILD)/obj/daemon/selfsign.o: CPPFLAGS_ALL += $(call pc_cflags,libcrypto)
+$(BUILD)/obj/daemon/net/selfsign.o: CPPFLAGS_ALL += $(call pc_cflags,libcrypto)
 
 PROGRAMS += $(BUILD)/moshid
-$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(BUILD)/obj/daemon/selfsign.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
+$(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(BUILD)/obj/daemon/net/selfsign.o $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(DAEMON_LIBS) $(SELFSIGN_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS) $(LDLIBS_ALL)
 
@@ -81,14 +82,14 @@ $(BUILD)/tests/srv_echo: $(BUILD)/obj/tests/tools/srv_echo.o $(SRV_SRCS:%.c=$(BU
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(call pc_libs,libwebsockets libuv libssl libcrypto) $(LDLIBS_ALL)
 CHECK_SUITES += metrics scheduler access srv_limit srv_proxy
-CHECK_srv_proxy_DEPS = $(BUILD)/obj/daemon/srv_proxy.o $(LIBENGINE)
-CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/srv_limit.o $(BUILD)/obj/daemon/srv_listen.o $(BUILD)/obj/daemon/srv_proxy.o $(LIBENGINE)
+CHECK_srv_proxy_DEPS = $(BUILD)/obj/daemon/net/srv_proxy.o $(LIBENGINE)
+CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/net/srv_limit.o $(BUILD)/obj/daemon/net/srv_listen.o $(BUILD)/obj/daemon/net/srv_proxy.o $(LIBENGINE)
 CHECK_srv_limit_CFLAGS = $(call pc_cflags,libwebsockets libuv)
 CHECK_srv_limit_LIBS = $(call pc_libs,libwebsockets libuv)
-CHECK_access_DEPS = $(BUILD)/obj/daemon/access.o $(LIBENGINE)
+CHECK_access_DEPS = $(BUILD)/obj/daemon/net/access.o $(LIBENGINE)
 CHECK_access_LIBS = $(call pc_libs,libcrypto)
-CHECK_metrics_DEPS = $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
-CHECK_scheduler_DEPS = $(BUILD)/obj/daemon/scheduler.o $(BUILD)/obj/daemon/metrics.o $(LIBENGINE)
+CHECK_metrics_DEPS = $(BUILD)/obj/daemon/service/metrics.o $(LIBENGINE)
+CHECK_scheduler_DEPS = $(BUILD)/obj/daemon/session/scheduler.o $(BUILD)/obj/daemon/service/metrics.o $(LIBENGINE)
 CHECK_scheduler_LIBS = $(call pc_libs,libuv)
 CHECK_scheduler_CFLAGS = $(call pc_cflags,libuv)
 PYTEST_DIRS += tests/integration
@@ -131,8 +132,5 @@ bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 
 # Personas: the snapshot cache and the prompt rules (pure, tested alone).
 CHECK_SUITES += prompt pcache
-CHECK_prompt_DEPS = $(BUILD)/obj/daemon/prompt.o $(LIBENGINE)
-CHECK_pcache_DEPS = $(BUILD)/obj/daemon/pcache.o $(LIBENGINE)
-# The prime job on the PersonaPlex fixtures of tests/fixtures/pp.
-CHECK_SUITES += pjob
-CHECK_pjob_DEPS = $(BUILD)/obj/daemon/pjob.o $(LIBENGINE)
+CHECK_prompt_DEPS = $(BUILD)/obj/daemon/persona/prompt.o $(LIBENGINE)
+CHECK_pcache_DEPS = $(BUILD)/obj/daemon/persona/pcache.o $(LIBENGINE)

@@ -1,5 +1,5 @@
 /* main.c - moshid's command line: load and check the configuration, report
- * the build and the backends it can load, and serve (server.h).
+ * the build and the backends it can load, and serve (app.h).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -20,14 +20,14 @@
 #include "backend.h"
 #include "model.h"
 #include "notify.h"
-#include "server.h"
+#include "app.h"
 #include "selfsign.h"
 
 enum {
     MAIN_EXIT_OK = 0,
     MAIN_EXIT_CONFIG = 1,          /* configuration refused */
     MAIN_EXIT_USAGE = 2,           /* bad command line */
-    /* server_run: 3 = the loop did not close cleanly, 4 = fatal engine error
+    /* app_run: 3 = the loop did not close cleanly, 4 = fatal engine error
      * (a failed frame step, or a device error, MS_ERR_DEVICE, in a step or
      * a session's start: sticky on CUDA, so the process ends and the
      * service manager starts a fresh one; one status for both, as systemd
@@ -37,7 +37,7 @@ enum {
 /* Most --set options on one command line. */
 #define MAIN_MAX_SETS 64
 
-/* The daemon's view of the configuration (server.h) from the option table;
+/* The daemon's view of the configuration (app.h) from the option table;
  * strings are borrowed from c. */
 #ifndef MOSHID_WEB_SRC_DIR
 #define MOSHID_WEB_SRC_DIR ""
@@ -85,7 +85,7 @@ static void count_refusal(int why) {
     if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
 }
 
-static void to_server_opts(const cfg *c, server_opts *o) {
+static void to_app_opts(const cfg *c, app_opts *o) {
     static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
     o->srv.listen = (const char *const *)c->server.listen.v;
@@ -97,7 +97,7 @@ static void to_server_opts(const cfg *c, server_opts *o) {
     o->srv.tls_key = c->server.tls_key;
     o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : default_web_dir();
     /* srv admits every origin (NULL); the policy is access.h's, judged in
-     * server.c's ws_admit, and reloadable */
+     * app.c's ws_admit, and reloadable */
     o->srv.allowed_origins = NULL;
     o->origins = (const char *const *)c->server.allowed_origins.v;
     o->norigins = c->server.allowed_origins.n;
@@ -173,7 +173,7 @@ static const char *report_line(const char *l, char *buf, size_t len) {
 }
 
 /* SIGHUP (loop thread): re-read the file; reloadable options apply. */
-static int reload(void *ud, server_opts *o, ms_error *err) {
+static int reload(void *ud, app_opts *o, ms_error *err) {
     reload_ctx *r = ud;
     cfg_reload_report rep;
     if (cfg_reload_file(r->c, r->path, &rep, err) != MS_OK) return err->code ? err->code : MS_ERR_FORMAT;
@@ -185,16 +185,16 @@ static int reload(void *ud, server_opts *o, ms_error *err) {
     for (const char *l = rep.changed; rep.n_changed && *l; l += strcspn(l, "\n"), l += *l == '\n')
         LOGI("reload_changed", "change=\"%s\"", report_line(l, line, sizeof line));
     ms_log_level = r->c->log.level;
-    to_server_opts(r->c, o);
+    to_app_opts(r->c, o);
     return MS_OK;
 }
 
 static int serve(cfg *c, const char *path) {
-    server_opts o;
-    to_server_opts(c, &o);
+    app_opts o;
+    to_app_opts(c, &o);
     reload_ctx r = {c, path};
     ms_error err = {0};
-    int rc = server_run(&o, reload, &r, &err);
+    int rc = app_run(&o, reload, &r, &err);
     if (rc == 1) fprintf(stderr, "moshid: %s\n", err.msg);
     return rc;
 }
@@ -280,7 +280,7 @@ static void version(void) {
     else printf("  cuda  plugin loaded (%s), probe failed: %s\n", p->build ? p->build : "?",
                 p->probe ? what : "no probe function");
     /* engine.backend = auto takes the plugin only with a table and a device
-     * (daemon/model.c) */
+     * (daemon/session/model.c) */
     const char *table_name = p->backend ? ((const lm_backend_ops *)p->backend)->name : NULL;
     if (p->backend)
         printf("        backend table: yes (%s)%s\n", table_name ? table_name : "unnamed",

@@ -18,7 +18,7 @@ CHECK_query_DEPS = $(LIBPROTO) $(LIBENGINE)
 # libFuzzer targets (built and run by tests/fuzz/fuzz.mk): source
 # tests/fuzz/fuzz_<name>.c, seeds in tests/fuzz/corpus/<name>/.
 FUZZ_TARGETS += ogg msg query
-FUZZ_ogg_SRCS := proto/ogg.c proto/ogg_opus.c daemon/audio_opus.c engine/base/err.c
+FUZZ_ogg_SRCS := proto/ogg.c proto/ogg_opus.c daemon/session/audio_opus.c engine/base/err.c
 FUZZ_ogg_LIBS := -lopus
 FUZZ_msg_SRCS := proto/msg.c proto/utf8.c engine/base/err.c
 FUZZ_msg_LIBS :=
@@ -26,7 +26,7 @@ FUZZ_query_SRCS := proto/query.c proto/utf8.c engine/base/err.c
 FUZZ_query_LIBS := -lm
 
 # Opus stream wrappers of the daemon (linked by daemon/daemon.mk).
-DAEMON_AUDIO_SRCS += daemon/audio_opus.c
+DAEMON_AUDIO_SRCS += daemon/session/audio_opus.c
 $(DAEMON_AUDIO_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,opus)
 
 CHECK_SUITES += audio_opus

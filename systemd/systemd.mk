@@ -1,6 +1,6 @@
 # systemd/systemd.mk - moshid as a system service: `make install`, the
 # units, the man page, and the sd_notify module's flags and Check suite
-# (daemon/notify.c, built into libdaemon.a: daemon/daemon.mk).
+# (daemon/service/notify.c, built into libdaemon.a: daemon/daemon.mk).
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=] [UNITDIR=PREFIX/lib/systemd/system]
 #
@@ -69,11 +69,11 @@ install: $(BUILD)/moshid $(INST_TOOLS) $(INST_CU_PLUGIN) $(INST_UNITS) systemd/m
 TEST_SCRIPTS += tests/cli/install.sh
 
 # The sd_notify module: a Check suite against a test NOTIFY_SOCKET.
-# daemon/notify.c is in DAEMON_SRCS (libdaemon.a; libsystemd is in
+# daemon/service/notify.c is in DAEMON_SRCS (libdaemon.a; libsystemd is in
 # DAEMON_LIBS); the suite links that same object alone (nothing else of the
 # daemon), so no symbol is linked twice.
 NOTIFY_LIBS = $(call pc_libs,libsystemd)
-$(BUILD)/obj/daemon/notify.o: CPPFLAGS_ALL += $(call pc_cflags,libsystemd)
+$(BUILD)/obj/daemon/service/notify.o: CPPFLAGS_ALL += $(call pc_cflags,libsystemd)
 CHECK_SUITES += notify
-CHECK_notify_DEPS = $(BUILD)/obj/daemon/notify.o
+CHECK_notify_DEPS = $(BUILD)/obj/daemon/service/notify.o
 CHECK_notify_LIBS = $(NOTIFY_LIBS)

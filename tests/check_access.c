@@ -1,4 +1,4 @@
-/* check_access.c - the access policy (daemon/access.h): origins, the
+/* check_access.c - the access policy (daemon/net/access.h): origins, the
  * tokens file, token checks, per-token session limits, reload. */
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* check_mimi.c - Mimi parity against the official implementation (fixtures
  * from tests/fixtures/gen_mimi.py), batches, resets, hostile weights and codes.
  *
- * Parity criteria (issue 4): every code equal to the reference's streaming
+ * Parity criteria: every code equal to the reference's streaming
  * encode; decoded audio with the reference's sample count and
  * max|delta| <= 1e-4 * rms(reference) over the whole signal.
  * MIMI_FIXTURES (default tests/fixtures/mimi) and MIMI_MODELS (default

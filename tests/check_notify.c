@@ -1,4 +1,4 @@
-/* check_notify.c - the sd_notify datagrams (daemon/notify.h) as a service
+/* check_notify.c - the sd_notify datagrams (daemon/service/notify.h) as a service
  * manager receives them: a test NOTIFY_SOCKET (an AF_UNIX datagram socket
  * bound here, by path and in the abstract namespace) gets exactly the
  * bytes each call documents; nothing is sent and 0 returned without one;

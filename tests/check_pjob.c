@@ -1,4 +1,4 @@
-/* check_pjob.c - the daemon's prime job (daemon/pjob.c) on the PersonaPlex
+/* check_pjob.c - the daemon's prime job (engine/persona/pjob.c) on the PersonaPlex
  * fixtures of tests/fixtures/pp (gen_pp.py): a prompt primed in chunks
  * (voice codes, or a saved voice replayed a few rows at a time, then the
  * forced calls a few positions at a time) and snapshotted ends in the same

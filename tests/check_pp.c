@@ -8,7 +8,7 @@
  * offset, next tokens), saved-voice replay, persona snapshots, batches of
  * slots, hostile input, and build/moshi-run; persona restores bit-identical
  * to priming (every logit, sampled), the provided flags a snapshot must
- * carry, and restores that leave the other slots alone (issue 11).
+ * carry, and restores that leave the other slots alone.
  * Over 800 lines: one suite for PersonaPlex's step, its priming and its
  * snapshots, which share the fixtures and the helpers here. */
 #include <math.h>
@@ -592,7 +592,7 @@ START_TEST(test_jobs) {
 }
 END_TEST
 
-/* ---- persona snapshots: exact restores (issue 11) ----
+/* ---- persona snapshots: exact restores ----
  * On the CPU backend a restore is a copy, so a restored slot must continue
  * bit for bit as the slot that was primed: the tests below compare tokens
  * and every logit byte (memcmp), with sampling on (the rng noise is keyed

@@ -352,9 +352,9 @@ START_TEST(test_failure) {
 }
 END_TEST
 
-/* Issue 9, fix 1: a detach that arrives while the engine is inside a slow
- * begin: the slot is ended once and freed (it was stored ACTIVE over the
- * DETACH and leaked), and the next attach gets it. */
+/* A detach that arrives while the engine is inside a slow begin: the slot
+ * is ended once and freed (not stored ACTIVE over the DETACH and leaked),
+ * and the next attach gets it. */
 START_TEST(test_detach_during_begin) {
     fake f;
     sched *s = make(&f, 4);
@@ -414,7 +414,7 @@ START_TEST(test_failed_begin_ends_once) {
 }
 END_TEST
 
-/* Issue 9, fix 2: with the output ring full, the entry the loop holds
+/* With the output ring full, the entry the loop holds
  * (popped, not yet released) is never written over by the engine. */
 START_TEST(test_output_ring_full) {
     fake f;
@@ -572,8 +572,8 @@ START_TEST(test_backlog) {
 END_TEST
 
 /* Steps slower than a frame set the overload flag; it clears once the
- * engine runs out of work (it used to stay set with no session left, and
- * /healthz refused sessions for ever). */
+ * engine runs out of work (it must not stay set with no session left:
+ * /healthz would refuse sessions for ever). */
 START_TEST(test_overload_flag) {
     fake f;
     sched *s = make(&f, 8);

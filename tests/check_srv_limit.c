@@ -1,5 +1,5 @@
 /* check_srv_limit.c - the front end's connection accounting
- * (daemon/srv_limit.c): the client address table's key. The limits
+ * (daemon/net/srv_limit.c): the client address table's key. The limits
  * themselves are driven over real sockets in
  * tests/integration/test_srv_defects.py; what those cannot reach from
  * one loopback address is tested here: IPv6 clients are counted by /64

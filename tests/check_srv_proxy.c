@@ -1,5 +1,5 @@
 /* check_srv_proxy.c - the PROXY protocol header parser and the trusted
- * prefixes (daemon/srv_proxy.c). The headers here are written byte by
+ * prefixes (daemon/net/srv_proxy.c). The headers here are written byte by
  * byte from HAProxy's specification (proxy-protocol.txt, versions 1 and
  * 2); the daemon reading them from a real HAProxy is
  * tests/integration/test_haproxy.py, and from hand-made ones

@@ -1,4 +1,4 @@
-# tests/long.mk - the long proofs (issue 16): bounded-time targets outside
+# tests/long.mk - the long proofs: bounded-time targets outside
 # `make test`, whose last results are recorded by hand in docs/benchmarks.md
 # ("Long proofs").
 #
@@ -38,7 +38,7 @@ soak: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 	$(Q)build/venv/bin/python tests/tools/soak.py --moshid $(BUILD)/moshid --demo $(DEMO_DIR) \
 	  -n $(SOAK_N) --seconds $(SOAK_S) --session-s $(SOAK_SESSION_S) --out $(BUILD)/soak
 
-# hostile.py's loops (issue 16, item 1): idle connections, slowloris
+# hostile.py's loops: idle connections, slowloris
 # (headers a byte at a time), upgrade floods and connect-drop, by default the
 # sizes of item 1's test.
 HOSTILE_N ?= 4

@@ -29,6 +29,8 @@ $(VENV)/.ok: tests/requirements.txt
 
 # Suites and scripts run by `make test`; fragments may add to these.
 TEST_SCRIPTS += tests/check_deps.sh
+# The file graph: no circles, engine/ below cuda/ and daemon/ (docs/architecture.md).
+TEST_SCRIPTS += tests/tools/check_layers.sh
 PYTEST_DIRS ?=
 
 test-unit: $(CHECK_BINS) $(PROGRAMS)

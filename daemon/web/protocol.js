@@ -19,7 +19,7 @@ export const SAMPLING_PARAMS = [
   { name: "audio_topk", min: 1, max: 1 << 20, integer: true },
 ];
 
-// An access token as auth.tokens_file holds them (daemon/access.h): 16 to
+// An access token as auth.tokens_file holds them (daemon/net/access.h): 16 to
 // 256 of the characters that travel unchanged in a URL.
 export const TOKEN_RE = /^[A-Za-z0-9._~-]{16,256}$/;
 

@@ -12,11 +12,6 @@ $(BUILD)/mimi-codec: $(BUILD)/obj/engine/cli/mimi_codec.o $(LIBENGINE_IO) $(LIBE
 $(BUILD)/moshid-mkmodel: $(BUILD)/obj/engine/cli/mkmodel.o $(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
-# moshid-plan: the CUDA memory plan (cuda/cu_plan.c) from the command line
-PROGRAMS += $(BUILD)/moshid-plan
-$(BUILD)/moshid-plan: $(BUILD)/obj/engine/cli/plan.o $(LIBENGINE)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
 
 # drive build/moshi-run (built by make test before the suites run)
 CHECK_SUITES += lm_run pp_run

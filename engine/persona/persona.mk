@@ -4,6 +4,9 @@
 # codes and the codec's SILENCE/SINE (voice.c, core; voice_io.c, I/O);
 # fixtures in tests/fixtures/voice (gen_voice.py).
 ENGINE_SRCS += engine/persona/prime.c engine/persona/prime_io.c engine/persona/job.c engine/persona/voice.c
+# The prime job of a persona on a backend slot (pjob.c, which the daemon's
+# engine thread steps).
+ENGINE_SRCS += engine/persona/pjob.c
 
 # Voice prompt files -> codes (I/O archive: libsndfile, libsoxr, libebur128);
 # a program that calls voice_io.h links $(LIBENGINE_IO) $(LIBENGINE) $(VOICE_LIBS).
@@ -19,6 +22,9 @@ CHECK_voice_LIBS = $(VOICE_LIBS)
 
 CHECK_SUITES += pp
 CHECK_pp_DEPS = $(LIBENGINE)
+# The prime job on the PersonaPlex fixtures of tests/fixtures/pp.
+CHECK_SUITES += pjob
+CHECK_pjob_DEPS = $(LIBENGINE)
 
 # make bench: a 300-position prime by prefill vs by single steps, and its
 # persona snapshot saved and restored (pp_persona_load, the chunked job) (CPU).

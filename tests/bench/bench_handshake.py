@@ -4,7 +4,7 @@ model (make bench-personas): sessions without a persona, restored from the
 configured persona's snapshot (persona=demo), and primed on demand
 (voice_prompt + a role text never seen before, so every one misses the
 cache and primes), each over N connections one after another. Prints
-p50 / p99 and the ratio on-demand / restored. "Ready at once" (issue 11):
+p50 / p99 and the ratio on-demand / restored. "Ready at once":
 restored p50 < 100 ms and p99 < 250 ms.
 
   build/venv/bin/python tests/bench/bench_handshake.py --moshid build/moshid --demo build/demo [-n 20]

@@ -2,7 +2,7 @@
  * one thread: real-time factor (audio seconds per compute second) of encode
  * and of decode, for a batch of 1 stream and of 3 streams, and achieved
  * GFLOP/s of the codec and of mimi_gemm as a ratio to OpenBLAS sgemm
- * measured in the same run. Target (issue 4): encode + decode together at
+ * measured in the same run. Target: encode + decode together at
  * least 3x real time on one core.
  *
  *   build/bench/bench_mimi [seconds of audio, default 4]   (OpenBLAS set to 1 thread)

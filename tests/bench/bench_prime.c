@@ -2,7 +2,7 @@
  * prefill against 301 single steps, and the persona snapshot of it: saved,
  * and restored by pp_persona_load and by the chunked job (make bench).
  *
- * Model: demo-sized and PersonaPlex-shaped (the demo model of issue 6 is
+ * Model: demo-sized and PersonaPlex-shaped (the demo model is
  * "LM dim <= 128, 16-step depformer, audio card 2048"): dim 128, 4 layers,
  * 8 heads, context 3000, card 2048, text_card 4000, depformer 64 wide with
  * 2 layers, random float32 weights from a fixed seed, written to a

@@ -13,20 +13,20 @@
 
 FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
-FUZZ_cfg_SRCS := daemon/srv_proxy.c daemon/cfg.c daemon/cfg_dump.c daemon/cfg_reload.c daemon/cfg_table.c daemon/cfg_doc.c daemon/cfg_persona.c engine/base/err.c engine/base/log.c
+FUZZ_cfg_SRCS := daemon/net/srv_proxy.c daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
-# The server's receive path (srv_rx_feed, daemon/srv_rx.c: pure, no
+# The server's receive path (srv_rx_feed, daemon/net/srv_rx.c: pure, no
 # libwebsockets).
 FUZZ_TARGETS += srv
-FUZZ_srv_SRCS := daemon/srv_rx.c
-# The wire guard's parser (srv_wg_feed, daemon/srv_rx.c): headers to
+FUZZ_srv_SRCS := daemon/net/srv_rx.c
+# The wire guard's parser (srv_wg_feed, daemon/net/srv_rx.c): headers to
 # frames, the MASK bit libwebsockets 4.1 does not check.
 FUZZ_TARGETS += wg
-FUZZ_wg_SRCS := daemon/srv_rx.c
+FUZZ_wg_SRCS := daemon/net/srv_rx.c
 # The PROXY protocol header of trusted proxies (srv_proxy_parse,
-# daemon/srv_proxy.c: pure) and the trusted prefixes.
+# daemon/net/srv_proxy.c: pure) and the trusted prefixes.
 FUZZ_TARGETS += proxy
-FUZZ_proxy_SRCS := daemon/srv_proxy.c
+FUZZ_proxy_SRCS := daemon/net/srv_proxy.c
 # torch.save files (PersonaPlex voices as published): the zip reader and
 # the pickle interpreter (engine/base/pt.c).
 FUZZ_TARGETS += pt
@@ -38,7 +38,7 @@ FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -Wall -Wextra -Werror $(CPPFLAGS_ALL)
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-FUZZ_HDRS := $(wildcard engine/*/*.h proto/*.h daemon/*.h)
+FUZZ_HDRS := $(wildcard engine/*/*.h proto/*.h daemon/*.h daemon/*/*.h)
 
 # clang and its libFuzzer runtime present? (Debian: clang, libclang-rt-14-dev)
 FUZZ_RT := $(shell $(FUZZ_CC) -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)

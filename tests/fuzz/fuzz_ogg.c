@@ -1,5 +1,5 @@
 /* fuzz_ogg.c - libFuzzer target: the Ogg demuxer, the Ogg Opus reader and
- * the Opus decoder stream of the daemon (daemon/audio_opus.c, libopus).
+ * the Opus decoder stream of the daemon (daemon/session/audio_opus.c, libopus).
  *
  * Byte 0 picks the chunk size the input is fed in (1..256 bytes, or all at
  * once) and small limits, so that page reassembly across feeds, packet

@@ -1,5 +1,5 @@
 /* fuzz_proxy.c - libFuzzer target: the PROXY protocol header parser
- * (srv_proxy_parse, daemon/srv_proxy.c) and the trusted-prefix parser.
+ * (srv_proxy_parse, daemon/net/srv_proxy.c) and the trusted-prefix parser.
  *
  * Input: the first bytes a trusted proxy's connection sends. Beyond no
  * out-of-bounds access (ASan) and no undefined behaviour (UBSan), the

@@ -1,6 +1,6 @@
 /* fuzz_srv.c - libFuzzer target: the server's receive path, WebSocket
  * message reassembly with its fragment and size handling (srv_rx_feed,
- * daemon/srv_rx.c, the function srv.c's LWS_CALLBACK_RECEIVE calls; it
+ * daemon/net/srv_rx.c, the function srv.c's LWS_CALLBACK_RECEIVE calls; it
  * links alone, without libwebsockets).
  *
  * Input: 2 bytes little-endian: the message limit; then pieces, each

@@ -1,5 +1,5 @@
 /* fuzz_wg.c - libFuzzer target: the wire guard's parser (srv_wg_feed,
- * daemon/srv_rx.c), which follows a connection's bytes from the request
+ * daemon/net/srv_rx.c), which follows a connection's bytes from the request
  * headers to the frames and stops at a client frame without a mask.
  *
  * Input: 1 byte, the seed of the cut into pieces; then the byte stream.

@@ -61,7 +61,7 @@
  *  - "e2e sync": lm_frame_submit then lm_frame_wait of each frame (encode,
  *    LMGen + LM step, decode, in series);
  *  - "e2e pipelined": frame t + 1 submitted before frame t is waited for,
- *    as the daemon's engine runs it (daemon/scheduler.c, model.c): the
+ *    as the daemon's engine runs it (daemon/session/scheduler.c, model.c): the
  *    wall time of one submit + one wait in the steady state, the decode of
  *    t running during the encode and LM step of t + 1.
  * Issue 15's target, end-to-end at batch 64 and full context under 60 ms,

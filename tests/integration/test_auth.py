@@ -1,4 +1,4 @@
-"""Access control end to end (daemon/access.h, docs/security.md): bearer
+"""Access control end to end (daemon/net/access.h, docs/security.md): bearer
 tokens from auth.tokens_file in each of the four places clients put them,
 per-token session limits, SIGHUP reload of the tokens file, the origin
 policy, and that no token ever reaches the daemon's log.

@@ -1,4 +1,4 @@
-"""Choosing the backend (engine.backend, daemon/model.c) and a sticky device
+"""Choosing the backend (engine.backend, daemon/session/model.c) and a sticky device
 error, with fake CUDA plugins instead of a GPU (tests/gpu/fake_plugin.c,
 built by cuda/plan.mk): "fakecuda" carries a backend table that runs the
 CPU backend and fails on request, "fakecuda-notable" carries none. Each test
@@ -18,7 +18,7 @@ START_TIMEOUT_S = 60
 # A fatal engine error ends the process: the sessions are told, then the
 # normal shutdown (at most 2 s of grace for the sessions) runs.
 EXIT_TIMEOUT_S = 60
-ENGINE_FATAL_STATUS = 4   # daemon/server.h, docs/configuration.md
+ENGINE_FATAL_STATUS = 4   # daemon/app.h, docs/configuration.md
 
 
 def plugin_env(build_dir, which, **extra):

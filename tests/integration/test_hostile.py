@@ -1,4 +1,4 @@
-"""Hostile load at the connection layer (issue 16), short version: moshid on
+"""Hostile load at the connection layer, short version: moshid on
 the demo model while tests/tools/hostile.py holds 500 idle and 100
 slowloris connections from other addresses (127.0.0.2-21; the monitor and
 the session connect from 127.0.0.1). /healthz must answer within 100 ms

@@ -23,7 +23,7 @@ import pytest
 import moshi_client as mc
 from test_daemon import frames_in, start_daemon, stop_daemon
 
-DAYS = 365  # SELFSIGN_DAYS in daemon/selfsign.h
+DAYS = 365  # SELFSIGN_DAYS in daemon/net/selfsign.h
 
 
 def self_signed(build_dir, d):

@@ -1,4 +1,4 @@
-"""The HTTP/WebSocket front end (daemon/srv.c) driven over real sockets
+"""The HTTP/WebSocket front end (daemon/net/srv.c) driven over real sockets
 through tests/tools/srv_echo.c: routing, query decoding, message
 reassembly, the size limit, asynchronous close, a clean shutdown."""
 import asyncio

@@ -1,5 +1,5 @@
-"""The connection-layer defects of issue 16, each reproduced over raw
-sockets against the front end alone (tests/tools/srv_echo.c, daemon/srv*.c):
+"""The connection-layer defects, each reproduced over raw
+sockets against the front end alone (tests/tools/srv_echo.c, daemon/net/srv*.c):
 the WebSocket handshake checks, close codes, the size verdict, the empty
 first message, paths, the subprotocol answer, ws_admit, and the
 connection limits (handshake timeout, pending limits, rate, active limits).
@@ -193,7 +193,7 @@ def test_good_handshake_still_101(echo):
 
 
 def test_subprotocol_answered_not_dropped(echo):
-    """A browser's new WebSocket(url, ["x"]) used to see a dropped socket."""
+    """A browser's new WebSocket(url, ["x"]) gets an answer, not a dropped socket."""
     s = upgrade(echo, extra="Sec-WebSocket-Protocol: x, y\r\n")
     st, h, body = read_http(s)
     assert st == 400 and b"subprotocol" in body and h.get("connection") == "close"
@@ -274,7 +274,7 @@ def test_long_path_with_static_files(build_dir):
 # ---- frames ----
 
 def test_empty_binary_first_message(echo):
-    """Used to memcpy from a NULL buffer (UB; the sanitizer build aborted)."""
+    """No memcpy from a NULL buffer (UB; the sanitizer build would abort)."""
     s = ws_open(echo)
     s.sendall(frame(b""))
     assert read_frame(s) == (2, b"")
@@ -309,7 +309,7 @@ def test_many_continuations_size(echo):
     assert code == 1009 and reason == f"message too big: {crossing} bytes".encode()
 
 
-# ---- unmasked client frames (RFC 6455 5.1; daemon/srv_wire.c) ----
+# ---- unmasked client frames (RFC 6455 5.1; daemon/net/srv_wire.c) ----
 
 def unmasked_count(port):
     return healthz(port)["refused"]["unmasked"]
@@ -600,7 +600,7 @@ def test_active_limits_answer_429_and_503(build_dir):
 
 
 def test_idle_connections_do_not_starve_healthz(build_dir):
-    """Issue 16: 33 connections that send nothing took every header slot."""
+    """33 connections that send nothing must not take every header slot."""
     p, port = start_echo(build_dir, "handshake_timeout_ms=60000")
     try:
         idle = [connect(port, f"127.0.1.{i % 50 + 1}") for i in range(200)]
@@ -620,8 +620,7 @@ def test_idle_connections_do_not_starve_healthz(build_dir):
 
 def test_reload_log_one_record_per_line(build_dir, tmp_path):
     """Several options changed by one SIGHUP: one record each, every line
-    of the log a record (the report used to go out as one record with
-    newlines in it)."""
+    of the log a record (never one record with newlines in it)."""
     from test_daemon import start_daemon, stop_daemon
     p, port, log = start_daemon(build_dir, tmp_path, sessions=1)
     try:

@@ -1,4 +1,4 @@
-"""TLS certificate reload on SIGHUP (issue 16, item 5): moshid starts with
+"""TLS certificate reload on SIGHUP: moshid starts with
 certificate A; while a wss session streams, the files are replaced by
 certificate B and the daemon gets SIGHUP: new connections see B, the open
 session keeps streaming to its end. A pair that does not match keeps the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """hostile.py - connection-level hostile load against moshid (or srv_echo),
-while /healthz is timed from another address: the loops of issue 16.
+while /healthz is timed from another address.
 
   hostile.py --url http://127.0.0.1:PORT --duration S --idle N --slowloris N \\
              --flood-rate R --drop-rate R [--json OUT] [--sources A-B]

@@ -37,8 +37,7 @@ With --hostile "ARGS", one session per client lasts the whole run and, once
 every session has its handshake, tests/tools/hostile.py --url URL --duration
 D ARGS --json OUT runs beside them (D: the run less a margin so it ends
 first); its exit status (every /healthz answered) and JSON join the
-summary, with one more check: /healthz p99 under --healthz-p99-ms (100 ms,
-issue 16 item 1). The clients then connect from --client-addr (127.0.3.1 by
+summary, with one more check: /healthz p99 under --healthz-p99-ms (100 ms). The clients then connect from --client-addr (127.0.3.1 by
 default in that mode: any 127/8 address is loopback on Linux; hostile.py
 attacks from 127.0.0.2-127.0.0.21 and times /healthz from 127.0.0.1), so
 that per-address limits aimed at the attackers are not what the streaming
@@ -577,7 +576,7 @@ def main():
     if a.sessions_max is None:
         # soak: -n (see --sessions-max); hostile: room for more, so that
         # /healthz says 200 (a new session would start) and the upgrade
-        # flood meets free slots, as in issue 16 item 1's test
+        # flood meets free slots, as in test_hostile.py
         a.sessions_max = a.n + 4 if a.hostile is not None else a.n
     if a.hostile is not None:
         a.session_s = a.seconds            # one session each, through the whole hostile run

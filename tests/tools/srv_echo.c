@@ -1,4 +1,4 @@
-/* srv_echo.c - the HTTP/WebSocket front end (daemon/srv.c) alone, with echo
+/* srv_echo.c - the HTTP/WebSocket front end (daemon/net/srv.c) alone, with echo
  * handlers, for the integration tests of routing, reassembly, limits and a
  * clean shutdown. Prints "port=N" when listening; SIGTERM shuts down and the
  * exit status says whether the loop closed cleanly (0) or not (3); SIGHUP

@@ -54,7 +54,7 @@ srv_rx_verdict srv_rx_feed(srv_rx *r, unsigned flags, uint64_t frame_left, const
     }
     if (!(flags & SRV_RX_FINAL) || frame_left) return SRV_RX_MORE;
     /* An empty message before any payload has no buffer: never a NULL
-     * pointer with a size (issue 16's empty first message). */
+     * pointer with a size (an empty first message). */
     *msg = r->buf ? r->buf : empty;
     *size = r->len;
     r->len = 0;

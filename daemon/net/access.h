@@ -1,7 +1,7 @@
 /* access.h - who may open a session: the Origin policy and bearer tokens
  * with per-token session limits (docs/security.md). The decision logic and
  * the token file's parser; no sockets, no logging, no metrics (the caller,
- * server.c's ws_admit, logs and counts what it decides).
+ * app.c's ws_admit, logs and counts what it decides).
  *
  * Origins: server.allowed_origins holds keywords and origins:
  *   "same-origin"  the Origin's scheme://host:port is the listener's own:

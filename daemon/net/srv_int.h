@@ -1,7 +1,7 @@
 /* srv_int.h - what the front end's files share (srv.h is the public side):
  *
- *   srv.c        the libwebsockets callback, creation and teardown, the
- *                connection calls of srv.h
+ *   srv.c        the libwebsockets callback, creation and teardown
+ *   srv_conn.c   the connection calls of srv.h (send, close, deadlines)
  *   srv_req.c    judging complete requests (method, path, WebSocket
  *                handshake, ws_admit, the dynamic paths' request) and the
  *                HTTP answers srv writes itself
@@ -196,6 +196,10 @@ struct srv {
 #define SRV_IP6_PREFIX_BYTES 8
 struct sockaddr;
 int srv_lim_key(const struct sockaddr *sa, uint8_t key[16]);
+/* srv_addr_text: the address of sa without its port, IPv4-mapped IPv6 as
+ * IPv4 ("?" and -1 for another family). The listener's log lines and the
+ * connections' peers use it too. */
+int srv_addr_text(const struct sockaddr *sa, char *out, size_t len);
 /* srv_lim_init: the limits' defaults (0 in cfg), the address table and its
  * hash seed. MS_OK or MS_ERR_NOMEM. */
 int srv_lim_init(srv *s);
@@ -231,6 +235,12 @@ void *srv_lim_principal(struct lws *wsi, int set, void *p);
 const char *srv_lim_peer(struct lws *wsi);
 /* srv_refused: count a refusal (srv_config.on_refuse). */
 void srv_refused(srv *s, srv_refusal why);
+
+/* ---- one connection (srv_conn.c) ---- */
+
+/* srv_conn_close_ack_s: seconds to wait for the peer's reply to our close
+ * frame (2, or what is left before the drop deadline; at least 1). */
+int srv_conn_close_ack_s(const srv_conn *c);
 
 /* ---- requests and answers (srv_req.c) ---- */
 
@@ -277,9 +287,6 @@ void srv_wire_closed(srv_wire *w);
 
 /* ---- listening (srv_listen.c) ---- */
 
-/* srv_addr_text: the address of sa without its port, IPv4-mapped IPv6 as
- * IPv4 ("?" and -1 for another family). */
-int srv_addr_text(const struct sockaddr *sa, char *out, size_t len);
 /* srv_listen_bind: resolve s->cfg.listen and bind and listen on every
  * address (s->ls, s->port, s->bound_text, s->loopback_only); MS_OK, or
  * an error naming the address and the reason (nothing left open). */

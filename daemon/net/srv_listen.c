@@ -70,28 +70,6 @@ struct srv_ppw {
 
 /* ---- addresses ---- */
 
-int srv_addr_text(const struct sockaddr *sa, char *out, size_t len) {
-    const void *a;
-    int af = sa->sa_family;
-    if (af == AF_INET) a = &((const struct sockaddr_in *)sa)->sin_addr;
-    else if (af == AF_INET6) {
-        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        a = a6;
-        if (IN6_IS_ADDR_V4MAPPED(a6)) { /* a dual-stack socket's IPv4 client: as IPv4 */
-            a = a6->s6_addr + 12;
-            af = AF_INET;
-        }
-    } else {
-        snprintf(out, len, "?");
-        return -1;
-    }
-    if (!inet_ntop(af, a, out, (socklen_t)len)) {
-        snprintf(out, len, "?");
-        return -1;
-    }
-    return 0;
-}
-
 /* "127.0.0.1:8998" or "[::1]:8998". */
 static void addr_port_text(const struct sockaddr *sa, char *out, size_t len) {
     char a[INET6_ADDRSTRLEN];

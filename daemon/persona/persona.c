@@ -1,8 +1,10 @@
 /* persona.c - configured and on-demand personas, their primes and the
- * snapshot cache (see persona.h): the manager, its options, the requests
- * of sessions and their tickets, /api/personas. The primes are in
- * persona_prime.c, the configured personas in persona_conf.c; what the
- * three share in persona_int.h. Loop thread.
+ * snapshot cache (see persona.h): the manager, the requests of sessions
+ * and their tickets, /api/personas. The primes are in persona_prime.c,
+ * the configured personas in persona_conf.c, what all of them use in
+ * persona_util.c; the shared declarations in persona_int.h. Calls run one
+ * way: persona.c -> persona_conf.c -> persona_prime.c -> persona_util.c.
+ * Loop thread.
  *
  * A prime goes LOADING (the voice read and encoded on a worker thread) ->
  * QUEUED (waiting for a free prime slot) -> RUNNING (the engine's) -> done:
@@ -13,12 +15,10 @@
 #include "persona.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -26,76 +26,11 @@
 #include "metrics.h"
 #include "persona_int.h"
 
-double pers__now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-char *pers__dup(const char *s) {
-    char *d = strdup(s ? s : "");
-    MS_ASSERT(d != NULL); /* a few bytes on the loop thread */
-    return d;
-}
-
-/* Client or file bytes shown in a message: at most 64, '?' outside
- * printable ASCII. */
-const char *pers__shown(const char *s, char *buf, size_t len) {
-    size_t n = 0;
-    for (; s[n] && n < 64 && n + 4 < len; n++) buf[n] = (s[n] >= 0x20 && s[n] < 0x7f) ? s[n] : '?';
-    if (s[n] && n + 4 <= len) {
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
-void pers__fail_set(pers_fail *f, int status, int kind, const char *fmt, ...) {
-    f->status = status;
-    f->kind = kind;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-}
-
 /* The cache frees a snapshot: back to the engine thread. */
 static void cache_free_snap(void *ud, void *snap) {
     pers *p = ud;
     model_snap_free(p->m, snap);
     if (!p->stopped) sched_wake(p->s);
-}
-
-void pers__publish(pers *p) {
-    pc_stats st;
-    pc_stats_get(p->cache, &st);
-    met_add(MET_persona_cache_hits_total, st.hits - p->pub_hits);
-    met_add(MET_persona_cache_misses_total, st.misses - p->pub_misses);
-    met_add(MET_persona_cache_evictions_total, st.evictions - p->pub_evictions);
-    p->pub_hits = st.hits;
-    p->pub_misses = st.misses;
-    p->pub_evictions = st.evictions;
-    met_set(MET_persona_cache_entries, st.entries);
-    met_set(MET_persona_cache_bytes, (int64_t)st.bytes);
-    int ready = 0, running = 0;
-    for (pers_conf *c = p->confs; c; c = c->next) ready += c->entry != NULL;
-    for (pers_prime *q = p->primes; q; q = q->next) running++;
-    met_set(MET_personas, ready);
-    met_set(MET_persona_primes_running, running);
-}
-
-/* ---- options ------------------------------------------------------------ */
-
-void pers__set_opts(pers *p, const pers_opts *o) {
-    free(p->voices_dir);
-    free(p->record_dir);
-    p->voices_dir = pers__dup(o->voices_dir);
-    p->record_dir = pers__dup(o->record_dir);
-    p->on_demand = o->on_demand;
-    p->max_prompt_tokens = o->max_prompt_tokens;
-    p->max_voice_s = o->max_voice_s;
-    if (p->cache) pc_set_budget(p->cache, o->cache_bytes);
 }
 
 pers *pers_create(uv_loop_t *loop, model *m, sched *s, const pers_opts *o, ms_error *err) {
@@ -121,71 +56,6 @@ pers *pers_create(uv_loop_t *loop, model *m, sched *s, const pers_opts *o, ms_er
     pers__set_opts(p, o);
     pers__publish(p);
     return p;
-}
-
-/* ---- prompts: role text ids, keys ---------------------------------------- */
-
-/* The role text's ids: pre-tokenized ids (checked against the LM), or the
- * text wrapped (prompt_role_text) and tokenized; at most
- * max_prompt_tokens. *ids (caller frees) may be NULL with *n 0. */
-int pers__role_ids(pers *p, const char *text, size_t len, const int *pre, int n_pre, int **ids, int *n,
-                    ms_error *err) {
-    *ids = NULL;
-    *n = 0;
-    const lm_config *c = model_lm_config(p->m);
-    if (n_pre > 0) {
-        if (n_pre > p->max_prompt_tokens)
-            return ms_err_set(err, MS_ERR_LIMIT, "%d text ids, more than personas.max_prompt_tokens = %d", n_pre,
-                              p->max_prompt_tokens);
-        for (int i = 0; i < n_pre; i++)
-            if (pre[i] < 0 || pre[i] >= c->text_card)
-                return ms_err_set(err, MS_ERR_RANGE, "text id %d = %d is outside the model's text vocabulary (0..%d)",
-                                  i, pre[i], c->text_card - 1);
-        *ids = malloc(sizeof(int) * (size_t)n_pre);
-        if (!*ids) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-        memcpy(*ids, pre, sizeof(int) * (size_t)n_pre);
-        *n = n_pre;
-        return MS_OK;
-    }
-    char *wrapped = NULL;
-    size_t wl = 0;
-    if (prompt_role_text(text, len, &wrapped, &wl) != MS_OK) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-    if (!wrapped) return MS_OK; /* an empty prompt: no role phase */
-    const spm_enc *e = model_spm_enc(p->m);
-    if (!e) {
-        free(wrapped);
-        return ms_err_set(err, MS_ERR_UNSUPPORTED, "a role text needs model.tokenizer");
-    }
-    int cap = p->max_prompt_tokens;
-    int *v = malloc(sizeof(int) * (size_t)cap);
-    size_t got = 0;
-    if (!v) {
-        free(wrapped);
-        return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-    }
-    int rc = spm_encode(e, wrapped, wl, v, (size_t)cap, &got, err);
-    free(wrapped);
-    if (rc == MS_ERR_LIMIT && got > (size_t)cap)
-        rc = ms_err_set(err, MS_ERR_LIMIT, "%zu tokens, more than personas.max_prompt_tokens = %d", got, cap);
-    if (rc != MS_OK) {
-        free(v);
-        return rc;
-    }
-    *ids = v;
-    *n = (int)got;
-    return MS_OK;
-}
-
-pers_prime *pers__find_prime(pers *p, const prompt_key *k) {
-    for (pers_prime *q = p->primes; q; q = q->next)
-        if (prompt_key_equal(&q->key, k)) return q;
-    return NULL;
-}
-
-pers_conf *pers__find_conf(pers *p, const char *name) {
-    for (pers_conf *c = p->confs; c; c = c->next)
-        if (strcmp(c->name, name) == 0) return c;
-    return NULL;
 }
 
 void pers_stop(pers *p) {

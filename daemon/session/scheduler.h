@@ -163,7 +163,7 @@ uint64_t sched_progress(const sched *s);
 /* sched_idle: 1 while the engine thread waits for work (nothing queued,
  * nothing in flight), 0 while it looks at or does work (a step that never
  * returns reads 0 for ever). With sched_progress: the engine is healthy
- * when the counter moved or it is idle (the watchdog, server.c). Any
+ * when the counter moved or it is idle (the watchdog, app.c). Any
  * thread; a 1 may be stale by the time work arrives, never while a step
  * runs. */
 int sched_idle(const sched *s);

@@ -37,7 +37,7 @@ typedef struct pers pers;
 typedef struct pers_prime pers_prime;
 typedef struct pc_entry pc_entry;
 
-/* The options (server.h keeps them; reload hands new ones). Borrowed for
+/* The options (app.h keeps them; reload hands new ones). Borrowed for
  * the call: the manager copies what it keeps. */
 typedef struct pers_opts {
     const cfg_personas *list;  /* configured personas (may be NULL: none) */

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "access.h"
-#include "app.h"
+#include "app_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -214,7 +214,7 @@ static uint64_t pick_seed(int64_t v) {
  * random when neither is given. The one struct that travels to the engine
  * and that the metadata message reports. */
 static void resolve_samp(sess *s) {
-    const server_opts *o = &s->a->o;
+    const app_opts *o = &s->a->o;
     const proto_query *q = &s->q;
     const pers_samp *ov = &s->pt.samp;   /* a configured persona's overrides (< 0: none) */
     lm_samp *p = &s->samp;

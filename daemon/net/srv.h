@@ -22,7 +22,7 @@
  * Every 401 srv sends (a ws_admit or http_get verdict) carries
  * "WWW-Authenticate: Bearer realm="moshid"".
  *
- * The implementation: srv.c and the files daemon/srv_int.h lists.
+ * The implementation: srv.c and the files daemon/net/srv_int.h lists.
  *
  * Threading: every srv_* call and every handler runs on the loop thread.
  */

@@ -67,7 +67,7 @@ static int check_cidr(const char *s, char *why, size_t len) {
 static const char *const default_listen[] = {"127.0.0.1", NULL};
 
 /* server.allowed_origins item: "*", the keywords "same-origin" and
- * "localhost" (daemon/access.h says what they admit), or
+ * "localhost" (daemon/net/access.h says what they admit), or
  * scheme://host[:port] as browsers send it in the Origin header (no path,
  * no trailing slash). */
 static int check_origin(const char *s, char *why, size_t len) {

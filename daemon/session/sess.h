@@ -1,7 +1,7 @@
 /* sess.h - one client session on the loop thread: the protocol state
  * machine between the WebSocket (srv.h), the audio codecs (audio_opus.h)
  * and the engine thread (scheduler.h). The application it belongs to is
- * app.h. Internal to the daemon.
+ * app_int.h. Internal to the daemon.
  */
 #ifndef MOSHID_SESS_H
 #define MOSHID_SESS_H
@@ -35,7 +35,7 @@ typedef struct sess_msg {
     uint8_t buf[];             /* srv_pre + len */
 } sess_msg;
 
-typedef struct app app;        /* app.h */
+typedef struct app app;        /* app_int.h */
 
 typedef struct sess {
     app *a;

@@ -79,31 +79,39 @@ int cfg_cross_check(const cfg *c, ms_error *err);
 static inline int cfg__section_len(const cfg_option *o) { return (int)(strchr(o->path, '.') - o->path); }
 
 /* The walkers' shared pieces. Module dependencies run one way:
- * cfg.c (defaults, values, copy, compare, load) <- cfg_dump.c (JSON text)
- * <- cfg_reload.c (reload and its report); cfg_doc.c reads the table only. */
+ * cfg_util.c (strings, messages, JSON numbers, paths) <- cfg_persona.c
+ * (the personas.list type) <- cfg_table.c (the options) <- cfg.c
+ * (defaults, values, copy, compare, load) <- cfg_dump.c (JSON text) <-
+ * cfg_reload.c (reload and its report); cfg_doc.c reads the table only. */
 
-/* cfg.c: strdup and a list copy that assert on out-of-memory (a few bytes
- * at start-up or reload); one option's value compared, and copied from src
- * to dst (dst's old value freed). */
+/* Longest key from a file quoted in a message, bytes (cfg__shown). */
+#define CFG_KEY_SHOWN_MAX 64
+
+/* cfg_util.c: strdup that asserts on out-of-memory (a few bytes at
+ * start-up or reload). */
 char *cfg__strdup(const char *s);
+
+/* cfg.c: a list copy (asserts on out-of-memory); one option's value
+ * compared, and copied from src to dst (dst's old value freed). */
 void cfg__list_copy(cfg_strlist *dst, const char *const *src, int n);
 bool cfg__value_equal(const cfg *a, const cfg *b, const cfg_option *o);
 void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o);
 
 /* cfg_dump.c: the value of o in c as compact JSON text in buf[0..len),
- * cut to fit ("?" when out of memory). cfg__double_json: d as the shortest
- * JSON number that reads back to d. */
+ * cut to fit ("?" when out of memory). */
 void cfg__format_value(const cfg *c, const cfg_option *o, char *buf, size_t len);
-struct cJSON *cfg__double_json(double d);
 
-/* cfg.c, for the custom types: a key from a file safe to print (at most
- * 64 bytes, '?' outside printable ASCII) into buf; what kind of JSON value
- * v is ("a string", ...); the edit distance of two names (cut at 64 bytes);
- * a relative path made relative to base_dir (owned result). */
+/* cfg_util.c, for the walkers and the custom types: a key from a file
+ * safe to print (at most CFG_KEY_SHOWN_MAX bytes, '?' outside printable
+ * ASCII) into buf; what kind of JSON value v is ("a string", ...); the
+ * edit distance of two names (cut at 64 bytes); a relative path made
+ * relative to base_dir (owned result); d as the shortest JSON number that
+ * reads back to d. */
 const char *cfg__shown(const char *key, char *buf, size_t len);
 const char *cfg__json_kind(const struct cJSON *v);
 int cfg__distance(const char *a, const char *b);
 char *cfg__resolve(const char *s, const char *base_dir);
+struct cJSON *cfg__double_json(double d);
 
 /* cfg_persona.c: the type of personas.list. */
 extern const cfg_custom_ops cfg_personas_ops;

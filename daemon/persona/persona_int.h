@@ -1,6 +1,7 @@
-/* persona_int.h - what the three files of the persona module share
- * (persona.c: options, requests, tickets, the list; persona_prime.c: the
- * primes; persona_conf.c: the configured personas). Not for other modules.
+/* persona_int.h - what the files of the persona module share (persona.c:
+ * the manager, requests, tickets, the list; persona_conf.c: the configured
+ * personas; persona_prime.c: the primes; persona_util.c: what they all
+ * use). Not for other modules.
  * Loop thread, except load_work in persona_prime.c.
  */
 #ifndef MOSHID_PERSONA_INT_H
@@ -83,7 +84,7 @@ struct pers {
     uint64_t pub_hits, pub_misses, pub_evictions;
 };
 
-/* persona.c */
+/* persona_util.c */
 /* pers__set_opts: copy what the manager keeps of o (the budget applied). */
 void pers__set_opts(pers *p, const pers_opts *o);
 double pers__now_ms(void);

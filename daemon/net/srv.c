@@ -1,8 +1,8 @@
 /* srv.c - libwebsockets on the daemon's libuv loop: the callback, creation
- * and teardown, the connection calls. See srv.h; srv_int.h lists the other
- * files of the front end (srv_req.c judges requests, srv_limit.c counts
- * connections, srv_tls.c holds the certificate pair, srv_rx.c reassembles
- * messages).
+ * and teardown. See srv.h; srv_int.h lists the other files of the front
+ * end (srv_conn.c holds the connection calls, srv_req.c judges requests,
+ * srv_limit.c counts connections, srv_tls.c holds the certificate pair,
+ * srv_rx.c reassembles messages).
  *
  * What is checked where (libwebsockets 4.1.6, Debian's libwebsockets-dev):
  *
@@ -71,9 +71,6 @@ const size_t srv_pre = LWS_PRE;
 #define SRV_SHUTDOWN_POLL_MS 5
 #define SRV_SHUTDOWN_MAX_POLLS 400
 
-/* Seconds to wait for the peer's reply to our close frame (less when a
- * drop deadline comes sooner). */
-#define SRV_CLOSE_ACK_S 2
 /* lws's internal write type for a close frame (see lws-write.h). */
 #define SRV_LWS_WRITE_CLOSE 4
 
@@ -113,16 +110,6 @@ static int check_peer_close(struct lws *wsi, uint8_t *p, size_t len) {
     p[1] = (uint8_t)(bad & 0xff);
     for (size_t i = 2; i < len; i++) p[i] = i - 2 < rl ? (uint8_t)r[i - 2] : ' ';
     return 0;
-}
-
-/* Seconds to wait for the peer's close reply: SRV_CLOSE_ACK_S, or what is
- * left before the drop deadline (lws's timeouts count whole seconds; at
- * least 1). */
-static int close_ack_s(const srv_conn *c) {
-    if (!c->drop_at_ms) return SRV_CLOSE_ACK_S;
-    uint64_t now = uv_now(c->s->loop);
-    int left = c->drop_at_ms > now + 1000 ? (int)((c->drop_at_ms - now) / 1000) : 1;
-    return left < SRV_CLOSE_ACK_S ? left : SRV_CLOSE_ACK_S;
 }
 
 /* The wire guard's entry of wsi's connection (NULL: none). */
@@ -203,7 +190,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
              * reset before it reads our close frame reports 1006), at most
              * SRV_CLOSE_ACK_S seconds and never past the drop deadline. */
             c->close_sent = 1;
-            lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, close_ack_s(c));
+            lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, srv_conn_close_ack_s(c));
             return 0;
         }
         if (c->sess && !c->failed) s->h.ws_writable(s->ud, c->sess);
@@ -389,8 +376,8 @@ srv *srv_create(uv_loop_t *loop, const srv_config *cfg, const srv_handlers *h, v
     info.mounts = &s->mounts[0];
     info.max_http_header_data = (unsigned short)(cfg->max_header_bytes > 65535 ? 65535 : cfg->max_header_bytes);
     /* Every connection holding a header slot is pending or active: with
-     * this many slots none waits for one (the defect of issue 16: idle
-     * connections took every slot). */
+     * this many slots none waits for one (idle connections cannot take
+     * every slot). */
     unsigned pool = c->max_pending + c->max_connections + SRV_HEADER_SLOTS_SPARE;
     info.max_http_header_pool = (unsigned short)(pool > 65535 ? 65535 : pool);
     info.timeout_secs = 20;
@@ -478,47 +465,3 @@ void srv_shutdown(srv *s, void (*done)(void *ud)) {
     lws_context_destroy(s->ctx); /* starts the teardown on the foreign loop */
     teardown_start(s, done);
 }
-
-void srv_conn_writable(srv_conn *c) {
-    if (c->wsi) lws_callback_on_writable(c->wsi);
-}
-
-int srv_conn_choked(srv_conn *c) {
-    /* lws_send_pipe_choked is also true while lws holds the rest of a
-     * partial write: nothing more may be written then. */
-    return c->failed || !c->wsi || lws_send_pipe_choked(c->wsi);
-}
-
-int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len) {
-    if (c->failed || !c->wsi) return -1;
-    int n = lws_write(c->wsi, buf + LWS_PRE, len, LWS_WRITE_BINARY);
-    if (n < (int)len) {
-        c->failed = 1; /* the writable callback returns -1: lws drops it */
-        return -1;
-    }
-    return 0;
-}
-
-void srv_conn_drop_after(srv_conn *c, int secs) {
-    if (!c->wsi || secs <= 0) return;
-    uint64_t at = uv_now(c->s->loop) + (uint64_t)secs * 1000;
-    if (c->drop_at_ms && c->drop_at_ms <= at) return;
-    c->drop_at_ms = at;
-    /* One lws timeout per connection: the wait for the close reply, once
-     * our close frame is out, is cut to the deadline as well. A timeout
-     * closes the socket at once, without flushing (lws's "violent death"). */
-    if (c->close_sent) lws_set_timeout(c->wsi, PENDING_TIMEOUT_CLOSE_ACK, close_ack_s(c));
-    else lws_set_timeout(c->wsi, PENDING_TIMEOUT_CLOSE_SEND, secs);
-}
-
-void srv_conn_close(srv_conn *c, int status, const char *reason) {
-    if (c->closing || !c->wsi) return; /* !wsi: already closed (ws_closed was called) */
-    c->closing = 1;
-    c->close_status = status;
-    proto_msg_close_reason(c->close_reason, reason ? reason : "");
-    lws_callback_on_writable(c->wsi);
-}
-
-const char *srv_conn_peer(const srv_conn *c) { return c->peer; }
-
-void *srv_conn_principal(const srv_conn *c) { return c->principal; }

@@ -18,15 +18,6 @@
 
 /* Most options the walker handles (the size of its "seen" table). */
 #define CFG_MAX_OPTIONS 128
-/* Longest key quoted in a message, bytes. */
-#define KEY_SHOWN_MAX 64
-
-
-char *cfg__strdup(const char *s) {
-    char *d = strdup(s);
-    MS_ASSERT(d != NULL); /* a few bytes at start-up: out of memory is fatal */
-    return d;
-}
 
 static void list_free(cfg_strlist *l) {
     for (int i = 0; i < l->n; i++) free(l->v[i]);
@@ -136,50 +127,6 @@ void cfg_copy(cfg *dst, const cfg *src) {
 
 /* ---- messages --------------------------------------------------------- */
 
-/* A key from the file, safe to print: at most KEY_SHOWN_MAX bytes, bytes
- * outside printable ASCII replaced by '?'. */
-const char *cfg__shown(const char *key, char *buf, size_t len) {
-    size_t n = 0;
-    for (; key[n] && n < KEY_SHOWN_MAX && n + 4 < len; n++)
-        buf[n] = (key[n] >= 0x20 && key[n] < 0x7f) ? key[n] : '?';
-    if (key[n] && n + 4 <= len) {
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
-const char *cfg__json_kind(const cJSON *v) {
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "an unknown value";
-}
-
-/* Edit distance of a and b (each cut at 64 bytes), for suggestions. */
-int cfg__distance(const char *a, const char *b) {
-    size_t la = strnlen(a, 64), lb = strnlen(b, 64);
-    int row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* The option path closest to key (a full "section.name" path, or a bare
  * name met at the top level), or NULL when nothing is close. */
 static const char *suggest(const char *key) {
@@ -224,19 +171,6 @@ static int check_string(const cfg_option *o, const char *s, const char *what, ms
     return MS_OK;
 }
 
-/* Relative path s made relative to base_dir (when both are set). Returns an
- * owned string. */
-char *cfg__resolve(const char *s, const char *base_dir) {
-    if (!s[0] || s[0] == '/' || !base_dir || !base_dir[0]) return cfg__strdup(s);
-    size_t lb = strlen(base_dir), ls = strlen(s);
-    char *r = malloc(lb + 1 + ls + 1);
-    MS_ASSERT(r != NULL);
-    memcpy(r, base_dir, lb);
-    r[lb] = '/';
-    memcpy(r + lb + 1, s, ls + 1);
-    return r;
-}
-
 static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *base_dir, ms_error *err) {
     const char *p = o->path;
     switch (o->type) {
@@ -275,7 +209,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
                 *CFG_FIELD(c, o, int) = i;
                 return MS_OK;
             }
-        char list[256] = "", kb[KEY_SHOWN_MAX + 8];
+        char list[256] = "", kb[CFG_KEY_SHOWN_MAX + 8];
         for (int i = 0; o->names[i]; i++) {
             size_t u = strlen(list);
             snprintf(list + u, sizeof list - u, "%s%s", i ? ", " : "", o->names[i]);
@@ -363,7 +297,7 @@ static void line_col(const char *t, size_t off, int *line, int *col) {
 
 /* Apply the members of one section object. seen[] marks options given. */
 static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *seen, ms_error *err) {
-    char kb[KEY_SHOWN_MAX + 8], path[2 * KEY_SHOWN_MAX + 20];
+    char kb[CFG_KEY_SHOWN_MAX + 8], path[2 * CFG_KEY_SHOWN_MAX + 20];
     size_t sl = strlen(sec->string);
     for (const cJSON *m = sec->child; m; m = m->next) {
         const cfg_option *o = NULL;
@@ -394,7 +328,7 @@ static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *
     if (!cJSON_IsObject(root))
         return ms_err_set(err, MS_ERR_FORMAT, "expected a JSON object at the top, got %s", cfg__json_kind(root));
     bool seen[CFG_MAX_OPTIONS] = {0};
-    char kb[KEY_SHOWN_MAX + 8];
+    char kb[CFG_KEY_SHOWN_MAX + 8];
     /* Sections seen, by name; there are few, so a short list. */
     const char *sections[CFG_MAX_OPTIONS];
     int nsec = 0;
@@ -552,7 +486,7 @@ int cfg_set(cfg *c, const char *assignment, ms_error *err) {
     size_t alen = strnlen(assignment, CFG_SET_MAX + 1);
     if (alen > CFG_SET_MAX) return ms_err_set(err, MS_ERR_LIMIT, "--set: longer than %d bytes", CFG_SET_MAX);
     if (!eq) return ms_err_set(err, MS_ERR_ARG, "--set %s: expected section.name=VALUE", assignment);
-    char path[128], kb[KEY_SHOWN_MAX + 8];
+    char path[128], kb[CFG_KEY_SHOWN_MAX + 8];
     size_t plen = (size_t)(eq - assignment);
     snprintf(path, sizeof path, "%.*s", (int)(plen < sizeof path ? plen : sizeof path - 1), assignment);
     const cfg_option *o = NULL;

@@ -1,8 +1,8 @@
-/* server.c - the moshid application: wiring, /healthz, /metrics, signals,
- * shutdown and reload. See server.h. Everything here runs on the loop
+/* app.c - the moshid application: wiring, /healthz, /metrics, signals,
+ * shutdown and reload. See app.h. Everything here runs on the loop
  * thread, except what the engine thread does inside the scheduler.
  */
-#include "server.h"
+#include "app.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "access.h"
-#include "app.h"
+#include "app_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -39,12 +39,6 @@
 #define NOTIFY_LOAD_CAP_S (30 * 60)
 /* STATUS= refresh while serving, ticks (s). */
 #define NOTIFY_STATUS_EVERY_S 10
-
-double app_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* The model load keeps start-up alive: a thread that asks the service
  * manager for NOTIFY_EXTEND_USEC more every NOTIFY_EXTEND_EVERY_S while
@@ -377,7 +371,7 @@ static void on_hup(uv_signal_t *h, int sig) {
         }
         return;
     }
-    server_opts n = a->o;
+    app_opts n = a->o;
     ms_error e = {0};
     if (a->reload(a->reload_ud, &n, &e) != MS_OK) {
         LOGW("reload_refused", "msg=\"%s\"", e.msg);
@@ -466,7 +460,7 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     judge_exposure(a);
     /* One line that tools (and `make run`) can read: the host and port
      * the first socket is bound to. */
-    const server_opts *o = &a->o;
+    const app_opts *o = &a->o;
     char host[INET6_ADDRSTRLEN + 2];
     srv_url_host(a->server, host, sizeof host);
     snprintf(a->url, sizeof a->url, "%s://%s:%d/", o->srv.tls_cert && o->srv.tls_cert[0] ? "https" : "http", host,
@@ -480,7 +474,7 @@ static void personas_ready(void *ud, int ok, const char *msg) {
     a->status_ticks = 0;
 }
 
-int server_run(const server_opts *o, server_reload_fn reload, void *reload_ud, ms_error *err) {
+int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *err) {
     app *a = calloc(1, sizeof *a);
     if (!a) { ms_err_set(err, MS_ERR_NOMEM, "out of memory"); return 1; }
     a->o = *o;

@@ -11,7 +11,9 @@
  * only at srv, never at a connection: a track is freed in WSI_DESTROY
  * alone, after it has left every list. Loop thread.
  */
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -25,6 +27,28 @@
 #define SRV_DEF_MAX_PENDING 64
 #define SRV_DEF_MAX_PENDING_PER_IP 16
 #define SRV_DEF_HANDSHAKE_TIMEOUT_MS 5000
+
+int srv_addr_text(const struct sockaddr *sa, char *out, size_t len) {
+    const void *a;
+    int af = sa->sa_family;
+    if (af == AF_INET) a = &((const struct sockaddr_in *)sa)->sin_addr;
+    else if (af == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        a = a6;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) { /* a dual-stack socket's IPv4 client: as IPv4 */
+            a = a6->s6_addr + 12;
+            af = AF_INET;
+        }
+    } else {
+        snprintf(out, len, "?");
+        return -1;
+    }
+    if (!inet_ntop(af, a, out, (socklen_t)len)) {
+        snprintf(out, len, "?");
+        return -1;
+    }
+    return 0;
+}
 
 void srv_refused(srv *s, srv_refusal why) {
     if (s->cfg.on_refuse) s->cfg.on_refuse((int)why);

@@ -10,15 +10,6 @@
 
 #include "cfg_int.h"
 
-cJSON *cfg__double_json(double d) { /* shortest text that reads back to the same double */
-    char buf[32];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, d);
-        if (strtod(buf, NULL) == d) break;
-    }
-    return cJSON_CreateRaw(buf);
-}
-
 /* The value of o in c as a new cJSON item (NULL when out of memory). */
 static cJSON *value_json(const cfg *c, const cfg_option *o) {
     switch (o->type) {
