@@ -261,8 +261,8 @@ const cfg_option cfg_options[] = {
              "servers (sphn) do, so frames line up with theirs; rfc = drop it (RFC 7845). New sessions."),
 
     OPT_STR("personas.voices_dir", personas.voices_dir, DIR_PATH | R, "", PATH_MAX_BYTES, NULL,
-            "Directory of the voices a client may name with voice_prompt (NAME.safetensors, a converted .pt, or "
-            "NAME.wav/.flac/.ogg); empty = voice_prompt refused."),
+            "Directory of the voices a client may name with voice_prompt (NAME.safetensors, a converted .pt; "
+            "NAME.pt, NVIDIA's voice file as published; or NAME.wav/.flac/.ogg); empty = voice_prompt refused."),
     OPT_BOOL("personas.on_demand", personas.on_demand, R, 1,
              "Accept voice_prompt/text_prompt: an uncached prompt is primed on demand (one prime slot each), then "
              "cached; false = only configured personas."),

@@ -99,15 +99,20 @@ int prompt_voice_name_check(const char *name, char *why, size_t len) {
     return 0;
 }
 
+static int ends_with(const char *s, const char *ext) {
+    size_t n = strlen(s), e = strlen(ext);
+    return n >= e && strcmp(s + n - e, ext) == 0;
+}
+
 prompt_voice_kind prompt_voice_kind_of(const char *path) {
-    static const char ext[] = ".safetensors";
-    size_t n = strlen(path), e = sizeof ext - 1;
-    return n >= e && strcmp(path + n - e, ext) == 0 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
+    return ends_with(path, ".safetensors") || ends_with(path, ".pt") ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
 }
 
 int prompt_voice_find(const char *dir, const char *name, char *path, size_t cap, prompt_voice_kind *kind,
                       ms_error *err) {
-    static const char *const exts[] = {".safetensors", ".wav", ".flac", ".ogg"};
+    /* saved voices first (a converted .pt, the .pt as NVIDIA publishes it),
+     * then audio */
+    static const char *const exts[] = {".safetensors", ".pt", ".wav", ".flac", ".ogg"};
     char why[96];
     if (prompt_voice_name_check(name, why, sizeof why))
         return ms_err_set(err, MS_ERR_ARG, "voice name: %s", why);
@@ -119,12 +124,12 @@ int prompt_voice_find(const char *dir, const char *name, char *path, size_t cap,
         if (w < 0 || (size_t)w >= cap) return ms_err_set(err, MS_ERR_LIMIT, "voice path longer than %zu bytes", cap);
         struct stat st;
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            *kind = i == 0 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
+            *kind = i <= 1 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
             return MS_OK;
         }
     }
     path[0] = '\0';
-    return ms_err_set(err, MS_ERR_NOTFOUND, "no voice %.*s (.safetensors, .wav, .flac or .ogg) in the voice directory",
+    return ms_err_set(err, MS_ERR_NOTFOUND, "no voice %.*s (.safetensors, .pt, .wav, .flac or .ogg) in the voice directory",
                       (int)(stem < 64 ? stem : 64), name);
 }
 

@@ -2,9 +2,11 @@
  *
  * Life of a session: the WebSocket opens -> query parsed and checked ->
  * its persona resolved (persona.h: none, a cached snapshot, or a prime to
- * wait for, with pings) -> metadata message -> a slot is attached (or
- * "server busy" and close), restoring the snapshot if any -> READY from
- * the engine -> handshake; then audio pages are decoded to PCM,
+ * wait for, with pings) -> a slot is attached (or "server busy" and
+ * close), restoring the snapshot if any -> READY from the engine ->
+ * handshake, then the metadata message (the official servers' order: a
+ * client may take the first message for the handshake); then audio pages
+ * are decoded to PCM,
  * cut into 1920-sample frames and pushed to the engine; the engine's frames
  * come back through sess_drain and are Opus-encoded and queued with the
  * text pieces. Every error a client can cause gets an error message, then a
@@ -170,19 +172,48 @@ static void send_metadata(sess *s) {
         snprintf(persona, sizeof persona, ",\"persona\":{\"name\":%s%s%s,\"key\":\"%016llx\"}",
                  s->pt.name[0] ? "\"" : "", s->pt.name[0] ? s->pt.name : "null", s->pt.name[0] ? "\"" : "",
                  (unsigned long long)s->pt.key_hash);
-    char json[1200];
+    /* the checkpoint's directory name, for the Kyutai web client's
+     * lm_model_file: letters, digits, '.', '-', '_' kept, others '_' */
+    char lm_file[64];
+    const char *lm = a->o.model.lm_dir ? a->o.model.lm_dir : "";
+    size_t ll = strlen(lm);
+    while (ll > 1 && lm[ll - 1] == '/') ll--;
+    const char *bn = lm + ll;
+    while (bn > lm && bn[-1] != '/') bn--;
+    size_t bl = (size_t)(lm + ll - bn), k = 0;
+    for (; k < bl && k < sizeof lm_file - 1; k++) {
+        char ch = bn[k];
+        lm_file[k] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                             ch == '-' || ch == '_' ? ch : '_';
+    }
+    lm_file[k] = '\0';
+    /* The flat fields moshi-backend sends, which the Kyutai web client
+     * requires all of (client/src/pages/Conversation/hooks/useServerInfo.ts,
+     * a zod schema: a missing one and it shows nothing); moshid has no
+     * repetition penalty or pad multiplier (1 and 0: none), and is not
+     * built by cargo (its build in git_describe, the rest empty). */
+    char flat[768];
+    snprintf(flat, sizeof flat,
+             ",\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,\"audio_topk\":%d,"
+             "\"pad_mult\":0,\"repetition_penalty_context\":0,\"repetition_penalty\":1,\"lm_model_file\":\"%s\","
+             "\"instance_name\":\"%s\",\"build_info\":{\"build_timestamp\":\"\",\"build_date\":\"\",\"git_branch\":\"\","
+             "\"git_timestamp\":\"\",\"git_date\":\"\",\"git_hash\":\"\",\"git_describe\":\"%s\",\"rustc_host_triple\":\"\","
+             "\"rustc_version\":\"\",\"cargo_target_triple\":\"\"}",
+             (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk, lm_file,
+             a->o.instance ? a->o.instance : "", a->o.build ? a->o.build : "");
+    char json[2048];
     int n = snprintf(json, sizeof json,
                      "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
                      "\"backend\":\"%s\",\"protocol_version\":%u,"
                      "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
                      "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":%g,\"sample_rate\":%d,"
                      "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
-                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s}",
+                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s%s}",
                      a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
                      model_backend_name(a->m), PROTO_VERSION,
                      (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
                      (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
-                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona);
+                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona, flat);
     if (n > 0 && (size_t)n < sizeof json) {
         sess_msg *m = msg_new(1 + (size_t)n);
         size_t out = 0;
@@ -376,7 +407,6 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         }
     }
     resolve_samp(s);
-    send_metadata(s);
     if (over) { /* /healthz says 503 too: no new session while the engine is behind */
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
@@ -611,6 +641,7 @@ static void on_ready(sess *s) {
     }
     m->len = out;
     enqueue(s, m);
+    send_metadata(s);
     LOGI("session_ready", "id=%llu peer=%s slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id,
          srv_conn_peer(s->c), s->slot, s->early_n, (unsigned long long)s->pt.key_hash);
     for (int i = 0; i < s->early_n && !s->close_status; i++)
