@@ -12,6 +12,7 @@ struct audio_dec {
     OpusDecoder *dec;       /* created when the OpusHead is known */
     audio_pre_skip mode;
     int skip;               /* 24 kHz samples of pre-skip still to drop */
+    unsigned stream;        /* the reader's stream the decoder is set up for */
     uint64_t pos48;         /* 48 kHz samples decoded, pre-skip included */
     uint64_t out;           /* samples delivered */
     audio_pcm_fn fn;        /* valid during a feed */
@@ -46,13 +47,22 @@ const ogg_opus_reader *audio_dec_reader(const audio_dec *d) { return d->rd; }
 
 static int on_audio(void *user, const ogg_opus_head *h, const ogg_pkt *k, ms_error *err) {
     audio_dec *d = user;
-    if (!d->dec) {
-        int e;
-        /* one output channel: libopus downmixes stereo packets */
-        d->dec = opus_decoder_create(AUDIO_RATE_HZ, 1, &e);
-        if (!d->dec) return ms_err_set(err, MS_ERR_NOMEM, "opus decoder: %s", opus_strerror(e));
-        if (h->output_gain_q8) opus_decoder_ctl(d->dec, OPUS_SET_GAIN(h->output_gain_q8));
+    unsigned stream = ogg_opus_reader_streams(d->rd);
+    if (!d->dec || stream != d->stream) {
+        /* the first stream, or a new one (a client that began its stream
+         * again): a decoder in the state a new stream expects */
+        if (!d->dec) {
+            int e;
+            /* one output channel: libopus downmixes stereo packets */
+            d->dec = opus_decoder_create(AUDIO_RATE_HZ, 1, &e);
+            if (!d->dec) return ms_err_set(err, MS_ERR_NOMEM, "opus decoder: %s", opus_strerror(e));
+        } else {
+            opus_decoder_ctl(d->dec, OPUS_RESET_STATE);
+        }
+        opus_decoder_ctl(d->dec, OPUS_SET_GAIN(h->output_gain_q8));
         d->skip = d->mode == AUDIO_PRE_SKIP_RFC ? h->pre_skip / 2 : 0;
+        d->pos48 = 0;
+        d->stream = stream;
     }
     if (k->len == 0)
         return ms_err_set(err, MS_ERR_FORMAT, "empty Opus packet %llu", (unsigned long long)k->packetno);

@@ -389,7 +389,10 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         return s;
     }
     s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
-    if (!(s->dec = audio_dec_create(NULL, (audio_pre_skip)a->o.input_pre_skip, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
+    /* as tolerant as the official servers' reader: a stream joined late
+     * (a client reconnecting with its encoder) or begun again (ogg.h) */
+    static const ogg_limits chained = {.chain = true};
+    if (!(s->dec = audio_dec_create(&chained, (audio_pre_skip)a->o.input_pre_skip, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
         sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
         return s;
     }

@@ -104,3 +104,28 @@ def test_nvidia_voice_files_as_published(build_dir, tmp_path):
         assert not marker.exists() and not os.path.exists("/nonexistent")
     finally:
         stop_daemon(p, log)
+
+
+def test_ogg_as_tolerant_as_sphn(build_dir, tmp_path):
+    """A client that re-creates its encoder mid-session (a second stream with
+    its own BOS page and headers, as LiveKit's PersonaPlex plugin does after
+    a reconnect) and one that continues a stream whose start went to an
+    earlier connection (no BOS, no headers): sphn decodes both, so moshid
+    does (before, both closed with 1008). Each streamed frame is stepped."""
+    p, port, log = start_daemon(build_dir, tmp_path, sessions=2)
+    try:
+        a = mc.speech_pcm("The first stream of this client.", seconds=2.0)
+        b = mc.speech_pcm("And the same client again, after it began anew.", seconds=2.0)
+        msgs = [m for m in mc.sphn_messages(a) + mc.sphn_messages(b) if m]
+        res = asyncio.run(mc.session(port, msgs=msgs, realtime=False, tail_s=5))
+        assert res.errors == [] and res.handshake is not None, res.errors
+        # every complete frame of both streams (each keeps its encoder's look-ahead)
+        want = frames_in(a) + frames_in(b) - LAG - 2
+        assert len(res.audio) >= want, (len(res.audio), want)
+        joined = [m for m in mc.sphn_messages(a) if m][3:]  # headers and first pages went elsewhere
+        assert not any(m[1:].find(b"OpusHead") >= 0 for m in joined)
+        res = asyncio.run(mc.session(port, msgs=joined, realtime=False, tail_s=5))
+        assert res.errors == [] and res.handshake is not None and len(res.audio) > 0, res.errors
+        assert "session_error" not in open(log).read()
+    finally:
+        stop_daemon(p, log)
