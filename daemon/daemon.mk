@@ -134,3 +134,15 @@ bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 CHECK_SUITES += prompt pcache
 CHECK_prompt_DEPS = $(BUILD)/obj/daemon/persona/prompt.o $(LIBENGINE)
 CHECK_pcache_DEPS = $(BUILD)/obj/daemon/persona/pcache.o $(LIBENGINE)
+
+# daemon/web/wire_gen.js: the wire's facts for the page (close statuses,
+# limits), printed from the C headers by moshid-web-gen; `make web-gen`
+# rewrites it, tests/cli/web_gen.sh checks it is current.
+PROGRAMS += $(BUILD)/moshid-web-gen
+$(BUILD)/moshid-web-gen: $(BUILD)/obj/daemon/web_gen.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+TEST_SCRIPTS += tests/cli/web_gen.sh
+web-gen: $(BUILD)/moshid-web-gen
+	$(Q)BUILD=$(BUILD) bash tests/cli/web_gen.sh --write
+.PHONY: web-gen
