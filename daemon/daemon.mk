@@ -138,6 +138,11 @@ bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 CHECK_SUITES += prompt pcache
 CHECK_prompt_DEPS = $(BUILD)/obj/daemon/persona/prompt.o $(LIBENGINE)
 CHECK_pcache_DEPS = $(BUILD)/obj/daemon/persona/pcache.o $(LIBENGINE)
+# The persona manager's answers (linked as moshid is).
+CHECK_SUITES += persona
+CHECK_persona_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
+CHECK_persona_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
+CHECK_persona_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
 
 # daemon/web/wire_gen.js: the wire's facts for the page (close statuses,
 # limits), printed from the C headers by moshid-web-gen; `make web-gen`
