@@ -8,6 +8,7 @@ import signal
 import struct
 import subprocess
 import time
+import urllib.request
 
 import numpy as np
 import pytest
