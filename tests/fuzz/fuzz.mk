@@ -13,7 +13,7 @@
 
 FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
-FUZZ_cfg_SRCS := daemon/net/srv_proxy.c daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c engine/base/err.c engine/base/log.c
+FUZZ_cfg_SRCS := daemon/net/srv_proxy.c daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c engine/base/text.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
 # The server's receive path (srv_rx_feed, daemon/net/srv_rx.c: pure, no
 # libwebsockets).
