@@ -141,6 +141,40 @@ _Static_assert(MET__NAUTH == ACCESS_R__COUNT - 1, "moshid_auth_refused_total lab
  * each refusal counted and logged with the token's name (never the token,
  * never the query). *principal carries the token's id to sess_open. Loop
  * thread. */
+/* Before the upgrade, for a program (no Origin header: browsers always
+ * send one): the refusals that need no slot and no prime (a bad query, an
+ * unknown persona or voice, a Kyutai checkpoint asked for a persona) are
+ * answered with an HTTP status and the reason as the body, which every
+ * WebSocket library reports to its caller (the LiveKit PersonaPlex plugin
+ * stops on a 4xx and tells its user, where an error message after the
+ * upgrade is only logged and the close makes it reconnect for ever). A
+ * browser's WebSocket never sees an HTTP status, so pages get the error
+ * message and the close reason after the upgrade, as before. 0 admits,
+ * else the status with why filled (counted and logged). */
+static int program_refused(app *a, const srv_admit_req *r, char *why, size_t whylen) {
+    if (r->origin[0]) return 0;
+    proto_query q;
+    ms_error e = {0};
+    pers_fail pf;
+    int status = 0, kind = 0;
+    if (sess_query_read(a, r->args, r->nargs, &q, &e) != MS_OK) {
+        snprintf(why, whylen, "bad query: %s", e.msg);
+        status = 400;
+        kind = MET_ERR_bad_query;
+    } else if (pers_check(a->pers, &q, &pf)) {
+        snprintf(why, whylen, "%s", pf.msg);
+        status = pf.status == PROTO_CLOSE_TRY_LATER ? 503
+                 : pf.status == PROTO_CLOSE_INTERNAL ? 500
+                 : strncmp(pf.msg, "unknown ", 8) == 0 ? 404
+                                                       : 400;
+        kind = pf.kind;
+    }
+    if (!status) return 0;
+    met_error(kind);
+    LOGI("ws_refused", "peer=%s status=%d reason=before_upgrade msg=\"%s\"", r->peer, status, why);
+    return status;
+}
+
 static int ws_admit(void *ud, const srv_admit_req *r, void **principal, char *why, size_t whylen) {
     app *a = ud;
     access_request q = {.host = r->host, .origin = r->origin, .authorization = r->authorization,
@@ -156,7 +190,7 @@ static int ws_admit(void *ud, const srv_admit_req *r, void **principal, char *wh
         return v.status;
     }
     *principal = (void *)(uintptr_t)v.token;
-    return 0;
+    return program_refused(a, r, why, whylen);
 }
 
 /* Load auth.tokens_file into a->acc (start-up and SIGHUP) and say what is

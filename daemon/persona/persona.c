@@ -92,12 +92,19 @@ static void join(pers_prime *q, pers_ticket *t) {
     t->key_hash = q->key.hash;
 }
 
-pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fail *f) {
-    void (*done)(pers_ticket *, int, const pers_fail *) = t->done;
-    memset(t, 0, sizeof *t);
-    t->done = done;
-    t->samp.text_temperature = t->samp.audio_temperature = -1;
-    t->samp.text_topk = t->samp.audio_topk = -1;
+/* What a query asks for, as far as it can be judged without starting
+ * anything (check). */
+typedef struct asked {
+    pers_conf *conf;               /* persona=NAME */
+    char path[PATH_MAX];           /* the voice file, "" for none */
+    prompt_voice_kind kind;
+    int *ids, n_ids;               /* the role text's ids (owned) */
+} asked;
+
+/* The checks of a query that need no prime: NONE (none asked), FAIL (f
+ * says why), or READY: a holds what was asked (a->ids to free). */
+static pers_answer check(pers *p, const proto_query *q, pers_fail *f, asked *a) {
+    memset(a, 0, sizeof *a);
     int has_p = proto_query_has(q, PROTO_Q_PERSONA), has_v = proto_query_has(q, PROTO_Q_VOICE_PROMPT),
         has_t = proto_query_has(q, PROTO_Q_TEXT_PROMPT);
     char sb[80];
@@ -116,12 +123,65 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
         return PERS_FAIL;
     }
     if (has_p) {
-        pers_conf *c = pers__find_conf(p, q->persona);
-        if (!c) {
+        if (!(a->conf = pers__find_conf(p, q->persona))) {
             pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "unknown persona \"%s\" (GET /api/personas lists them)",
                      text_shown(q->persona, PERS_SHOWN_MAX, sb, sizeof sb));
             return PERS_FAIL;
         }
+        if (!a->conf->entry && !a->conf->pending) {
+            pers__fail_set(f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: persona %s is unavailable: %s",
+                           a->conf->name, a->conf->failed);
+            return PERS_FAIL;
+        }
+        return PERS_READY;
+    }
+    if (!p->on_demand) {
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt and text_prompt are off on this server "
+                                               "(personas.on_demand = false); ask for persona=NAME");
+        return PERS_FAIL;
+    }
+    ms_error e = {0};
+    a->kind = PROMPT_VOICE_AUDIO;
+    if (has_v) {
+        if (!p->voices_dir[0]) {
+            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt: this server has no voice directory "
+                                                   "(personas.voices_dir)");
+            return PERS_FAIL;
+        }
+        int rc = prompt_voice_find(p->voices_dir, q->voice_prompt, a->path, sizeof a->path, &a->kind, &e);
+        if (rc != MS_OK) {
+            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "%s voice_prompt \"%s\": %s", rc == MS_ERR_NOTFOUND ? "unknown" : "bad",
+                     text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb), e.msg);
+            return PERS_FAIL;
+        }
+    }
+    if (has_t && pers__role_ids(p, q->text_prompt, q->text_prompt_len, NULL, 0, &a->ids, &a->n_ids, &e) != MS_OK) {
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "text_prompt: %s", e.msg);
+        return PERS_FAIL;
+    }
+    return PERS_READY;
+}
+
+int pers_check(pers *p, const proto_query *q, pers_fail *f) {
+    asked a;
+    pers_answer r = check(p, q, f, &a);
+    free(a.ids);
+    return r == PERS_FAIL;
+}
+
+pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fail *f) {
+    void (*done)(pers_ticket *, int, const pers_fail *) = t->done;
+    memset(t, 0, sizeof *t);
+    t->done = done;
+    t->samp.text_temperature = t->samp.audio_temperature = -1;
+    t->samp.text_topk = t->samp.audio_topk = -1;
+    int has_v = proto_query_has(q, PROTO_Q_VOICE_PROMPT), has_t = proto_query_has(q, PROTO_Q_TEXT_PROMPT);
+    char sb[80];
+    asked a;
+    pers_answer r = check(p, q, f, &a);
+    if (r != PERS_READY) return r;
+    if (a.conf) {
+        pers_conf *c = a.conf;
         snprintf(t->label, sizeof t->label, "persona %s", c->name);
         snprintf(t->name, sizeof t->name, "%s", c->name);
         t->samp = c->samp;
@@ -135,41 +195,13 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
             pers__publish(p);
             return PERS_READY;
         }
-        if (c->pending) {
-            join(c->pending, t);
-            return PERS_WAIT;
-        }
-        pers__fail_set(f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: persona %s is unavailable: %s", c->name, c->failed);
-        return PERS_FAIL;
+        join(c->pending, t); /* check: a persona without a snapshot is being primed */
+        return PERS_WAIT;
     }
-    if (!p->on_demand) {
-        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt and text_prompt are off on this server "
-                                               "(personas.on_demand = false); ask for persona=NAME");
-        return PERS_FAIL;
-    }
-    char path[PATH_MAX] = "";
-    prompt_voice_kind kind = PROMPT_VOICE_AUDIO;
+    int *ids = a.ids, n_ids = a.n_ids;
     ms_error e = {0};
-    if (has_v) {
-        if (!p->voices_dir[0]) {
-            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt: this server has no voice directory "
-                                                   "(personas.voices_dir)");
-            return PERS_FAIL;
-        }
-        int rc = prompt_voice_find(p->voices_dir, q->voice_prompt, path, sizeof path, &kind, &e);
-        if (rc != MS_OK) {
-            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "%s voice_prompt \"%s\": %s", rc == MS_ERR_NOTFOUND ? "unknown" : "bad",
-                     text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb), e.msg);
-            return PERS_FAIL;
-        }
-    }
-    int *ids = NULL, n_ids = 0;
-    if (has_t && pers__role_ids(p, q->text_prompt, q->text_prompt_len, NULL, 0, &ids, &n_ids, &e) != MS_OK) {
-        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "text_prompt: %s", e.msg);
-        return PERS_FAIL;
-    }
     prompt_key k;
-    if (prompt_key_make(&k, model_id(p->m), path, ids, n_ids, PP_PRIME_SILENCE_FRAMES, &e) != MS_OK) {
+    if (prompt_key_make(&k, model_id(p->m), a.path, ids, n_ids, PP_PRIME_SILENCE_FRAMES, &e) != MS_OK) {
         free(ids);
         pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt \"%s\": %s", text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb), e.msg);
         return PERS_FAIL;
@@ -204,7 +236,7 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
                  "try again later", running, running > 1 ? "s are" : " is", p->nslots);
         return PERS_FAIL;
     }
-    if (!(pr = pers__prime_start(p, &k, path, kind, ids, n_ids, t->label, 0))) {
+    if (!(pr = pers__prime_start(p, &k, a.path, a.kind, ids, n_ids, t->label, 0))) {
         pers__fail_set(f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: cannot start a prime");
         return PERS_FAIL;
     }

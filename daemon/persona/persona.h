@@ -108,6 +108,11 @@ void pers_free(pers *p);
  * the snapshot (pers_ticket_persona). WAIT: t->done is called later (and
  * the session may buffer audio meanwhile). FAIL: f says why. */
 pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fail *f);
+/* pers_check: the refusals pers_request would make that need no prime and
+ * no slot (no PersonaPlex checkpoint, an unknown persona or voice, a bad
+ * role text, on-demand prompts off, shutting down): 1 with f set, else 0.
+ * Starts and holds nothing; for answering before the upgrade. */
+int pers_check(pers *p, const proto_query *q, pers_fail *f);
 /* pers_ticket_persona: the snapshot to restore (sched_params.persona). */
 const void *pers_ticket_persona(const pers_ticket *t);
 /* pers_ticket_release: the session's restore is done (READY) or the

@@ -312,6 +312,28 @@ static void persona_done(pers_ticket *t, int ok, const pers_fail *f) {
     attach(s);
 }
 
+int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e) {
+    /* Query parameters (libwebsockets hands them URL-decoded). */
+    proto_query_init(q);
+    if (nargs < 0)
+        return ms_err_set(e, MS_ERR_LIMIT, "more than %u parameters or %u bytes", PROTO_QUERY_MAX_PARAMS,
+                          PROTO_QUERY_MAX_BYTES);
+    for (int i = 0; i < nargs; i++) {
+        const char *eq = strchr(args[i], '=');
+        size_t kl = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
+        const char *v = eq ? eq + 1 : "";
+        int rc = proto_query_set(q, args[i], kl, v, strlen(v), e);
+        if (rc != MS_OK) return rc;
+    }
+    const lm_config *lc = model_lm_config(a->m);
+    /* Session length: limits.max_steps (0: none; past the model's context
+     * the backend's K/V ring wraps, as in the official server), lowered by
+     * the query's max_steps (capped by the configuration when it sets one). */
+    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
+    proto_query_limits lim = {lc->text_card, lc->card, cap};
+    return proto_query_finish(q, &lim, e);
+}
+
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     app *a = ud;
     sess *s = calloc(1, sizeof *s);
@@ -351,33 +373,12 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         sess_fail(s, MET_ERR_busy, PROTO_CLOSE_TRY_LATER, "server is shutting down");
         return s;
     }
-    /* Query parameters (libwebsockets hands them URL-decoded). */
-    proto_query_init(&s->q);
     ms_error e = {0};
-    if (nargs < 0) {
-        sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: more than %u parameters or %u bytes",
-                  PROTO_QUERY_MAX_PARAMS, PROTO_QUERY_MAX_BYTES);
-        return s;
-    }
-    for (int i = 0; i < nargs; i++) {
-        const char *eq = strchr(args[i], '=');
-        size_t kl = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
-        const char *v = eq ? eq + 1 : "";
-        if (proto_query_set(&s->q, args[i], kl, v, strlen(v), &e) != MS_OK) {
-            sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
-            return s;
-        }
-    }
-    const lm_config *lc = model_lm_config(a->m);
-    /* Session length: limits.max_steps (0: none; past the model's context
-     * the backend's K/V ring wraps, as in the official server), lowered by
-     * the query's max_steps (capped by the configuration when it sets one). */
-    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
-    proto_query_limits lim = {lc->text_card, lc->card, cap};
-    if (proto_query_finish(&s->q, &lim, &e) != MS_OK) {
+    if (sess_query_read(a, args, nargs, &s->q, &e) != MS_OK) {
         sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
         return s;
     }
+    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
     s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
     /* as tolerant as the official servers' reader: a stream joined late
      * (a client reconnecting with its encoder) or begun again (ogg.h) */

@@ -75,6 +75,11 @@ typedef struct sess {
 
 /* Handlers for srv (sess.c). */
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs);
+/* sess_query_read: a session's query arguments ("name=value", nargs of
+ * them; -1: over the query limits) into q, checked against the model and
+ * limits.max_steps as sess_open checks them. MS_OK, or an error whose
+ * message names the parameter. Loop thread. */
+int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e);
 void sess_message(void *ud, void *sp, const uint8_t *data, size_t len);
 void sess_oversize(void *ud, void *sp, size_t len);
 void sess_writable(void *ud, void *sp);

@@ -17,6 +17,10 @@ import sphn
 SR = 24000
 FRAME = 1920
 K_HANDSHAKE, K_AUDIO, K_TEXT, K_CONTROL, K_META, K_ERROR, K_PING = range(7)
+# A browser page's Origin (the "localhost" keyword of server.allowed_origins
+# admits it): with it, refusals come after the upgrade (error message and
+# close reason), as a page sees them; programs without it get an HTTP status.
+BROWSER = {"Origin": "http://localhost"}
 
 
 def speech_pcm(text, seconds=None):
@@ -128,14 +132,16 @@ def sphn_messages(pcm):
 
 
 async def session(port, pcm=None, pages=None, msgs=None, query="", realtime=True, before_handshake=False,
-                  expect_audio=None, tail_s=3.0, extra=None):
+                  expect_audio=None, tail_s=3.0, extra=None, headers=None):
     """Run one session: stream pcm (through sphn), prepared Ogg pages (one
     per message, 40 ms apart) or prepared messages (sphn_messages, 80 ms
-    apart). Returns a Result. extra(ws) runs after streaming."""
+    apart). Returns a Result. extra(ws) runs after streaming. headers: more
+    request headers (BROWSER: the Origin a page sends, so that refusals come
+    after the upgrade as a page sees them)."""
     res = Result()
     url = f"http://127.0.0.1:{port}/api/chat" + (f"?{query}" if query else "")
     async with aiohttp.ClientSession() as s:
-        async with s.ws_connect(url, max_msg_size=0) as ws:
+        async with s.ws_connect(url, max_msg_size=0, headers=headers) as ws:
             recv = asyncio.ensure_future(_receiver(ws, res, expect_audio))
             if not before_handshake:
                 t0 = time.monotonic()

@@ -284,9 +284,16 @@ def test_ignored_messages_keep_session(daemon, background):
                                    "repetition_penalty=1.3", "max_steps=-4", "text_seed=1.5",
                                    "text_topk=1&text_topk=2", "&".join(f"p{i}=1" for i in range(70))])
 def test_bad_query(daemon, query):
-    res = run(mc.session(daemon, query=query, tail_s=5))
+    """To a page: the error message after the upgrade and 1008; to a program
+    (no Origin): 400 and the same message before it."""
+    res = run(mc.session(daemon, query=query, tail_s=5, headers=mc.BROWSER))
     assert res.errors and "bad query" in res.errors[0], res.errors
     assert res.close_code == 1008 and res.handshake is None
+    from test_srv_defects import read_http, upgrade
+    s = upgrade(daemon, path="/api/chat?" + query)
+    st, _, body = read_http(s)
+    s.close()
+    assert st == 400 and body.startswith(b"bad query: "), (st, body)
 
 
 def test_one_session_too_many(build_dir, tmp_path):

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import moshi_client as mc
+from test_srv_defects import read_http, upgrade
 from conftest import ROOT
 from helpers import get, metric, start_daemon, stop_daemon, wait_for
 from test_daemon import frames_in
@@ -81,7 +82,19 @@ def session(port, query, pcm=None, realtime=False, n=None, tail_s=5.0):
 
 
 def refused(port, query):
-    return asyncio.run(mc.session(port, query=query, tail_s=10))
+    """A session as a page opens it (Origin sent): refusals come as an
+    error message and a close after the upgrade."""
+    return asyncio.run(mc.session(port, query=query, tail_s=10, headers=mc.BROWSER))
+
+
+def refused_before_upgrade(port, query):
+    """The same as a program opens it (no Origin): (HTTP status, body)."""
+    s = upgrade(port, path="/api/chat?" + query)
+    try:
+        st, _, body = read_http(s)
+    finally:
+        s.close()
+    return st, body.decode()
 
 
 def served_outputs(rec):
@@ -132,24 +145,28 @@ def test_configured_persona_is_restored(pdaemon):
     assert metric(port, "moshid_persona_cache_bytes") > 0
 
 
-@pytest.mark.parametrize("query,status,needle", [
-    ("persona=nobody", 1008, "unknown persona"),
-    ("voice_prompt=nobody.pt&text_prompt=hi", 1008, "unknown voice_prompt"),
-    ("voice_prompt=../secret.wav", 1008, "plain file name"),
-    ("voice_prompt=..%2Fsecret.wav", 1008, "plain file name"),
-    ("voice_prompt=%2Fetc%2Fpasswd", 1008, "plain file name"),
-    ("voice_prompt=.ada.flac", 1008, "must not start with '.'"),
-    ("voice_prompt=voices%5C..%5Csecret.wav", 1008, "plain file name"),
-    ("persona=ada&voice_prompt=ada.pt", 1008, "not both"),
-    ("persona=..%2Fada", 1008, "bad query"),
+@pytest.mark.parametrize("query,status,http,needle", [
+    ("persona=nobody", 1008, 404, "unknown persona"),
+    ("voice_prompt=nobody.pt&text_prompt=hi", 1008, 404, "unknown voice_prompt"),
+    ("voice_prompt=../secret.wav", 1008, 400, "plain file name"),
+    ("voice_prompt=..%2Fsecret.wav", 1008, 400, "plain file name"),
+    ("voice_prompt=%2Fetc%2Fpasswd", 1008, 400, "plain file name"),
+    ("voice_prompt=.ada.flac", 1008, 400, "must not start with '.'"),
+    ("voice_prompt=voices%5C..%5Csecret.wav", 1008, 400, "plain file name"),
+    ("persona=ada&voice_prompt=ada.pt", 1008, 400, "not both"),
+    ("persona=..%2Fada", 1008, 400, "bad query"),
 ])
-def test_refusals(pdaemon, query, status, needle):
-    """Unknown personas and voices, traversal in any spelling: an error
-    message naming the problem and 1008; the daemon keeps serving."""
+def test_refusals(pdaemon, query, status, http, needle):
+    """Unknown personas and voices, traversal in any spelling: to a page an
+    error message naming the problem and 1008; to a program (no Origin) the
+    HTTP status and the same message before the upgrade; the daemon keeps
+    serving."""
     _, port, _ = pdaemon
     res = refused(port, query)
     assert res.errors and needle in res.errors[0], res.errors
     assert res.close_code == status and res.handshake is None
+    st, body = refused_before_upgrade(port, query)
+    assert st == http and needle in body, (st, body)
     assert session(port, "persona=ada").errors == []
 
 
