@@ -135,6 +135,16 @@ static const char *log_safe(const char *s, char *buf, size_t len) {
     return buf;
 }
 
+/* A message of moshid's own for a quoted log field: '"' as '\'', '\\' and
+ * control bytes as '?', cut to len - 1 bytes. */
+static const char *log_msg(const char *s, char *buf, size_t len) {
+    size_t i = 0;
+    for (; s[i] && i < len - 1; i++)
+        buf[i] = s[i] == '"' ? '\'' : (unsigned char)s[i] < 0x20 || s[i] == '\\' || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 _Static_assert(MET__NAUTH == ACCESS_R__COUNT - 1, "moshid_auth_refused_total labels follow ACCESS_REFUSALS");
 
 /* ws_admit (srv.h): the origin and token policy (access.h) before the 101,
@@ -171,7 +181,8 @@ static int program_refused(app *a, const srv_admit_req *r, char *why, size_t why
     }
     if (!status) return 0;
     met_error(kind);
-    LOGI("ws_refused", "peer=%s status=%d reason=before_upgrade msg=\"%s\"", r->peer, status, why);
+    char mb[320];
+    LOGI("ws_refused", "peer=%s status=%d reason=before_upgrade msg=\"%s\"", r->peer, status, log_msg(why, mb, sizeof mb));
     return status;
 }
 
