@@ -3,6 +3,8 @@
 # SentencePiece model reader of the engine.
 
 PROTO_SRCS += proto/utf8.c proto/msg.c proto/ogg.c proto/ogg_opus.c proto/query.c
+# /v1/realtime (docs/realtime.md): its client events, a JSON writer, base64, G.711.
+PROTO_SRCS += proto/rt_event.c proto/jw.c proto/b64.c proto/g711.c
 
 CHECK_SUITES += proto_msg
 CHECK_proto_msg_DEPS = $(LIBPROTO) $(LIBENGINE)
