@@ -25,6 +25,8 @@ void jw_free(jw *w);
 char *jw_take(jw *w, size_t *len);
 /* jw_raw: append n bytes as they are (JSON the caller built). */
 void jw_raw(jw *w, const char *s, size_t n);
+/* JW_LIT: append a string literal (its length from sizeof). */
+#define JW_LIT(w, lit) jw_raw((w), "" lit, sizeof(lit) - 1)
 /* jw_fmt: append printf output (numbers, punctuation; never strings from
  * outside: those go through jw_str). */
 void jw_fmt(jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

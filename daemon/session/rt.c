@@ -81,7 +81,7 @@ static void ev_begin(sess *s, jw *w, const char *type) {
 }
 
 static void ev_send(sess *s, jw *w, int audio_frames) {
-    jw_raw(w, "}", 1);
+    JW_LIT(w, "}");
     size_t n = 0;
     char *b = jw_take(w, &n);
     if (!b) {
@@ -106,17 +106,17 @@ static void send_error(sess *s, const char *type, const char *code, const char *
     LOGI("realtime_error", "id=%llu code=%s param=%s msg=\"%s\"", (unsigned long long)s->id, code,
          param && param[0] ? param : "-", msg);
     ev_begin(s, &w, "error");
-    jw_raw(&w, ",\"error\":{\"type\":", 14);
+    JW_LIT(&w, ",\"error\":{\"type\":");
     jw_cstr(&w, type);
-    jw_raw(&w, ",\"code\":", 8);
+    JW_LIT(&w, ",\"code\":");
     jw_cstr(&w, code);
-    jw_raw(&w, ",\"message\":", 11);
+    JW_LIT(&w, ",\"message\":");
     jw_cstr(&w, msg);
-    jw_raw(&w, ",\"param\":", 9);
+    JW_LIT(&w, ",\"param\":");
     jw_cstr(&w, param && param[0] ? param : NULL);
-    jw_raw(&w, ",\"event_id\":", 12);
+    JW_LIT(&w, ",\"event_id\":");
     jw_cstr(&w, client_event_id && client_event_id[0] ? client_event_id : NULL);
-    jw_raw(&w, "}", 1);
+    JW_LIT(&w, "}");
     ev_send(s, &w, 0);
 }
 
@@ -145,7 +145,7 @@ static void format_json(jw *w, rt_format f, int beta) {
  * speak). */
 static void td_json(jw *w, const rt_turn_detection *td) {
     if (td->type == RT_TD_NONE) {
-        jw_raw(w, "null", 4);
+        JW_LIT(w, "null");
         return;
     }
     jw_fmt(w, "{\"type\":\"%s\"", rt_td_name(td->type));
@@ -156,48 +156,46 @@ static void td_json(jw *w, const rt_turn_detection *td) {
                td->silence_duration_ms >= 0 ? td->silence_duration_ms : RT_VAD_DEFAULT_SILENCE_MS);
     else
         jw_fmt(w, ",\"eagerness\":\"%s\"", td->eagerness[0] ? td->eagerness : "auto");
-    jw_raw(w, ",\"create_response\":false,\"interrupt_response\":false}", 52);
+    JW_LIT(w, ",\"create_response\":false,\"interrupt_response\":false}");
 }
 
 static void session_json(sess *s, jw *w) {
     rt *r = R(s);
     jw_fmt(w, "{\"object\":\"realtime.session\",\"id\":\"sess_%llx\",\"model\":", (unsigned long long)s->id);
     jw_cstr(w, r->model);
-    jw_raw(w, ",\"instructions\":", 16);
+    JW_LIT(w, ",\"instructions\":");
     jw_str(w, r->instructions ? r->instructions : "", r->instructions_len);
     if (r->beta) {
-        jw_raw(w, r->text_only ? ",\"modalities\":[\"text\"]" : ",\"modalities\":[\"audio\",\"text\"]",
-               r->text_only ? 22 : 30);
-        jw_raw(w, ",\"voice\":", 9);
+        (r->text_only ? JW_LIT(w, ",\"modalities\":[\"text\"]") : JW_LIT(w, ",\"modalities\":[\"audio\",\"text\"]"));
+        JW_LIT(w, ",\"voice\":");
         jw_cstr(w, r->voice);
-        jw_raw(w, ",\"input_audio_format\":", 22);
+        JW_LIT(w, ",\"input_audio_format\":");
         format_json(w, r->in_fmt, 1);
-        jw_raw(w, ",\"output_audio_format\":", 23);
+        JW_LIT(w, ",\"output_audio_format\":");
         format_json(w, r->out_fmt, 1);
-        jw_raw(w, ",\"input_audio_transcription\":null,\"turn_detection\":", 51);
+        JW_LIT(w, ",\"input_audio_transcription\":null,\"turn_detection\":");
         td_json(w, &r->td);
         jw_fmt(w, ",\"tools\":[],\"tool_choice\":\"auto\",\"temperature\":%g,\"max_response_output_tokens\":\"inf\"}",
                r->temperature >= 0 ? r->temperature : (double)s->samp.audio_temp);
         return;
     }
-    jw_raw(w, ",\"type\":\"realtime\"", 18);
-    jw_raw(w, r->text_only ? ",\"output_modalities\":[\"text\"]" : ",\"output_modalities\":[\"audio\"]",
-           r->text_only ? 29 : 30);
-    jw_raw(w, ",\"audio\":{\"input\":{\"format\":", 28);
+    JW_LIT(w, ",\"type\":\"realtime\"");
+    (r->text_only ? JW_LIT(w, ",\"output_modalities\":[\"text\"]") : JW_LIT(w, ",\"output_modalities\":[\"audio\"]"));
+    JW_LIT(w, ",\"audio\":{\"input\":{\"format\":");
     format_json(w, r->in_fmt, 0);
-    jw_raw(w, ",\"transcription\":null,\"noise_reduction\":null,\"turn_detection\":", 62);
+    JW_LIT(w, ",\"transcription\":null,\"noise_reduction\":null,\"turn_detection\":");
     td_json(w, &r->td);
-    jw_raw(w, "},\"output\":{\"format\":", 21);
+    JW_LIT(w, "},\"output\":{\"format\":");
     format_json(w, r->out_fmt, 0);
-    jw_raw(w, ",\"voice\":", 9);
+    JW_LIT(w, ",\"voice\":");
     jw_cstr(w, r->voice);
-    jw_raw(w, ",\"speed\":1.0}},\"tools\":[],\"tool_choice\":\"auto\",\"max_output_tokens\":\"inf\"}", 73);
+    JW_LIT(w, ",\"speed\":1.0}},\"tools\":[],\"tool_choice\":\"auto\",\"max_output_tokens\":\"inf\"}");
 }
 
 static void send_session(sess *s, const char *type) {
     jw w;
     ev_begin(s, &w, type);
-    jw_raw(&w, ",\"session\":", 11);
+    JW_LIT(&w, ",\"session\":");
     session_json(s, &w);
     ev_send(s, &w, 0);
 }
@@ -208,44 +206,44 @@ static void send_session(sess *s, const char *type) {
  * transcript, status completed or incomplete. */
 static void item_json(sess *s, jw *w, const char *status, int final) {
     rt *r = R(s);
-    jw_raw(w, "{\"id\":", 6);
+    JW_LIT(w, "{\"id\":");
     jw_cstr(w, r->item_id);
     jw_fmt(w, ",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"assistant\",\"status\":\"%s\",\"content\":[",
            status);
     if (final) {
         const char *t = r->transcript.buf ? r->transcript.buf : "";
-        if (r->text_only) jw_raw(w, "{\"type\":\"text\",\"text\":", 22);
-        else if (r->beta) jw_raw(w, "{\"type\":\"audio\",\"transcript\":", 29);
-        else jw_raw(w, "{\"type\":\"output_audio\",\"transcript\":", 36);
+        if (r->text_only) JW_LIT(w, "{\"type\":\"text\",\"text\":");
+        else if (r->beta) JW_LIT(w, "{\"type\":\"audio\",\"transcript\":");
+        else JW_LIT(w, "{\"type\":\"output_audio\",\"transcript\":");
         jw_str(w, t, r->transcript.len);
-        jw_raw(w, "}", 1);
+        JW_LIT(w, "}");
     }
-    jw_raw(w, "]}", 2);
+    JW_LIT(w, "]}");
 }
 
 /* The ids every content event carries. */
 static void part_ids(sess *s, jw *w) {
     rt *r = R(s);
-    jw_raw(w, ",\"response_id\":", 15);
+    JW_LIT(w, ",\"response_id\":");
     jw_cstr(w, r->resp_id);
-    jw_raw(w, ",\"item_id\":", 11);
+    JW_LIT(w, ",\"item_id\":");
     jw_cstr(w, r->item_id);
-    jw_raw(w, ",\"output_index\":0,\"content_index\":0", 35);
+    JW_LIT(w, ",\"output_index\":0,\"content_index\":0");
 }
 
 static void response_json(sess *s, jw *w, const char *status, const char *details_type, const char *reason,
                           int with_output) {
     rt *r = R(s);
-    jw_raw(w, "{\"id\":", 6);
+    JW_LIT(w, "{\"id\":");
     jw_cstr(w, r->resp_id);
     jw_fmt(w, ",\"object\":\"realtime.response\",\"status\":\"%s\",\"status_details\":", status);
     if (details_type) jw_fmt(w, "{\"type\":\"%s\",\"reason\":\"%s\"}", details_type, reason);
-    else jw_raw(w, "null", 4);
-    jw_raw(w, ",\"output\":[", 11);
+    else JW_LIT(w, "null");
+    JW_LIT(w, ",\"output\":[");
     if (with_output) item_json(s, w, strcmp(status, "completed") == 0 ? "completed" : "incomplete", 1);
     jw_fmt(w, "],\"conversation_id\":\"conv_%llx\",\"%s\":[\"%s\"]", (unsigned long long)s->id,
            r->beta ? "modalities" : "output_modalities", r->text_only ? "text" : "audio");
-    jw_raw(w, ",\"usage\":null,\"metadata\":null}", 30);
+    JW_LIT(w, ",\"usage\":null,\"metadata\":null}");
 }
 
 static void open_response(sess *s) {
@@ -259,23 +257,22 @@ static void open_response(sess *s) {
     jw_free(&r->transcript);
     jw_init(&r->transcript, RT_TRANSCRIPT_MAX);
     ev_begin(s, &w, "response.created");
-    jw_raw(&w, ",\"response\":", 12);
+    JW_LIT(&w, ",\"response\":");
     response_json(s, &w, "in_progress", NULL, NULL, 0);
     ev_send(s, &w, 0);
     ev_begin(s, &w, "response.output_item.added");
-    jw_raw(&w, ",\"response_id\":", 15);
+    JW_LIT(&w, ",\"response_id\":");
     jw_cstr(&w, r->resp_id);
-    jw_raw(&w, ",\"output_index\":0,\"item\":", 25);
+    JW_LIT(&w, ",\"output_index\":0,\"item\":");
     item_json(s, &w, "in_progress", 0);
     ev_send(s, &w, 0);
     ev_begin(s, &w, r->beta ? "conversation.item.created" : "conversation.item.added");
-    jw_raw(&w, ",\"previous_item_id\":null,\"item\":", 32);
+    JW_LIT(&w, ",\"previous_item_id\":null,\"item\":");
     item_json(s, &w, "in_progress", 0);
     ev_send(s, &w, 0);
     ev_begin(s, &w, "response.content_part.added");
     part_ids(s, &w);
-    jw_raw(&w, r->text_only ? ",\"part\":{\"type\":\"text\",\"text\":\"\"}" : ",\"part\":{\"type\":\"audio\",\"transcript\":\"\"}",
-           r->text_only ? 33 : 40);
+    (r->text_only ? JW_LIT(&w, ",\"part\":{\"type\":\"text\",\"text\":\"\"}") : JW_LIT(&w, ",\"part\":{\"type\":\"audio\",\"transcript\":\"\"}"));
     ev_send(s, &w, 0);
 }
 
@@ -295,31 +292,30 @@ static void close_response(sess *s, const char *status, const char *reason) {
     ev_begin(s, &w, r->text_only ? (r->beta ? "response.text.done" : "response.output_text.done")
                                  : (r->beta ? "response.audio_transcript.done" : "response.output_audio_transcript.done"));
     part_ids(s, &w);
-    jw_raw(&w, r->text_only ? ",\"text\":" : ",\"transcript\":", r->text_only ? 8 : 14);
+    (r->text_only ? JW_LIT(&w, ",\"text\":") : JW_LIT(&w, ",\"transcript\":"));
     jw_str(&w, t, tl);
     ev_send(s, &w, 0);
     ev_begin(s, &w, "response.content_part.done");
     part_ids(s, &w);
-    jw_raw(&w, r->text_only ? ",\"part\":{\"type\":\"text\",\"text\":" : ",\"part\":{\"type\":\"audio\",\"transcript\":",
-           r->text_only ? 30 : 37);
+    (r->text_only ? JW_LIT(&w, ",\"part\":{\"type\":\"text\",\"text\":") : JW_LIT(&w, ",\"part\":{\"type\":\"audio\",\"transcript\":"));
     jw_str(&w, t, tl);
-    jw_raw(&w, "}", 1);
+    JW_LIT(&w, "}");
     ev_send(s, &w, 0);
     const char *item_status = strcmp(status, "completed") == 0 ? "completed" : "incomplete";
     ev_begin(s, &w, "response.output_item.done");
-    jw_raw(&w, ",\"response_id\":", 15);
+    JW_LIT(&w, ",\"response_id\":");
     jw_cstr(&w, r->resp_id);
-    jw_raw(&w, ",\"output_index\":0,\"item\":", 25);
+    JW_LIT(&w, ",\"output_index\":0,\"item\":");
     item_json(s, &w, item_status, 1);
     ev_send(s, &w, 0);
     if (!r->beta) {
         ev_begin(s, &w, "conversation.item.done");
-        jw_raw(&w, ",\"previous_item_id\":null,\"item\":", 32);
+        JW_LIT(&w, ",\"previous_item_id\":null,\"item\":");
         item_json(s, &w, item_status, 1);
         ev_send(s, &w, 0);
     }
     ev_begin(s, &w, "response.done");
-    jw_raw(&w, ",\"response\":", 12);
+    JW_LIT(&w, ",\"response\":");
     response_json(s, &w, status, reason ? status : NULL, reason, 1);
     ev_send(s, &w, 0);
     r->resp = 0;
@@ -373,9 +369,9 @@ static void rt_frame(sess *s, const sched_out *o) {
             proto_b64_encode(pcm, n, b64);
             ev_begin(s, &w, r->beta ? "response.audio.delta" : "response.output_audio.delta");
             part_ids(s, &w);
-            jw_raw(&w, ",\"delta\":\"", 10);
+            JW_LIT(&w, ",\"delta\":\"");
             jw_raw(&w, b64, proto_b64_encoded_len(n));
-            jw_raw(&w, "\"", 1);
+            JW_LIT(&w, "\"");
             ev_send(s, &w, 1);
         }
     }
@@ -386,7 +382,7 @@ static void rt_frame(sess *s, const sched_out *o) {
         ev_begin(s, &w, r->text_only ? (r->beta ? "response.text.delta" : "response.output_text.delta")
                                      : (r->beta ? "response.audio_transcript.delta" : "response.output_audio_transcript.delta"));
         part_ids(s, &w);
-        jw_raw(&w, ",\"delta\":", 9);
+        JW_LIT(&w, ",\"delta\":");
         jw_str(&w, text, tn);
         ev_send(s, &w, 0);
     }
@@ -402,15 +398,15 @@ static void user_item_events(sess *s, const char *item_id) {
     rt *r = R(s);
     jw w;
     ev_begin(s, &w, "input_audio_buffer.committed");
-    jw_raw(&w, ",\"previous_item_id\":null,\"item_id\":", 35);
+    JW_LIT(&w, ",\"previous_item_id\":null,\"item_id\":");
     jw_cstr(&w, item_id);
     ev_send(s, &w, 0);
     for (int done = 0; done <= !r->beta; done++) {
         ev_begin(s, &w, done ? "conversation.item.done" : r->beta ? "conversation.item.created" : "conversation.item.added");
-        jw_raw(&w, ",\"previous_item_id\":null,\"item\":{\"id\":", 38);
+        JW_LIT(&w, ",\"previous_item_id\":null,\"item\":{\"id\":");
         jw_cstr(&w, item_id);
-        jw_raw(&w, ",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"user\",\"status\":\"completed\","
-                   "\"content\":[{\"type\":\"input_audio\",\"transcript\":null}]}", 133);
+        JW_LIT(&w, ",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"user\",\"status\":\"completed\","
+                   "\"content\":[{\"type\":\"input_audio\",\"transcript\":null}]}");
         ev_send(s, &w, 0);
     }
 }
@@ -657,7 +653,7 @@ static void item_create(sess *s, const rt_event *ev) {
     jw w;
     for (int done = 0; done <= !r->beta; done++) {
         ev_begin(s, &w, done ? "conversation.item.done" : r->beta ? "conversation.item.created" : "conversation.item.added");
-        jw_raw(&w, ",\"previous_item_id\":null,\"item\":{\"id\":", 38);
+        JW_LIT(&w, ",\"previous_item_id\":null,\"item\":{\"id\":");
         jw_cstr(&w, id);
         jw_fmt(&w, ",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"%s\",\"status\":\"completed\","
                    "\"content\":[]}", ev->item_kind == RT_ITEM_SYSTEM_TEXT ? "system" : "user");
@@ -722,14 +718,14 @@ static void rt_message(sess *s, const uint8_t *data, size_t len) {
     case RT_EV_ITEM_TRUNCATE:
         /* the client cut its playback; the model heard the overlap itself */
         ev_begin(s, &w, "conversation.item.truncated");
-        jw_raw(&w, ",\"item_id\":", 11);
+        JW_LIT(&w, ",\"item_id\":");
         jw_cstr(&w, ev.id);
         jw_fmt(&w, ",\"content_index\":%d,\"audio_end_ms\":%lld", ev.content_index, (long long)ev.audio_end_ms);
         ev_send(s, &w, 0);
         break;
     case RT_EV_ITEM_DELETE:
         ev_begin(s, &w, "conversation.item.deleted");
-        jw_raw(&w, ",\"item_id\":", 11);
+        JW_LIT(&w, ",\"item_id\":");
         jw_cstr(&w, ev.id);
         ev_send(s, &w, 0);
         break;
@@ -762,7 +758,7 @@ static void rt_message(sess *s, const uint8_t *data, size_t len) {
         break;
     case RT_EV_OUTPUT_CLEAR:
         ev_begin(s, &w, "output_audio_buffer.cleared");
-        jw_raw(&w, ",\"response_id\":", 15);
+        JW_LIT(&w, ",\"response_id\":");
         jw_cstr(&w, r->resp ? r->resp_id : NULL);
         ev_send(s, &w, 0);
         if (r->resp) close_response(s, "cancelled", "client_cancelled");
