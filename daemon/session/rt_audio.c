@@ -118,14 +118,15 @@ size_t rt_out_frame(rt_out *o, const float *pcm, size_t n, uint8_t *out, size_t 
         return w;
     }
     float y[MS_FRAME_SAMPLES / RT_G711_RATIO + 64];
-    while (n > 0) {
+    const size_t ycap = sizeof y / sizeof *y;
+    for (;;) { /* until the input is taken and the resampler has no more to give */
         size_t take = n < MS_FRAME_SAMPLES ? n : MS_FRAME_SAMPLES, done = 0, got = 0;
-        if (soxr_process(o->soxr, pcm, take, &done, y, sizeof y / sizeof *y, &got)) return w;
+        if (soxr_process(o->soxr, pcm, take, &done, y, ycap, &got)) return w;
         for (size_t i = 0; i < got && w < cap; i++)
             out[w++] = o->fmt == RT_FMT_ULAW ? proto_ulaw_encode(f_to_s16(y[i])) : proto_alaw_encode(f_to_s16(y[i]));
-        if (done == 0) break;
         pcm += done;
         n -= done;
+        if ((n == 0 && got < ycap) || (!done && !got)) break;
     }
     return w;
 }

@@ -177,10 +177,11 @@ def test_openai_client_streams(rtd, fmt):
             if fmt == "pcm16":
                 assert set(sizes) == {2 * FRAME}, sizes
             else:
-                # 8 kHz, one byte a sample: 640 a frame, the resampler
-                # holding a few back at the start
-                assert all(n <= G711_FRAME + 64 for n in sizes), sizes
-                assert sum(sizes) >= 0.9 * G711_FRAME * len(sizes), sizes
+                # 8 kHz, one byte a sample: 640 a frame on average; libsoxr
+                # hands its output on in blocks (up to two frames' worth)
+                # and holds back less than its delay
+                assert all(n <= 2 * G711_FRAME + 64 for n in sizes), sizes
+                assert sum(sizes) >= G711_FRAME * len(sizes) - 1000, sizes
                 pcm = base64.b64decode(next(e["delta"] for e in reversed(got)
                                             if e["type"] == "response.output_audio.delta"))
                 assert len(set(pcm)) > 8, "G.711 output is constant"
