@@ -59,6 +59,8 @@ typedef struct rt {
     int nutf8;
     /* input */
     uint64_t uncommitted;      /* bytes appended since the last commit or clear */
+    uint64_t fed;              /* 24 kHz samples handed to the model (the input clock) */
+    int instructions_ignored;  /* the model takes no text prompt: reported as "" */
     int speaking;              /* VAD */
     double vad_acc;
     size_t vad_n;
@@ -164,7 +166,8 @@ static void session_json(sess *s, jw *w) {
     jw_fmt(w, "{\"object\":\"realtime.session\",\"id\":\"sess_%llx\",\"model\":", (unsigned long long)s->id);
     jw_cstr(w, r->model);
     JW_LIT(w, ",\"instructions\":");
-    jw_str(w, r->instructions ? r->instructions : "", r->instructions_len);
+    if (r->instructions && !r->instructions_ignored) jw_str(w, r->instructions, r->instructions_len);
+    else JW_LIT(w, "\"\"");
     if (r->beta) {
         (r->text_only ? JW_LIT(w, ",\"modalities\":[\"text\"]") : JW_LIT(w, ",\"modalities\":[\"audio\",\"text\"]"));
         JW_LIT(w, ",\"voice\":");
@@ -427,8 +430,8 @@ static void vad(sess *s, const float *pcm, size_t n) {
         int loud = sqrt(r->vad_acc / (double)r->vad_n) >= thr;
         r->vad_acc = 0;
         r->vad_n = 0;
-        /* the window's end on the input clock, ms (24 kHz samples fed so far) */
-        double end_ms = (double)(s->frames_in * MS_FRAME_SAMPLES + (uint64_t)s->acc_n + (n - i)) / 24.0;
+        /* the window's end on the input clock, ms */
+        double end_ms = (double)(r->fed + i + 1) * 1000.0 / MS_SAMPLE_RATE_HZ;
         jw w;
         if (loud && !r->speaking) {
             r->speaking = 1;
@@ -456,11 +459,13 @@ static void vad(sess *s, const float *pcm, size_t n) {
 static int pcm_sink(void *user, const float *pcm, size_t n) {
     sess *s = user;
     vad(s, pcm, n);
+    R(s)->fed += n;
     return sess_feed_pcm(s, pcm, n);
 }
 
-/* Base64 audio of an append (or an input_audio item) into the model. */
-static void feed_b64(sess *s, const rt_event *ev, const char *b64, size_t len, const char *param) {
+/* Base64 audio of an append (or an input_audio item) into the model.
+ * MS_OK, or an error after an error event (or sess_fail). */
+static int feed_b64(sess *s, const rt_event *ev, const char *b64, size_t len, const char *param) {
     rt *r = R(s);
     const app_opts *ao = &s->a->o;
     size_t max = (size_t)ao->realtime.max_append_bytes;
@@ -468,12 +473,12 @@ static void feed_b64(sess *s, const rt_event *ev, const char *b64, size_t len, c
         refuse(s, ev, "audio_too_large", param,
                "%s: %zu bytes of audio in one event, more than realtime.max_append_bytes = %zu; send smaller chunks",
                param, len / 4 * 3, max);
-        return;
+        return MS_ERR_LIMIT;
     }
     uint8_t *buf = malloc(proto_b64_decoded_max(len));
     if (!buf) {
         send_error(s, "server_error", "server_error", param, "out of memory", ev->event_id);
-        return;
+        return MS_ERR_NOMEM;
     }
     size_t bad = 0;
     long n = proto_b64_decode(b64, len, buf, proto_b64_decoded_max(len), &bad);
@@ -481,7 +486,7 @@ static void feed_b64(sess *s, const rt_event *ev, const char *b64, size_t len, c
         free(buf);
         refuse(s, ev, "invalid_base64", param, "%s is not base64 (RFC 4648, padded): bad character or length at offset %zu",
                param, bad);
-        return;
+        return MS_ERR_FORMAT;
     }
     if (!s->begun) sess_start(s);
     if (!s->close_status) {
@@ -489,6 +494,7 @@ static void feed_b64(sess *s, const rt_event *ev, const char *b64, size_t len, c
         rt_in_feed(&r->in, buf, (size_t)n, pcm_sink, s);   /* a breach of the input limits fails s */
     }
     free(buf);
+    return s->close_status ? MS_ERR_STATE : MS_OK;
 }
 
 /* A voice: a configured persona (by name), a voice file of the voice
@@ -522,7 +528,8 @@ static void session_update(sess *s, const rt_event *ev) {
             return;
         }
         if ((c->set & RT_SET_INSTRUCTIONS) &&
-            (c->instructions_len != r->instructions_len || memcmp(c->instructions, r->instructions, c->instructions_len))) {
+            (c->instructions_len != r->instructions_len ||
+             (c->instructions_len && memcmp(c->instructions, r->instructions, c->instructions_len)))) {
             refuse(s, ev, "session_update_unsupported", "session.instructions",
                    "the instructions are primed into the model at the start; set them in the first session.update");
             return;
@@ -537,22 +544,24 @@ static void session_update(sess *s, const rt_event *ev) {
         snprintf(r->voice, sizeof r->voice, "%s", c->voice);
     }
     if (!s->begun && (c->set & RT_SET_INSTRUCTIONS) && c->instructions_len) {
-        if (model_prime_slots(s->a->m) == 0) {
+        r->instructions_ignored = model_prime_slots(s->a->m) == 0;
+        if (r->instructions_ignored) {
             refuse(s, ev, "instructions_unsupported", "session.instructions",
                    "this model (%s) takes no text prompt: the instructions are ignored", model_variant_name(s->a->m));
         } else if ((s->q.present &= ~(1u << PROTO_Q_TEXT_PROMPT)),
                    proto_query_set(&s->q, "text_prompt", 11, c->instructions, c->instructions_len, &e) != MS_OK) {
             refuse(s, ev, "invalid_value", "session.instructions", "session.instructions: %s", e.msg);
             return;
-        } else {
-            char *t = malloc(c->instructions_len + 1);
-            if (t) {
-                memcpy(t, c->instructions, c->instructions_len);
-                t[c->instructions_len] = '\0';
-                free(r->instructions);
-                r->instructions = t;
-                r->instructions_len = c->instructions_len;
-            }
+        }
+        /* kept (also when ignored) so that a later update with the same
+         * text is no change */
+        char *t = malloc(c->instructions_len + 1);
+        if (t) {
+            memcpy(t, c->instructions, c->instructions_len);
+            t[c->instructions_len] = '\0';
+            free(r->instructions);
+            r->instructions = t;
+            r->instructions_len = c->instructions_len;
         }
     }
     if ((c->set & RT_SET_IN_FMT) && c->in_fmt != r->in_fmt) {
@@ -634,8 +643,7 @@ static void item_create(sess *s, const rt_event *ev) {
         break;
     }
     case RT_ITEM_USER_AUDIO:
-        feed_b64(s, ev, ev->audio, ev->audio_len, "item.content.audio");
-        if (s->close_status) return;
+        if (feed_b64(s, ev, ev->audio, ev->audio_len, "item.content.audio") != MS_OK) return;
         break;
     case RT_ITEM_USER_TEXT:
         refuse(s, ev, "text_input_unsupported", "item.content",

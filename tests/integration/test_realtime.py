@@ -426,3 +426,96 @@ def test_tokens_required(build_dir, tmp_path):
         asyncio.run(run())
     finally:
         stop_daemon(p, log)
+
+
+def test_server_vad_and_buffer_events(rtd):
+    """turn_detection server_vad: reported as in force (create_response and
+    interrupt_response false), speech_started / speech_stopped around a
+    loud stretch of input, then a committed user item; commit, clear,
+    truncate and a user audio item are answered."""
+    port, _ = rtd
+    loud = [pcm16(tone(FRAME, k * FRAME)) for k in range(10)]
+    quiet = [bytes(2 * FRAME)] * 10
+
+    async def run():
+        async with raw_connect(port) as ws:
+            c = Raw(ws)
+            await c.recv()
+            await c.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 400, "create_response": True}}}}})
+            got = []
+            upd = await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
+            td = upd["session"]["audio"]["input"]["turn_detection"]
+            assert td["type"] == "server_vad" and td["silence_duration_ms"] == 400, td
+            assert td["create_response"] is False and td["interrupt_response"] is False, td
+            for b in loud + quiet:
+                await c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(b).decode()})
+            st = await recv_until(c.recv, lambda e: e["type"] == "input_audio_buffer.speech_started", got)
+            sp = await recv_until(c.recv, lambda e: e["type"] == "input_audio_buffer.speech_stopped", got)
+            cm = await recv_until(c.recv, lambda e: e["type"] == "input_audio_buffer.committed", got)
+            assert st["item_id"] == sp["item_id"] == cm["item_id"]
+            assert 0 <= st["audio_start_ms"] < 100 and 800 <= sp["audio_end_ms"] <= 1300, (st, sp)
+            # the client's own buffer events
+            await c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(quiet[0]).decode()})
+            await c.send({"type": "input_audio_buffer.commit", "event_id": "c1"})
+            await recv_until(c.recv, lambda e: e["type"] == "input_audio_buffer.committed", got)
+            await c.send({"type": "input_audio_buffer.clear"})
+            await recv_until(c.recv, lambda e: e["type"] == "input_audio_buffer.cleared", got)
+            await c.send({"type": "conversation.item.truncate", "item_id": "item_x", "content_index": 0,
+                          "audio_end_ms": 120})
+            tr = await recv_until(c.recv, lambda e: e["type"] == "conversation.item.truncated", got)
+            assert tr["item_id"] == "item_x" and tr["audio_end_ms"] == 120
+            await c.send({"type": "conversation.item.create", "item": {"id": "u1", "type": "message", "role": "user",
+                                                                     "content": [{"type": "input_audio",
+                                                                                  "audio": base64.b64encode(quiet[0]).decode()}]}})
+            it = await recv_until(c.recv, lambda e: e["type"] == "conversation.item.added", got)
+            assert it["item"]["id"] == "u1"
+    asyncio.run(run())
+
+
+def test_system_text_becomes_instructions(rtd):
+    """A system message before the start joins the instructions (the
+    PersonaPlex text prompt, primed at the start); a user text item cannot
+    be fed (error event) and neither can a system message after the start."""
+    port, _ = rtd
+
+    async def run():
+        async with raw_connect(port) as ws:
+            c = Raw(ws)
+            await c.recv()
+            await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "system", "content": [
+                {"type": "input_text", "text": "You enjoy a good conversation."}]}})
+            got = []
+            await recv_until(c.recv, lambda e: e["type"] == "conversation.item.done", got)
+            await c.send({"type": "session.update", "session": {"type": "realtime"}})
+            upd = await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
+            assert upd["session"]["instructions"] == "You enjoy a good conversation."
+            await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "system", "content": [
+                {"type": "input_text", "text": "Now be a pirate."}]}})
+            err = (await c.error())["error"]
+            assert err["code"] == "session_update_unsupported", err
+    asyncio.run(run())
+
+
+def test_kyutai_model_refuses_instructions(build_dir, tmp_path):
+    """A Kyutai checkpoint takes no text prompt: instructions get an error
+    event, are reported empty, and the session streams on."""
+    p, port, log = start_daemon(build_dir, tmp_path, model__lm_dir=str(build_dir / "demo" / "kyutai" / "lm"))
+    try:
+        async def run():
+            async with raw_connect(port) as ws:
+                c = Raw(ws)
+                await c.recv()
+                await c.send({"type": "session.update", "session": {"instructions": "Be a pirate."}})
+                err = (await c.error())["error"]
+                assert err["code"] == "instructions_unsupported" and err["param"] == "session.instructions", err
+                got = []
+                upd = await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
+                assert upd["session"]["instructions"] == ""
+
+                async def send(b):
+                    await c.send({"type": "input_audio_buffer.append", "audio": b})
+                await stream(send, c.recv, "pcm16", 20, 5, "response.output_audio.delta")
+        asyncio.run(run())
+    finally:
+        stop_daemon(p, log)
