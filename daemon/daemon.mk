@@ -13,7 +13,7 @@ SRV_SRCS := daemon/net/srv.c daemon/net/srv_conn.c daemon/net/srv_req.c daemon/n
 	daemon/net/srv_listen.c daemon/net/srv_proxy.c
 SERVER_SRCS := $(SRV_SRCS) daemon/service/metrics.c daemon/session/scheduler.c daemon/session/sess.c daemon/app.c daemon/session/model.c
 # /v1/realtime: the OpenAI Realtime dialect of a session and its audio formats (libsoxr).
-SERVER_SRCS += daemon/session/rt.c daemon/session/rt_audio.c
+SERVER_SRCS += daemon/session/rt.c daemon/session/rt_out.c daemon/session/rt_audio.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/net/access.c
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules.
