@@ -174,8 +174,10 @@ static void session_update(sess *s, const rt_event *ev) {
     if (!s->begun && (c->set & RT_SET_INSTRUCTIONS) && c->instructions_len) {
         r->instructions_ignored = model_prime_slots(s->a->m) == 0;
         if (r->instructions_ignored) {
-            rt_refuse(s, ev, "instructions_unsupported", "session.instructions",
-                   "this model (%s) takes no text prompt: the instructions are ignored", model_variant_name(s->a->m));
+            /* not an error event: clients such as Pipecat end the session
+             * on one; session.updated reports instructions "" */
+            LOGW("realtime_instructions_ignored", "id=%llu variant=%s msg=\"this model takes no text prompt\"",
+                 (unsigned long long)s->id, model_variant_name(s->a->m));
         } else if ((s->q.present &= ~(1u << PROTO_Q_TEXT_PROMPT)),
                    proto_query_set(&s->q, "text_prompt", 11, c->instructions, c->instructions_len, &e) != MS_OK) {
             rt_refuse(s, ev, "invalid_value", "session.instructions", "session.instructions: %s", e.msg);
@@ -252,15 +254,10 @@ static void item_create(sess *s, const rt_event *ev) {
         }
         memcpy(t + o, ev->text, ev->text_len);
         t[n] = '\0';
-        if (model_prime_slots(s->a->m) == 0) {
-            rt_refuse(s, ev, "instructions_unsupported", "item",
-                   "this model (%s) takes no text prompt: the system message is ignored", model_variant_name(s->a->m));
-            free(t);
-            return;
-        }
         ms_error e = {0};
+        r->instructions_ignored = model_prime_slots(s->a->m) == 0; /* a Kyutai model: kept, reported "" */
         s->q.present &= ~(1u << PROTO_Q_TEXT_PROMPT); /* replaced by the joined text */
-        if (proto_query_set(&s->q, "text_prompt", 11, t, n, &e) != MS_OK) {
+        if (!r->instructions_ignored && proto_query_set(&s->q, "text_prompt", 11, t, n, &e) != MS_OK) {
             rt_refuse(s, ev, "invalid_value", "item", "%s", e.msg);
             free(t);
             return;
