@@ -36,5 +36,8 @@ def test_agent_client_streams(rtd, client):
     out = json.loads(lines[-1])
     assert out["errors"] == [], out
     assert out["audio"] >= 20 and out["text"] > 0, out
-    # no error event went to the client (the daemon logs each one)
-    assert "event=realtime_error" not in open(log).read()
+    # no error event went to the client (the daemon logs each one), but
+    # for the interrupt finding no response when the model fell silent
+    # just before it
+    errs = [l for l in open(log) if "event=realtime_error" in l and "code=response_cancel_not_active" not in l]
+    assert not errs, errs
