@@ -320,6 +320,7 @@ static void rt_message(sess *s, const uint8_t *data, size_t len) {
     rt_event ev;
     rt_err err;
     if (rt_event_parse((const char *)data, len, &ev, &err) != MS_OK) {
+        met_error(MET_ERR_bad_event);
         rt_send_error(s, err.type, err.code, err.param, err.message, ev.event_id);
         rt_event_free(&ev);
         return;
@@ -443,7 +444,7 @@ static void rt_fail(sess *s, int status, const char *text) {
                      : status == 1001 ? "server_shutting_down" : status == 1011 ? "internal_error"
                      : status == 1000 ? "session_ended" : "policy_violation";
     int server = status == 1011 || status == 1013 || status == 1001;
-    if (s->dx) rt_send_error(s, server ? "server_error" : "invalid_request_error", code, NULL, text, NULL);
+    rt_send_error(s, server ? "server_error" : "invalid_request_error", code, NULL, text, NULL);
 }
 
 static void rt_closed(sess *s) {

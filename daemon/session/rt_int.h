@@ -72,11 +72,13 @@ void rt_ev_send(sess *s, jw *w, int audio_frames);
 /* rt_make_id: a new id "<prefix>_<session>_<n>" into out. */
 void rt_make_id(sess *s, char out[RT_MADE_ID_MAX], const char *prefix);
 /* rt_send_error: an error event (the documented shape); client_event_id
- * names the client event it answers (NULL or "": none). Counted in
- * moshid_errors_total{kind="bad_event"}. */
+ * names the client event it answers (NULL or "": none). Not counted: the
+ * callers count (a refused client event: moshid_errors_total{kind=
+ * "bad_event"}, by rt_refuse; a close: sess_fail's kind). */
 void rt_send_error(sess *s, const char *type, const char *code, const char *param, const char *msg,
                    const char *client_event_id);
-/* rt_refuse: an invalid_request_error answering ev (NULL: none). */
+/* rt_refuse: an invalid_request_error answering ev (NULL: none), counted
+ * in moshid_errors_total{kind="bad_event"}. */
 void rt_refuse(sess *s, const rt_event *ev, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* rt_send_session: session.created / session.updated with the session as

@@ -20,10 +20,10 @@
 /* Open an event: {"type":type,"event_id":"..." and the caller continues
  * with ",..." members; rt_send closes and queues it. */
 void rt_ev_begin(sess *s, jw *w, const char *type) {
-    rt *r = R(s);
+    rt *r = R(s); /* NULL: the session failed before rt_open (its one error event) */
     jw_init(w, RT_EVENT_OUT_MAX);
     jw_fmt(w, "{\"type\":\"%s\",\"event_id\":\"event_%llx_%llu\"", type, (unsigned long long)s->id,
-           (unsigned long long)++r->seq);
+           (unsigned long long)(r ? ++r->seq : 0));
 }
 
 void rt_ev_send(sess *s, jw *w, int audio_frames) {
@@ -48,9 +48,15 @@ void rt_make_id(sess *s, char out[RT_MADE_ID_MAX], const char *prefix) {
 void rt_send_error(sess *s, const char *type, const char *code, const char *param, const char *msg,
                        const char *client_event_id) {
     jw w;
-    met_error(MET_ERR_bad_event);
+    /* the message may quote the client (an unknown type): one log line,
+     * printable ASCII, no quotes */
+    char safe[160];
+    size_t i = 0;
+    for (; msg[i] && i + 1 < sizeof safe; i++)
+        safe[i] = (unsigned char)msg[i] < 0x20 || (unsigned char)msg[i] >= 0x7f || msg[i] == '"' || msg[i] == '\\' ? '?' : msg[i];
+    safe[i] = '\0';
     LOGI("realtime_error", "id=%llu code=%s param=%s msg=\"%s\"", (unsigned long long)s->id, code,
-         param && param[0] ? param : "-", msg);
+         param && param[0] ? param : "-", safe);
     rt_ev_begin(s, &w, "error");
     JW_LIT(&w, ",\"error\":{\"type\":");
     jw_cstr(&w, type);
@@ -74,6 +80,7 @@ void rt_refuse(sess *s, const rt_event *ev, const char *code, const char *param,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    met_error(MET_ERR_bad_event);
     rt_send_error(s, "invalid_request_error", code, param, msg, ev ? ev->event_id : NULL);
 }
 

@@ -304,6 +304,7 @@ def test_bad_events_get_error_events(rtd):
         ("[" + "0," * 5000 + "0]", "invalid_json", None),
         (b"\xff\xfe binary garbage", "invalid_json", None),
     ]
+    before = metric(metrics(port), 'moshid_errors_total{kind="bad_event"}')
 
     async def run():
         async with raw_connect(port) as ws:
@@ -320,6 +321,22 @@ def test_bad_events_get_error_events(rtd):
             await c.send({"type": "session.update", "session": {"type": "realtime"}})
             got = []
             await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
+    asyncio.run(run())
+    assert metric(metrics(port), 'moshid_errors_total{kind="bad_event"}') >= before + len(cases)
+
+
+def test_refused_at_open_gets_an_error_event(rtd):
+    """A session refused as it opens (here a bad query value, as on
+    /api/chat) gets an error event, then a close with the reason."""
+    port, _ = rtd
+
+    async def run():
+        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime?model=m&text_temperature=99") as ws:
+            ev = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
+            assert ev["type"] == "error" and "text_temperature" in ev["error"]["message"], ev
+            with pytest.raises(websockets.ConnectionClosed) as ex:
+                await asyncio.wait_for(ws.recv(), WAIT_S)
+            assert ex.value.rcvd.code == 1008 and "text_temperature" in ex.value.rcvd.reason
     asyncio.run(run())
 
 
