@@ -520,6 +520,11 @@ def test_system_text_becomes_instructions(rtd):
             await c.send({"type": "session.update", "session": {"type": "realtime"}})
             upd = await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
             assert upd["session"]["instructions"] == "You enjoy a good conversation."
+
+            async def send(b):
+                await c.send({"type": "input_audio_buffer.append", "audio": b})
+            # primed as a persona (on demand, then cached), then it speaks
+            await stream(send, c.recv, "pcm16", 20, 3, "response.output_audio.delta")
             await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "system", "content": [
                 {"type": "input_text", "text": "Now be a pirate."}]}})
             err = (await c.error())["error"]
