@@ -31,7 +31,7 @@ Q := @
 endif
 
 # Targets that need the Debian packages; each first runs the dependency check.
-DEP_GOALS := all run test test-unit test-integration asan bench bench-personas bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser soak fuzz-long hostile
+DEP_GOALS := all run test test-unit test-integration asan bench bench-personas bench-7b fuzz parity-big demo-model config-doc bench-daemon parity-big-voice install test-browser soak fuzz-long hostile web-gen
 
 ifeq ($(MOSHID_DEPS_OK),)
 # ---- outer make: install what is missing, then re-enter ------------------

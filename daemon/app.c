@@ -17,12 +17,12 @@
 #include "app_int.h"
 #include "log.h"
 #include "metrics.h"
+#include "msg.h"
 #include "notify.h"
 #include "rt.h"
 #include "sess.h"
 
 /* Frames per second of audio (80 ms frames). */
-#define FRAMES_PER_S MS_FRAMES_PER_S
 /* Output frames a slot's ring holds beyond its input ring: about 1 s
  * the loop thread may fall behind the engine. */
 #define OUT_RING_STALL_FRAMES 12
@@ -280,7 +280,7 @@ static void on_output(void *ud) {
         notify_status("engine failed: %s", e.msg);
         a->exit_status = 4;
         for (sess *s = a->sessions; s; s = s->next)
-            sess_fail(s, MET_ERR_internal, 1011, "internal error: the engine failed; the server restarts");
+            sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: the engine failed; the server restarts");
         raise(SIGTERM);
     }
     pers_drain(a->pers);   /* primes done: waiting sessions attach */
@@ -316,7 +316,7 @@ static void srv_gone(void *ud) {
 
 static void on_tick(uv_timer_t *t) {
     app *a = t->data;
-    double now = app_now_ms();
+    double now = ms_mono_ms();
     for (sess *s = a->sessions, *n; s; s = n) {
         n = s->next;
         sess_tick(s, now);
@@ -347,10 +347,10 @@ static void on_stop(uv_signal_t *h, int sig) {
     app *a = h->data;
     if (a->stopping) return;
     a->stopping = 1;
-    a->stop_started_ms = app_now_ms();
+    a->stop_started_ms = ms_mono_ms();
     notify_stopping();
     LOGI("stopping", "signal=%d sessions=%d", sig, a->nsessions);
-    for (sess *s = a->sessions; s; s = s->next) sess_fail(s, -1, 1001, "server is shutting down");
+    for (sess *s = a->sessions; s; s = s->next) sess_fail(s, -1, PROTO_CLOSE_GOING_AWAY, "server is shutting down");
     uv_timer_set_repeat(&a->tick, 50);
     uv_timer_again(&a->tick);
 }
@@ -491,7 +491,7 @@ int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *
         free(a);
         return 1;
     }
-    a->in_frames = (int)ceil(o->input_buffer_s * FRAMES_PER_S);
+    a->in_frames = (int)ceil(o->input_buffer_s * MS_FRAMES_PER_S);
     if (a->in_frames < 1) a->in_frames = 1;
     /* Output ring: the engine makes one output per input frame, so a client
      * ahead of real time (up to the input ring) can get that many at once,

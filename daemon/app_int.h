@@ -10,10 +10,10 @@
 #define MOSHID_APP_H
 
 #include <stdint.h>
-#include <time.h>
 #include <uv.h>
 
 #include "app.h"
+#include "clock.h"
 #include "model.h"
 #include "persona.h"
 #include "scheduler.h"
@@ -40,7 +40,7 @@ typedef struct app {
     int nslot_wait;            /* sessions waiting for a slot being freed (sess.c) */
     uint64_t next_id;
     int stopping;
-    double stop_started_ms;    /* app_now_ms of SIGTERM/SIGINT */
+    double stop_started_ms;    /* ms_mono_ms of SIGTERM/SIGINT */
     int exit_status;
     int in_frames, out_frames; /* ring sizes per slot, frames */
     app_reload_fn reload;
@@ -52,13 +52,5 @@ typedef struct app {
     uint64_t wd_progress;      /* sched_progress at the last ping */
     int status_ticks;          /* ticks since the last STATUS= refresh */
 } app;
-
-/* app_now_ms: the monotonic clock, ms (any thread). Inline, so that the
- * sessions (sess.c) read it without calling into app.c, which calls them. */
-static inline double app_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 #endif

@@ -88,6 +88,10 @@ CHECK_srv_proxy_DEPS = $(BUILD)/obj/daemon/net/srv_proxy.o $(LIBENGINE)
 CHECK_srv_limit_DEPS = $(BUILD)/obj/daemon/net/srv_limit.o $(BUILD)/obj/daemon/net/srv_listen.o $(BUILD)/obj/daemon/net/srv_proxy.o $(LIBENGINE)
 CHECK_srv_limit_CFLAGS = $(call pc_cflags,libwebsockets libuv)
 CHECK_srv_limit_LIBS = $(call pc_libs,libwebsockets libuv)
+CHECK_SUITES += srv_listen
+CHECK_srv_listen_DEPS = $(CHECK_srv_limit_DEPS)
+CHECK_srv_listen_CFLAGS = $(CHECK_srv_limit_CFLAGS)
+CHECK_srv_listen_LIBS = $(CHECK_srv_limit_LIBS)
 CHECK_access_DEPS = $(BUILD)/obj/daemon/net/access.o $(LIBENGINE)
 CHECK_access_LIBS = $(call pc_libs,libcrypto)
 CHECK_metrics_DEPS = $(BUILD)/obj/daemon/service/metrics.o $(LIBENGINE)
@@ -136,3 +140,20 @@ bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 CHECK_SUITES += prompt pcache
 CHECK_prompt_DEPS = $(BUILD)/obj/daemon/persona/prompt.o $(LIBENGINE)
 CHECK_pcache_DEPS = $(BUILD)/obj/daemon/persona/pcache.o $(LIBENGINE)
+# The persona manager's answers (linked as moshid is).
+CHECK_SUITES += persona
+CHECK_persona_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
+CHECK_persona_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
+CHECK_persona_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
+
+# daemon/web/wire_gen.js: the wire's facts for the page (close statuses,
+# limits), printed from the C headers by moshid-web-gen; `make web-gen`
+# rewrites it, tests/cli/web_gen.sh checks it is current.
+PROGRAMS += $(BUILD)/moshid-web-gen
+$(BUILD)/moshid-web-gen: $(BUILD)/obj/daemon/web_gen.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+TEST_SCRIPTS += tests/cli/web_gen.sh
+web-gen: $(BUILD)/moshid-web-gen
+	$(Q)BUILD=$(BUILD) bash tests/cli/web_gen.sh --write
+.PHONY: web-gen

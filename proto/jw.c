@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "text.h"
 
 void jw_init(jw *w, size_t max) { *w = (jw){.max = max}; }
 
@@ -82,7 +82,7 @@ void jw_str(jw *w, const char *s, size_t n) {
             snprintf(ubuf, sizeof ubuf, "\\u%04x", ch);
             esc = ubuf;
         } else if (ch >= 0x80) {
-            step = proto_utf8_seq_len(p + i, n - i);
+            step = text_utf8_len(p + i, n - i);
             if (!step) {
                 esc = "\xef\xbf\xbd"; /* U+FFFD */
                 step = 1;

@@ -77,7 +77,7 @@ static int build_utf8(uint8_t *buf, size_t cap, size_t headroom, int kind, const
                       size_t len, size_t *out_len, ms_error *err) {
     MS_ASSERT(s != NULL || len == 0);
     *out_len = 0;
-    if (len && !proto_utf8_valid(s, len))
+    if (len && !text_utf8_valid(s, len))
         return ms_err_set(err, MS_ERR_FORMAT, "%s message is not valid UTF-8", kind_names[kind]);
     return proto_msg_build(buf, cap, headroom, kind, s, len, out_len, err);
 }
@@ -100,7 +100,7 @@ static size_t copy_utf8(uint8_t *dst, size_t room, const char *text) {
     const uint8_t *s = (const uint8_t *)text;
     size_t n = strlen(text), i = 0, o = 0;
     while (i < n) {
-        size_t l = s[i] < 0x80 ? 1 : proto_utf8_seq_len(s + i, n - i);
+        size_t l = s[i] < 0x80 ? 1 : text_utf8_len(s + i, n - i);
         if (l == 0) { /* invalid byte: one '?' */
             if (o + 1 > room) break;
             dst[o++] = '?';

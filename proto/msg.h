@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "utf8.h"
+#include "text.h"
 
 /* Protocol version carried in the handshake (u32 LE after the kind byte). */
 #define PROTO_VERSION 0u
@@ -115,6 +115,24 @@ int proto_msg_build_metadata(uint8_t *buf, size_t cap, size_t headroom, const ch
  * cannot hold headroom + the kind byte. */
 int proto_msg_build_error(uint8_t *buf, size_t cap, size_t headroom, const char *text,
                           size_t *out_len, ms_error *err);
+
+/* WebSocket close statuses moshid sends or names (RFC 6455 7.4.1), one
+ * table: the enum below, and CLOSE of the page (daemon/web/wire_gen.js,
+ * written by `make web-gen`). ABNORMAL is never sent: a client reports it
+ * when the connection ends without a close frame. */
+#define PROTO_CLOSE_CODES(X)                                              \
+    X(NORMAL, 1000)         /* the session is over */                     \
+    X(GOING_AWAY, 1001)     /* the server is shutting down */             \
+    X(PROTOCOL_ERROR, 1002) /* a frame against RFC 6455 */                \
+    X(ABNORMAL, 1006)       /* no close frame (never sent) */             \
+    X(BAD_DATA, 1007)       /* a close reason that is not UTF-8 */        \
+    X(POLICY, 1008)         /* the client broke a rule of the protocol */ \
+    X(TOO_BIG, 1009)        /* a message over the size limit */           \
+    X(INTERNAL, 1011)       /* the server failed */                       \
+    X(TRY_LATER, 1013)      /* busy or overloaded: retry later */
+#define PROTO_CLOSE_ENUM(name, code) PROTO_CLOSE_##name = code,
+enum proto_close_code { PROTO_CLOSE_CODES(PROTO_CLOSE_ENUM) };
+#undef PROTO_CLOSE_ENUM
 
 /* Longest WebSocket close reason, bytes: a control frame carries at most 125
  * payload bytes (RFC 6455 section 5.5), 2 of them the status code. */

@@ -99,6 +99,9 @@ struct ogg_demux {
     size_t pkt_len, pkt_cap;
     bool pending;      /* a packet continues on the next page */
     bool started, eos, failed;
+    bool headless;     /* chain: the current logical stream was joined without its BOS page */
+    bool skip_cont;    /* chain: drop the rest of a packet whose start was not seen */
+    unsigned streams;
     uint32_t serial, next_seq;
     uint64_t packetno, pages;
     unsigned fed;      /* packets delivered in the current feed */
@@ -125,6 +128,7 @@ void ogg_demux_free(ogg_demux *d) {
 size_t ogg_demux_pending_bytes(const ogg_demux *d) { return d->plen + (d->pending ? d->pkt_len : 0); }
 bool ogg_demux_eos(const ogg_demux *d) { return d->eos; }
 uint64_t ogg_demux_pages(const ogg_demux *d) { return d->pages; }
+unsigned ogg_demux_streams(const ogg_demux *d) { return d->streams; }
 uint64_t ogg_demux_packets(const ogg_demux *d) { return d->packetno; }
 
 /* Check the have bytes of a page start at p as far as they go; *total is
@@ -173,10 +177,25 @@ static int process_page(ogg_demux *d, const uint8_t *p, size_t total, ogg_pkt_fn
     if (rd32(p + 22) != page_crc(p, total))
         return ms_err_set(err, MS_ERR_FORMAT, "ogg page %u: bad CRC", seq);
     if (!d->started) {
-        if (!(flags & OGG_FLAG_BOS))
-            return ms_err_set(err, MS_ERR_FORMAT, "ogg stream does not start with a BOS page");
+        if (!(flags & OGG_FLAG_BOS)) {
+            if (!d->lim.chain) return ms_err_set(err, MS_ERR_FORMAT, "ogg stream does not start with a BOS page");
+            d->headless = true; /* its start went elsewhere: join it here */
+            d->skip_cont = (flags & OGG_FLAG_CONTINUED) != 0;
+        }
         d->started = true;
         d->serial = serial;
+        d->streams++;
+    } else if ((flags & OGG_FLAG_BOS) && d->lim.chain) {
+        /* a new logical stream: chained after EOS, or a client that began
+         * again; a packet the old one left unfinished is dropped */
+        d->serial = serial;
+        d->eos = false;
+        d->pending = false;
+        d->pkt_len = 0;
+        d->packetno = 0;
+        d->headless = false;
+        d->skip_cont = false;
+        d->streams++;
     } else {
         if (d->eos) return ms_err_set(err, MS_ERR_FORMAT, "ogg page %u after the end of stream", seq);
         if (serial != d->serial)
@@ -189,7 +208,7 @@ static int process_page(ogg_demux *d, const uint8_t *p, size_t total, ogg_pkt_fn
             return ms_err_set(err, MS_ERR_FORMAT, "ogg page sequence %u, expected %u (gap)", seq,
                               d->next_seq);
     }
-    if ((flags & OGG_FLAG_CONTINUED) && !d->pending)
+    if ((flags & OGG_FLAG_CONTINUED) && !d->pending && !d->skip_cont)
         return ms_err_set(err, MS_ERR_FORMAT, "ogg page %u continues a packet that does not exist", seq);
     if (!(flags & OGG_FLAG_CONTINUED) && d->pending)
         return ms_err_set(err, MS_ERR_FORMAT, "ogg page %u: previous packet was cut off", seq);
@@ -208,6 +227,11 @@ static int process_page(ogg_demux *d, const uint8_t *p, size_t total, ogg_pkt_fn
     for (size_t i = 0; i < nseg; i++) {
         off += lace[i];
         if (lace[i] == 255) continue;
+        if (d->skip_cont) { /* the end of a packet whose start was not seen */
+            d->skip_cont = false;
+            start = off;
+            continue;
+        }
         /* a packet ends at segment i: bytes [start, off) of the body */
         ogg_pkt k = {0};
         size_t n = off - start;
@@ -232,14 +256,14 @@ static int process_page(ogg_demux *d, const uint8_t *p, size_t total, ogg_pkt_fn
         k.packetno = d->packetno;
         k.serial = serial;
         k.pageno = seq;
-        k.bos = d->packetno == 0;
+        k.bos = d->packetno == 0 && !d->headless;
         k.eos = (flags & OGG_FLAG_EOS) && (int)i == last_end;
         d->packetno++;
         start = off;
         int rc = fn(user, &k, err);
         if (rc) return rc;
     }
-    if (nseg > 0 && lace[nseg - 1] == 255) { /* the last packet continues */
+    if (nseg > 0 && lace[nseg - 1] == 255 && !d->skip_cont) { /* the last packet continues */
         int rc = pkt_append(d, body + start, off - start, err);
         if (rc) return rc;
         d->pending = true;

@@ -14,6 +14,17 @@
  * ogg_limits.max_packets_per_feed. The first error is sticky: every later
  * feed fails with MS_ERR_STATE.
  *
+ * ogg_limits.chain relaxes the stream structure as far as the official
+ * servers' reader (sphn 0.2.1) goes, and no further: a stream may start
+ * without its BOS page (its first pages went to an earlier connection: a
+ * client that reconnects and keeps its encoder), and a BOS page may come
+ * again (a client that re-created its encoder, or chained streams, RFC
+ * 3533 4): the demuxer then starts a new logical stream, its serial and
+ * sequence numbers and packet numbering anew. Everything else stays
+ * strict: CRCs, no garbage between pages, one serial and consecutive
+ * sequence numbers within a logical stream, nothing after EOS but a BOS
+ * page.
+ *
  * Names avoid libogg's (ogg_page, ogg_packet, ogg_sync_*, ogg_stream_*) so
  * that tests can link both.
  */
@@ -76,6 +87,7 @@ int ogg_write_packet_page(uint8_t *out, size_t cap, const ogg_page_info *h, cons
 typedef struct ogg_limits {
     size_t max_packet_bytes;       /* larger packets are an error (MS_ERR_LIMIT) */
     unsigned max_packets_per_feed; /* more packets in one feed call: MS_ERR_LIMIT */
+    bool chain;                    /* tolerate a missing start and new BOS pages (above) */
 } ogg_limits;
 
 /* A packet handed out by the demuxer. data is valid only during the
@@ -88,7 +100,8 @@ typedef struct ogg_pkt {
     uint64_t packetno; /* 0-based index in the stream */
     uint32_t serial;
     uint32_t pageno;   /* sequence number of the page where the packet ends */
-    bool bos;          /* first packet of the stream */
+    bool bos;          /* first packet of a logical stream that began with its BOS page
+                          (false for a stream joined without it, ogg_limits.chain) */
     bool eos;          /* last packet of the stream (ends on the EOS page) */
 } ogg_pkt;
 
@@ -116,6 +129,9 @@ int ogg_demux_feed(ogg_demux *d, const uint8_t *buf, size_t len, ogg_pkt_fn fn, 
 size_t ogg_demux_pending_bytes(const ogg_demux *d);
 /* ogg_demux_eos: whether the EOS page has been read. */
 bool ogg_demux_eos(const ogg_demux *d);
+/* ogg_demux_streams: logical streams begun so far (each BOS page, and a
+ * stream joined without one, ogg_limits.chain). */
+unsigned ogg_demux_streams(const ogg_demux *d);
 /* Pages and packets read so far. */
 uint64_t ogg_demux_pages(const ogg_demux *d);
 uint64_t ogg_demux_packets(const ogg_demux *d);

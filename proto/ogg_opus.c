@@ -77,6 +77,8 @@ enum { RD_HEAD, RD_TAGS, RD_AUDIO };
 struct ogg_opus_reader {
     ogg_demux *dmx;
     int state;
+    bool chain;           /* ogg_limits.chain: streams joined late or begun again */
+    unsigned heads;       /* OpusHeads in force so far (ogg_opus_reader_streams) */
     ogg_opus_head head;
     ogg_opus_audio_fn fn; /* valid during a feed */
     void *user;
@@ -88,6 +90,7 @@ ogg_opus_reader *ogg_opus_reader_create(const ogg_limits *lim, ms_error *err) {
         ms_err_set(err, MS_ERR_NOMEM, "ogg opus reader");
         return NULL;
     }
+    r->chain = lim && lim->chain;
     r->dmx = ogg_demux_create(lim, err);
     if (!r->dmx) {
         free(r);
@@ -106,14 +109,30 @@ const ogg_opus_head *ogg_opus_reader_head(const ogg_opus_reader *r) {
     return r->state == RD_HEAD ? NULL : &r->head;
 }
 const ogg_demux *ogg_opus_reader_demux(const ogg_opus_reader *r) { return r->dmx; }
+unsigned ogg_opus_reader_streams(const ogg_opus_reader *r) { return r->heads; }
 
 static int on_packet(void *user, const ogg_pkt *k, ms_error *err) {
     ogg_opus_reader *r = user;
     int rc;
+    /* chain: a new logical stream begins with its OpusHead again */
+    if (r->chain && k->bos) r->state = RD_HEAD;
     switch (r->state) {
     case RD_HEAD:
+        if (r->chain && !k->bos) {
+            /* a stream joined without its headers (the official servers
+             * decode such a stream as it comes): a mono head, no pre-skip,
+             * no gain; the packets are what libopus says they are */
+            memset(&r->head, 0, sizeof r->head);
+            r->head.version = 1;
+            r->head.channels = 1;
+            r->head.input_rate = OGG_OPUS_DEF_INPUT_RATE;
+            r->heads++;
+            r->state = RD_AUDIO;
+            return r->fn(r->user, &r->head, k, err);
+        }
         rc = ogg_opus_parse_head(k->data, k->len, &r->head, err);
         if (rc) return rc;
+        r->heads++;
         /* RFC 7845: the identification header is alone on the first page,
          * whose granule position is 0. */
         if (k->granule != 0)

@@ -64,6 +64,11 @@ void ogg_opus_reader_free(ogg_opus_reader *r);
 int ogg_opus_reader_feed(ogg_opus_reader *r, const uint8_t *buf, size_t len, ogg_opus_audio_fn fn,
                          void *user, ms_error *err);
 
+/* ogg_opus_reader_streams: OpusHeads taken so far: 1 for a plain stream;
+ * with ogg_limits.chain one more for each new logical stream (its own
+ * OpusHead, or a default mono head for a stream joined without its
+ * headers). A change tells the caller to reset its decoder. */
+unsigned ogg_opus_reader_streams(const ogg_opus_reader *r);
 /* ogg_opus_reader_head: the parsed OpusHead, NULL before it arrived. */
 const ogg_opus_head *ogg_opus_reader_head(const ogg_opus_reader *r);
 /* ogg_opus_reader_demux: the underlying demuxer (counters, eos, pending). */

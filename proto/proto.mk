@@ -2,7 +2,7 @@
 # parameters; pure, no I/O), the Opus stream wrappers of the daemon and the
 # SentencePiece model reader of the engine.
 
-PROTO_SRCS += proto/utf8.c proto/msg.c proto/ogg.c proto/ogg_opus.c proto/query.c
+PROTO_SRCS += proto/msg.c proto/ogg.c proto/ogg_opus.c proto/query.c
 # /v1/realtime (docs/realtime.md): its client events, a JSON writer, base64, G.711.
 PROTO_SRCS += proto/rt_event.c proto/jw.c proto/b64.c proto/g711.c
 
@@ -29,9 +29,9 @@ CHECK_rt_event_LIBS = $(call pc_libs,soxr) -lm
 FUZZ_TARGETS += ogg msg query
 FUZZ_ogg_SRCS := proto/ogg.c proto/ogg_opus.c daemon/session/audio_opus.c engine/base/err.c
 FUZZ_ogg_LIBS := -lopus
-FUZZ_msg_SRCS := proto/msg.c proto/utf8.c engine/base/err.c
+FUZZ_msg_SRCS := proto/msg.c engine/base/text.c engine/base/err.c
 FUZZ_msg_LIBS :=
-FUZZ_query_SRCS := proto/query.c proto/utf8.c engine/base/err.c
+FUZZ_query_SRCS := proto/query.c engine/base/text.c engine/base/err.c
 FUZZ_query_LIBS := -lm
 
 # Opus stream wrappers of the daemon (linked by daemon/daemon.mk).

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "text.h"
 
 static const char *const param_names[PROTO_Q__COUNT] = {
 #define PROTO_Q_NAME(id, name) [PROTO_Q_##id] = name,
@@ -95,7 +95,7 @@ static int parse_file_name(int id, const char *v, size_t n, char *out, ms_error 
     const char *name = param_names[id];
     if (n == 0) return ms_err_set(err, MS_ERR_FORMAT, "%s is empty", name);
     if (n > PROTO_NAME_MAX) return ms_err_set(err, MS_ERR_LIMIT, "%s longer than %u bytes", name, PROTO_NAME_MAX);
-    if (!proto_utf8_valid(v, n)) return ms_err_set(err, MS_ERR_FORMAT, "%s is not valid UTF-8", name);
+    if (!text_utf8_valid(v, n)) return ms_err_set(err, MS_ERR_FORMAT, "%s is not valid UTF-8", name);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)v[i];
         if (c < 0x20 || c == 0x7f || c == '/' || c == '\\' || c == ':')
@@ -129,7 +129,7 @@ static int parse_text(int id, const char *v, size_t n, char *out, size_t *out_le
     const char *name = param_names[id];
     if (n > PROTO_TEXT_PROMPT_MAX)
         return ms_err_set(err, MS_ERR_LIMIT, "%s longer than %u bytes", name, PROTO_TEXT_PROMPT_MAX);
-    if (!proto_utf8_valid(v, n)) return ms_err_set(err, MS_ERR_FORMAT, "%s is not valid UTF-8", name);
+    if (!text_utf8_valid(v, n)) return ms_err_set(err, MS_ERR_FORMAT, "%s is not valid UTF-8", name);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)v[i];
         if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "utf8.h"
+#include "text.h"
 
 static const char *const ev_names[] = {
 #define RT_EV_N(id, name) name,
@@ -315,7 +315,7 @@ int rt_event_parse(const char *text, size_t len, rt_event *ev, rt_err *err) {
     memset(err, 0, sizeof *err);
     err->type = "invalid_request_error";
     ev->type = RT_EV__COUNT;
-    if (!proto_utf8_valid(text, len))
+    if (!text_utf8_valid(text, len))
         return fail(err, MS_ERR_FORMAT, "invalid_json", NULL, "the event is not UTF-8 text");
     if (count_values(text, len) > RT_EVENT_MAX_NODES)
         return fail(err, MS_ERR_LIMIT, "invalid_json", NULL, "the event holds more than %d JSON values",

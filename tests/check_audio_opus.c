@@ -32,7 +32,7 @@ static int collect(void *user, const float *pcm, size_t n, ms_error *err) {
  * a single best alignment. */
 static void chirp(float *x, size_t n, size_t offset) {
     for (size_t i = 0; i < n; i++) {
-        double t = (double)(i + offset) / AUDIO_RATE_HZ;
+        double t = (double)(i + offset) / MS_SAMPLE_RATE_HZ;
         x[i] = (float)(0.5 * sin(2 * PI * (200 * t + 300 * t * t)));
     }
 }
@@ -45,9 +45,9 @@ static uint8_t *encode_chirp(int nframes, size_t *len, int *lookahead) {
     *lookahead = audio_enc_lookahead(enc);
     uint8_t *all = malloc((size_t)nframes * AUDIO_ENC_OUT_MAX);
     size_t o = 0;
-    float frame[AUDIO_FRAME_SAMPLES];
+    float frame[MS_FRAME_SAMPLES];
     for (int f = 0; f < nframes; f++) {
-        chirp(frame, AUDIO_FRAME_SAMPLES, (size_t)f * AUDIO_FRAME_SAMPLES);
+        chirp(frame, MS_FRAME_SAMPLES, (size_t)f * MS_FRAME_SAMPLES);
         size_t n;
         ck_assert_int_eq(audio_enc_frame(enc, frame, all + o, AUDIO_ENC_OUT_MAX, &n, &e), MS_OK);
         if (f == 0) ck_assert_uint_gt(n, OGG_OPUS_HEADER_PAGES_BYTES);
@@ -112,8 +112,8 @@ START_TEST(test_roundtrip) {
     printf("roundtrip: %d frames, %zu bytes (%.1f kbit/s); encode %.0f us/frame, decode %.0f us/frame\n",
            N, len, 8.0 * (double)len / (N * 0.08) / 1000, 1e6 * (t1 - t0) / N, 1e6 * (t2 - t1) / N);
     /* pre-skip 3840 at 48 kHz drops the first 1920 samples at 24 kHz */
-    ck_assert_uint_eq(out.n, (size_t)N * AUDIO_FRAME_SAMPLES - 1920);
-    size_t nin = (size_t)N * AUDIO_FRAME_SAMPLES;
+    ck_assert_uint_eq(out.n, (size_t)N * MS_FRAME_SAMPLES - 1920);
+    size_t nin = (size_t)N * MS_FRAME_SAMPLES;
     float *in = malloc(nin * sizeof(float));
     chirp(in, nin, 0);
     /* out[i] follows in[i + 1920 - lookahead]: the pre-skip removes 1920
@@ -143,10 +143,10 @@ START_TEST(test_pre_skip_ignore) {
     ms_error e = {0};
     ck_assert_msg(decode_mode(s, len, 501, AUDIO_PRE_SKIP_IGNORE, &all, &e) == MS_OK, "%s", e.msg);
     ck_assert_msg(decode_mode(s, len, 501, AUDIO_PRE_SKIP_RFC, &rfc, &e) == MS_OK, "%s", e.msg);
-    ck_assert_uint_eq(all.n, (size_t)N * AUDIO_FRAME_SAMPLES);
+    ck_assert_uint_eq(all.n, (size_t)N * MS_FRAME_SAMPLES);
     ck_assert_uint_eq(rfc.n + 1920, all.n);
     ck_assert(memcmp(all.x + 1920, rfc.x, rfc.n * sizeof(float)) == 0);
-    size_t nin = (size_t)N * AUDIO_FRAME_SAMPLES;
+    size_t nin = (size_t)N * MS_FRAME_SAMPLES;
     float *in = malloc(nin * sizeof(float));
     chirp(in, nin, 0);
     /* all[i] follows in[i - lookahead]: compare from past the lookahead */
@@ -182,7 +182,7 @@ START_TEST(test_opusdec_reads_our_stream) {
     size_t nb;
     float *ref = (float *)check_read_file(out, &nb);
     size_t nref = nb / sizeof(float);
-    ck_assert_uint_eq(nref, (size_t)N * AUDIO_FRAME_SAMPLES - 1920);
+    ck_assert_uint_eq(nref, (size_t)N * MS_FRAME_SAMPLES - 1920);
     /* our decoder and opusdec agree (opusdec decodes at 48 kHz and
      * resamples, so the samples are close, not identical): aligned, and
      * the difference small next to the signal */
@@ -248,7 +248,7 @@ START_TEST(test_we_read_opusenc) {
     need("opusenc");
     check_tmp_make();
     for (int channels = 1; channels <= 2; channels++) {
-        const uint32_t n = 3 * AUDIO_RATE_HZ;
+        const uint32_t n = 3 * MS_SAMPLE_RATE_HZ;
         int16_t *x = malloc(n * 2 * sizeof(int16_t));
         float *xf = malloc(n * sizeof(float));
         chirp(xf, n, 0);
@@ -257,7 +257,7 @@ START_TEST(test_we_read_opusenc) {
         char wav[128], opus[128], cmd[512];
         snprintf(wav, sizeof wav, "%s/in%d.wav", check_tmp, channels);
         snprintf(opus, sizeof opus, "%s/in%d.opus", check_tmp, channels);
-        write_wav(wav, x, n, channels, AUDIO_RATE_HZ);
+        write_wav(wav, x, n, channels, MS_SAMPLE_RATE_HZ);
         snprintf(cmd, sizeof cmd, "opusenc --quiet --max-delay 1000 '%s' '%s'", wav, opus);
         ck_assert_int_eq(system(cmd), 0);
         size_t len;
@@ -294,12 +294,12 @@ START_TEST(test_web_client_shape) {
     const int npk = 100; /* 2 s */
     const int fs = 480;  /* 20 ms at 24 kHz */
     int rc;
-    OpusEncoder *enc = opus_encoder_create(AUDIO_RATE_HZ, 1, OPUS_APPLICATION_AUDIO, &rc);
+    OpusEncoder *enc = opus_encoder_create(MS_SAMPLE_RATE_HZ, 1, OPUS_APPLICATION_AUDIO, &rc);
     ck_assert_ptr_nonnull(enc);
     opus_int32 la;
     opus_encoder_ctl(enc, OPUS_GET_LOOKAHEAD(&la));
     ogg_opus_mux m; /* only for the header pages */
-    ogg_opus_mux_init(&m, 0x77, 1, (uint16_t)(2 * la), AUDIO_RATE_HZ);
+    ogg_opus_mux_init(&m, 0x77, 1, (uint16_t)(2 * la), MS_SAMPLE_RATE_HZ);
     static uint8_t msgbuf[16384];
     size_t mlen;
     ck_assert_int_eq(ogg_opus_mux_headers(&m, msgbuf, sizeof msgbuf, &mlen, NULL), MS_OK);
@@ -389,7 +389,7 @@ START_TEST(test_hostile) {
     free(out.x);
     /* the encoder wants room for a whole frame up front */
     audio_enc *enc = audio_enc_create(1, 24000, OGG_OPUS_DEF_PRE_SKIP, &e);
-    float frame[AUDIO_FRAME_SAMPLES] = {0};
+    float frame[MS_FRAME_SAMPLES] = {0};
     uint8_t buf[AUDIO_ENC_OUT_MAX];
     size_t n;
     ck_assert_int_eq(audio_enc_frame(enc, frame, buf, 100, &n, &e), MS_ERR_LIMIT);

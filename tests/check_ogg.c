@@ -599,6 +599,167 @@ START_TEST(test_opus_hostile) {
 }
 END_TEST
 
+
+/* ---- ogg_limits.chain: what the official servers' reader (sphn) takes ---- */
+
+typedef struct { int n; uint64_t packetno[64]; int bos[64]; uint8_t first[64]; size_t len[64]; } chain_coll;
+static int chain_collect(void *user, const ogg_pkt *k, ms_error *err) {
+    (void)err;
+    chain_coll *c = user;
+    ck_assert_int_lt(c->n, 64);
+    c->packetno[c->n] = k->packetno;
+    c->bos[c->n] = k->bos;
+    c->first[c->n] = k->len ? k->data[0] : 0;
+    c->len[c->n] = k->len;
+    c->n++;
+    return MS_OK;
+}
+
+static int chain_run(const uint8_t *b, size_t n, bool chain, chain_coll *c, unsigned *streams, ms_error *e) {
+    ogg_limits lim = {.chain = chain};
+    ogg_demux *d = ogg_demux_create(&lim, e);
+    int rc = ogg_demux_feed(d, b, n, chain_collect, c, e);
+    if (streams) *streams = ogg_demux_streams(d);
+    ogg_demux_free(d);
+    return rc;
+}
+
+START_TEST(test_chain_tolerance) {
+    size_t P = ogg_packet_page_bytes(100);
+    buf_t s = small_stream(6, 5);
+    ms_error e = {0};
+    chain_coll c = {0};
+    unsigned streams = 0;
+    /* joined without its first two pages: refused strictly, read chained */
+    ck_assert_int_eq(chain_run(s.b + 2 * P, s.n - 2 * P, false, &c, NULL, &e), MS_ERR_FORMAT);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(s.b + 2 * P, s.n - 2 * P, true, &c, &streams, &e), MS_OK);
+    ck_assert_int_eq(c.n, 4);
+    ck_assert_int_eq(streams, 1);
+    ck_assert_int_eq(c.bos[0], 0); /* not the stream's first packet: no header expected */
+    /* a second stream (new serial, its BOS page) after two pages of the first:
+     * strictly an error, chained a new stream numbered from 0 */
+    buf_t t = {0};
+    buf_add(&t, s.b, 2 * P);
+    buf_t s2 = small_stream(3, 77);
+    buf_add(&t, s2.b, s2.n);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(t.b, t.n, false, &c, NULL, &e), MS_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "serial") != NULL, "%s", e.msg);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(t.b, t.n, true, &c, &streams, &e), MS_OK);
+    ck_assert_int_eq(c.n, 5);
+    ck_assert_int_eq(streams, 2);
+    ck_assert_int_eq(c.packetno[2], 0);
+    ck_assert_int_eq(c.bos[2], 1);
+    /* chained after EOS (RFC 3533 4): the same */
+    buf_t u = {0};
+    buf_add(&u, s.b, s.n);
+    buf_add(&u, s2.b, s2.n);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(u.b, u.n, true, &c, &streams, &e), MS_OK);
+    ck_assert_int_eq(c.n, 9);
+    ck_assert_int_eq(streams, 2);
+    /* still strict inside a logical stream: a serial change without BOS, a
+     * sequence gap, a bad CRC, garbage between pages */
+    uint8_t *b = malloc(s.n);
+    memcpy(b, s.b, s.n);
+    b[P + 14] ^= 1;
+    fix_crc(b + P);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(b, s.n, true, &c, NULL, &e), MS_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "one logical stream") != NULL, "%s", e.msg);
+    memcpy(b, s.b, s.n);
+    b[P + 18] += 1;
+    fix_crc(b + P);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(b, s.n, true, &c, NULL, &e), MS_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "gap") != NULL, "%s", e.msg);
+    memcpy(b, s.b, s.n);
+    b[P + 40] ^= 1;
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(b, s.n, true, &c, NULL, &e), MS_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "bad CRC") != NULL, "%s", e.msg);
+    /* after EOS only a BOS page may come */
+    memset(&c, 0, sizeof c);
+    buf_t v = {0};
+    buf_add(&v, s.b, s.n);
+    buf_add(&v, s.b + P, P);
+    ck_assert_int_eq(chain_run(v.b, v.n, true, &c, NULL, &e), MS_ERR_FORMAT);
+    ck_assert_msg(strstr(e.msg, "after the end of stream") != NULL, "%s", e.msg);
+    free(b);
+    free(s.b);
+    free(s2.b);
+    free(t.b);
+    free(u.b);
+    free(v.b);
+}
+END_TEST
+
+/* A stream joined on a page that continues a packet: the piece whose start
+ * was not seen is dropped, the packets after it come whole. */
+START_TEST(test_chain_joined_mid_packet) {
+    uint8_t big[600], small_pk[50], page[2000];
+    pkt_fill(big, sizeof big, 9);
+    pkt_fill(small_pk, sizeof small_pk, 4);
+    /* page 7 (not BOS): the last 345 bytes of a packet begun earlier, then a
+     * 50-byte packet */
+    uint8_t lace[3] = {255, 90, 50};
+    uint8_t body[395];
+    memcpy(body, big + 255, 345);
+    memcpy(body + 345, small_pk, 50);
+    ogg_page_info pi = {.flags = OGG_FLAG_CONTINUED, .granule = 9600, .serial = 3, .seq = 7};
+    size_t n;
+    ck_assert_int_eq(ogg_write_page(page, sizeof page, &pi, lace, 3, body, 395, &n, NULL), MS_OK);
+    ms_error e = {0};
+    chain_coll c = {0};
+    ck_assert_int_eq(chain_run(page, n, true, &c, NULL, &e), MS_OK);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_uint_eq(c.len[0], 50);
+    ck_assert_int_eq(c.first[0], small_pk[0]);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(chain_run(page, n, false, &c, NULL, &e), MS_ERR_FORMAT);
+}
+END_TEST
+
+static int count_audio(void *user, const ogg_opus_head *h, const ogg_pkt *k, ms_error *err) {
+    (void)k;
+    (void)err;
+    int *a = user;
+    a[0]++;
+    a[1] = h->channels;
+    a[2] = h->pre_skip;
+    return MS_OK;
+}
+
+/* The Opus reader on chained input: a stream joined without its headers
+ * gets a default mono head; a new stream's OpusHead is taken again. */
+START_TEST(test_opus_reader_chain) {
+    buf_t s = mux_stream(6);
+    size_t hdr = OGG_OPUS_HEADER_PAGES_BYTES, P = ogg_packet_page_bytes(120);
+    ogg_limits lim = {.chain = true};
+    ms_error e = {0};
+    ogg_opus_reader *r = ogg_opus_reader_create(&lim, &e);
+    int a[3] = {0};
+    ck_assert_int_eq(ogg_opus_reader_feed(r, s.b + hdr + 2 * P, s.n - hdr - 2 * P, count_audio, a, &e), MS_OK);
+    ck_assert_int_eq(a[0], 4);
+    ck_assert_int_eq(a[1], 1);
+    ck_assert_int_eq(a[2], 0);
+    ck_assert_uint_eq(ogg_opus_reader_streams(r), 1);
+    /* the client begins again: its headers, then audio */
+    ck_assert_int_eq(ogg_opus_reader_feed(r, s.b, s.n, count_audio, a, &e), MS_OK);
+    ck_assert_int_eq(a[0], 10);
+    ck_assert_int_eq(a[2], OGG_OPUS_DEF_PRE_SKIP);
+    ck_assert_uint_eq(ogg_opus_reader_streams(r), 2);
+    ogg_opus_reader_free(r);
+    /* strictly, the headerless stream is refused */
+    r = ogg_opus_reader_create(NULL, &e);
+    ck_assert_int_ne(ogg_opus_reader_feed(r, s.b + hdr + 2 * P, s.n - hdr - 2 * P, count_audio, a, &e), MS_OK);
+    ogg_opus_reader_free(r);
+    free(s.b);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("ogg");
     TCase *tc = tcase_new("ogg");
@@ -609,6 +770,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_opus_mux_reader);
     tcase_add_test(tc, test_opus_hostile);
+    tcase_add_test(tc, test_chain_tolerance);
+    tcase_add_test(tc, test_chain_joined_mid_packet);
+    tcase_add_test(tc, test_opus_reader_chain);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,7 @@
 
 #include "check_main.h"
 #include "msg.h"
-#include "utf8.h"
+#include "text.h"
 
 START_TEST(test_parse_kinds) {
     proto_msg m;
@@ -110,7 +110,7 @@ START_TEST(test_error_msg) {
     /* truncation never cuts a character: 12 bytes of room, "€" is 3 bytes */
     ck_assert_int_eq(proto_msg_build_error(buf, 15, 2, "0123456789\xE2\x82\xAC", &n, &e), MS_OK);
     ck_assert_uint_eq(n, 11);
-    ck_assert(proto_utf8_valid(buf + 3, n - 1));
+    ck_assert(text_utf8_valid(buf + 3, n - 1));
     /* invalid bytes replaced */
     ck_assert_int_eq(proto_msg_build_error(buf, sizeof buf, 0, "a\xC0\xAF" "b", &n, &e), MS_OK);
     ck_assert_mem_eq(buf + 1, "a??b", 4);
@@ -150,7 +150,7 @@ START_TEST(test_close_reason) {
             ck_assert_uint_le(rl, PROTO_CLOSE_REASON_MAX);
             ck_assert_uint_gt(rl, PROTO_CLOSE_REASON_MAX - cl); /* nothing more would fit */
             ck_assert_uint_eq(strlen(r), rl);
-            ck_assert_msg(proto_utf8_valid(r, rl), "char %zu pad %zu: cut inside a character", c, pad);
+            ck_assert_msg(text_utf8_valid(r, rl), "char %zu pad %zu: cut inside a character", c, pad);
             ck_assert_uint_eq((rl - pad) % cl, 0);
             ck_assert_mem_eq(r, text, rl);
             uint8_t msg[PROTO_ERROR_TEXT_MAX + 8];
@@ -188,7 +188,7 @@ START_TEST(test_utf8) {
         {"\xC3\x28", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        ck_assert_msg(proto_utf8_valid(cases[i].s, strlen(cases[i].s)) == cases[i].ok, "case %zu", i);
+        ck_assert_msg(text_utf8_valid(cases[i].s, strlen(cases[i].s)) == cases[i].ok, "case %zu", i);
 }
 END_TEST
 
@@ -202,7 +202,7 @@ START_TEST(test_random) {
         int c = proto_msg_parse(b, len, 48, &m);
         ck_assert(c >= 0 && c < PROTO_CLASS__COUNT);
         if (c == PROTO_CLASS_OK) ck_assert_uint_eq(m.payload_len + 1, len);
-        (void)proto_utf8_valid(b, len);
+        (void)text_utf8_valid(b, len);
     }
 }
 END_TEST

@@ -214,7 +214,7 @@ static int set_value(cfg *c, const cfg_option *o, const cJSON *v, const char *ba
             size_t u = strlen(list);
             snprintf(list + u, sizeof list - u, "%s%s", i ? ", " : "", o->names[i]);
         }
-        return ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not one of %s", p, cfg__shown(v->valuestring, kb, sizeof kb),
+        return ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not one of %s", p, text_shown(v->valuestring, CFG_KEY_SHOWN_MAX, kb, sizeof kb),
                           list);
     }
     case CFG_STRING: {
@@ -310,7 +310,7 @@ static int load_section(cfg *c, const cJSON *sec, const char *base_dir, bool *se
                 break;
             }
         }
-        snprintf(path, sizeof path, "%s.%s", sec->string, cfg__shown(m->string, kb, sizeof kb));
+        snprintf(path, sizeof path, "%s.%s", sec->string, text_shown(m->string, CFG_KEY_SHOWN_MAX, kb, sizeof kb));
         if (!o) {
             const char *s = suggest(path);
             if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown option (did you mean %s?)", path, s);
@@ -335,7 +335,7 @@ static int load_tree(cfg *c, const cJSON *root, const char *base_dir, ms_error *
     for (const cJSON *sec = root->child; sec; sec = sec->next) {
         if (!is_section(sec->string)) {
             const char *s = suggest(sec->string);
-            cfg__shown(sec->string, kb, sizeof kb);
+            text_shown(sec->string, CFG_KEY_SHOWN_MAX, kb, sizeof kb);
             if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section (did you mean %s?)", kb, s);
             return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown section", kb);
         }
@@ -495,7 +495,7 @@ int cfg_set(cfg *c, const char *assignment, ms_error *err) {
             o = &cfg_options[i];
     if (!o) {
         const char *s = suggest(path);
-        cfg__shown(path, kb, sizeof kb);
+        text_shown(path, CFG_KEY_SHOWN_MAX, kb, sizeof kb);
         if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option (did you mean %s?)", kb, s);
         return ms_err_set(err, MS_ERR_NOTFOUND, "--set: %s: unknown option", kb);
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cfg.h"
+#include "text.h"
 
 typedef enum { CFG_INT, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_STRLIST, CFG_CUSTOM } cfg_type;
 
@@ -84,7 +85,7 @@ static inline int cfg__section_len(const cfg_option *o) { return (int)(strchr(o-
  * (defaults, values, copy, compare, load) <- cfg_dump.c (JSON text) <-
  * cfg_reload.c (reload and its report); cfg_doc.c reads the table only. */
 
-/* Longest key from a file quoted in a message, bytes (cfg__shown). */
+/* Longest key from a file quoted in a message, bytes (text_shown). */
 #define CFG_KEY_SHOWN_MAX 64
 
 /* cfg_util.c: strdup that asserts on out-of-memory (a few bytes at
@@ -101,13 +102,11 @@ void cfg__copy_value(cfg *dst, const cfg *src, const cfg_option *o);
  * cut to fit ("?" when out of memory). */
 void cfg__format_value(const cfg *c, const cfg_option *o, char *buf, size_t len);
 
-/* cfg_util.c, for the walkers and the custom types: a key from a file
- * safe to print (at most CFG_KEY_SHOWN_MAX bytes, '?' outside printable
- * ASCII) into buf; what kind of JSON value v is ("a string", ...); the
- * edit distance of two names (cut at 64 bytes); a relative path made
- * relative to base_dir (owned result); d as the shortest JSON number that
- * reads back to d. */
-const char *cfg__shown(const char *key, char *buf, size_t len);
+/* cfg_util.c, for the walkers and the custom types: what kind of JSON value
+ * v is ("a string", ...); the edit distance of two names (cut at 64 bytes);
+ * a relative path made relative to base_dir (owned result); d as the
+ * shortest JSON number that reads back to d. Keys are shown in messages
+ * with text_shown(key, CFG_KEY_SHOWN_MAX, ...). */
 const char *cfg__json_kind(const struct cJSON *v);
 int cfg__distance(const char *a, const char *b);
 char *cfg__resolve(const char *s, const char *base_dir);

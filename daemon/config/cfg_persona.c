@@ -16,6 +16,8 @@
 #include <cjson/cJSON.h>
 
 #include "cfg_int.h"
+#include "query.h"
+#include "text.h"
 
 #define STR(x) #x
 #define XSTR(x) STR(x)
@@ -23,7 +25,6 @@
 /* Longest voice path, bytes (as the path options). */
 #define PERSONA_PATH_MAX 4095
 /* Sampling override bounds (those of sampling.*). */
-#define PERSONA_TEMP_MAX 5.0
 #define PERSONA_TOPK_MAX 65536
 
 enum { K_NAME, K_DESCRIPTION, K_VOICE, K_TEXT, K_TEXT_IDS, K_TEXT_TEMP, K_TEXT_TOPK, K_AUDIO_TEMP, K_AUDIO_TOPK, K__N };
@@ -106,29 +107,21 @@ static bool list_equal(const void *x, const void *y) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-/* Valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF)
- * without control characters other than those in `allowed`; else the
- * offset of the first bad byte. */
+/* Valid UTF-8 (text_utf8_len) without control characters other than
+ * those in `allowed`; else the offset of the first bad byte. */
 static long bad_text_at(const char *s, const char *allowed) {
     const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (u[i]) {
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
         unsigned c = u[i];
         if (c < 0x80) {
             if ((c < 0x20 || c == 0x7f) && !strchr(allowed, (int)c)) return (long)i;
             i++;
             continue;
         }
-        int n = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : -1;
-        if (n < 0 || c > 0xf4 || c == 0xc0 || c == 0xc1) return (long)i;
-        unsigned cp = c & (0x3f >> n);
-        for (int k = 1; k <= n; k++) {
-            if ((u[i + k] & 0xc0) != 0x80) return (long)i;
-            cp = (cp << 6) | (u[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-            return (long)i;
-        i += (size_t)n + 1;
+        size_t l = text_utf8_len(u + i, n - i);
+        if (l == 0) return (long)i;
+        i += l;
     }
     return -1;
 }
@@ -223,7 +216,7 @@ static int load_one(cfg_persona *p, const cJSON *o, const char *at, const char *
     for (const cJSON *m = o->child; m; m = m->next) {
         int k = 0;
         while (k < K__N && strcmp(m->string, key_names[k]) != 0) k++;
-        snprintf(what, sizeof what, "%s.%s", at, cfg__shown(m->string, kb, sizeof kb));
+        snprintf(what, sizeof what, "%s.%s", at, text_shown(m->string, CFG_KEY_SHOWN_MAX, kb, sizeof kb));
         if (k == K__N) {
             const char *s = suggest_key(m->string);
             if (s) return ms_err_set(err, MS_ERR_NOTFOUND, "%s: unknown key (did you mean %s?)", what, s);
@@ -240,7 +233,7 @@ static int load_one(cfg_persona *p, const cJSON *o, const char *at, const char *
             if (rc == MS_OK && !name_ok(p->name))
                 rc = ms_err_set(err, MS_ERR_ARG, "%s: \"%s\" is not a persona name ([A-Za-z0-9_.-], 1..%d bytes, "
                                                  "not starting with '.')",
-                                what, cfg__shown(p->name, kb, sizeof kb), CFG_PERSONA_NAME_MAX);
+                                what, text_shown(p->name, CFG_KEY_SHOWN_MAX, kb, sizeof kb), CFG_PERSONA_NAME_MAX);
             break;
         case K_DESCRIPTION: rc = get_string(m, what, CFG_PERSONA_DESC_MAX, "", &p->description, err); break;
         case K_VOICE: {
@@ -258,11 +251,11 @@ static int load_one(cfg_persona *p, const cJSON *o, const char *at, const char *
         case K_TEXT: rc = get_string(m, what, CFG_PERSONA_TEXT_MAX, "\t\n\r", &p->text, err); break;
         case K_TEXT_IDS: rc = get_ids(m, what, p, err); break;
         case K_TEXT_TEMP:
-            rc = get_number(m, what, 0, PERSONA_TEMP_MAX, false, &d, err);
+            rc = get_number(m, what, 0, PROTO_TEMPERATURE_MAX, false, &d, err);
             p->text_temperature = d;
             break;
         case K_AUDIO_TEMP:
-            rc = get_number(m, what, 0, PERSONA_TEMP_MAX, false, &d, err);
+            rc = get_number(m, what, 0, PROTO_TEMPERATURE_MAX, false, &d, err);
             p->audio_temperature = d;
             break;
         case K_TEXT_TOPK:

@@ -12,7 +12,10 @@
 
 #include "cfg_int.h"
 #include "log.h"
+#include "query.h"
+#include "samp.h"
 #include "srv_proxy.h"
+#include "text.h"
 
 const char *const cfg_variant_names[] = {"auto", "kyutai", "personaplex", NULL};
 const char *const cfg_backend_names[] = {"auto", "cpu", "cuda", NULL};
@@ -23,27 +26,9 @@ const char *const cfg_log_level_names[] = {"debug", "info", "warn", "error", NUL
 
 static const char *const default_origins[] = {"same-origin", "localhost", NULL};
 
-/* Longest host name (RFC 1035) and path, bytes. */
-#define HOST_MAX 253
+/* Longest path, bytes (host names: TEXT_HOST_MAX). */
 #define PATH_MAX_BYTES 4095
 #define ORIGIN_MAX 1024
-
-static int is_hostname(const char *s, size_t n) {
-    if (n == 0 || n > HOST_MAX) return 0;
-    size_t label = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '.') {
-            if (label == 0 || s[i - 1] == '-') return 0;
-            label = 0;
-            continue;
-        }
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9') || (ch == '-' && label > 0);
-        if (!ok || ++label > 63) return 0;
-    }
-    return s[n - 1] != '-';
-}
 
 /* server.listen item: an IPv4 or IPv6 literal, a host name, or "" / "*"
  * (every interface). */
@@ -51,7 +36,7 @@ static int check_listen(const char *s, char *why, size_t len) {
     unsigned char buf[16];
     if (!s[0] || strcmp(s, "*") == 0) return 0;
     if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1) return 0;
-    if (is_hostname(s, strlen(s))) return 0;
+    if (text_is_hostname(s, strlen(s))) return 0;
     snprintf(why, len, "\"%s\" is not an IPv4/IPv6 address, a host name or \"*\"", s);
     return 1;
 }
@@ -93,7 +78,7 @@ static int check_origin(const char *s, char *why, size_t len) {
         end = close + 1;
     } else {
         end = h + strcspn(h, ":/");
-        if (!is_hostname(h, (size_t)(end - h))) goto bad;
+        if (!text_is_hostname(h, (size_t)(end - h))) goto bad;
     }
     if (*end == ':') {
         char *pe;
@@ -129,7 +114,7 @@ bad:
 #define DIR_PATH (CFG_F_PATH | CFG_F_DIR)
 
 const cfg_option cfg_options[] = {
-    OPT_LIST("server.listen", server.listen, CFG_F_ONE, default_listen, HOST_MAX, check_listen,
+    OPT_LIST("server.listen", server.listen, CFG_F_ONE, default_listen, TEXT_HOST_MAX, check_listen,
              "Addresses to listen on, each bound exactly (a string is a list of one): IPv4/IPv6 literals "
              "(\"127.0.0.1\", \"::1\", \"0.0.0.0\" = every IPv4 address, \"::\" = every IPv6 address), host names "
              "(every address they resolve to), or \"*\" alone for every interface of both families. An address "
@@ -228,13 +213,13 @@ const cfg_option cfg_options[] = {
     OPT_INT("sessions.max", sessions.max, 0, 8, 1, 1024,
             "Concurrent sessions (engine slots, allocated at start); one more is told the server is busy."),
 
-    OPT_DBL("sampling.text_temperature", sampling.text_temperature, R, 0.7, 0.0, 5.0,
+    OPT_DBL("sampling.text_temperature", sampling.text_temperature, R, SAMP_TEXT_TEMP, 0.0, PROTO_TEMPERATURE_MAX,
             "Default text temperature; 0 = greedy. Clients may override per session."),
-    OPT_INT("sampling.text_topk", sampling.text_topk, R, 25, 0, 65536,
+    OPT_INT("sampling.text_topk", sampling.text_topk, R, SAMP_TEXT_TOPK, 0, 65536,
             "Default text top-k; 0 = the whole vocabulary."),
-    OPT_DBL("sampling.audio_temperature", sampling.audio_temperature, R, 0.8, 0.0, 5.0,
+    OPT_DBL("sampling.audio_temperature", sampling.audio_temperature, R, SAMP_AUDIO_TEMP, 0.0, PROTO_TEMPERATURE_MAX,
             "Default audio temperature; 0 = greedy."),
-    OPT_INT("sampling.audio_topk", sampling.audio_topk, R, 250, 0, 65536,
+    OPT_INT("sampling.audio_topk", sampling.audio_topk, R, SAMP_AUDIO_TOPK, 0, 65536,
             "Default audio top-k; 0 = the whole codebook."),
 
     OPT_INT("limits.max_message_bytes", limits.max_message_bytes, 0, 1 << 20, 4096, 64 << 20,
@@ -274,8 +259,8 @@ const cfg_option cfg_options[] = {
              "servers (sphn) do, so frames line up with theirs; rfc = drop it (RFC 7845). New sessions."),
 
     OPT_STR("personas.voices_dir", personas.voices_dir, DIR_PATH | R, "", PATH_MAX_BYTES, NULL,
-            "Directory of the voices a client may name with voice_prompt (NAME.safetensors, a converted .pt, or "
-            "NAME.wav/.flac/.ogg); empty = voice_prompt refused."),
+            "Directory of the voices a client may name with voice_prompt (NAME.safetensors, a converted .pt; "
+            "NAME.pt, NVIDIA's voice file as published; or NAME.wav/.flac/.ogg); empty = voice_prompt refused."),
     OPT_BOOL("personas.on_demand", personas.on_demand, R, 1,
              "Accept voice_prompt/text_prompt: an uncached prompt is primed on demand (one prime slot each), then "
              "cached; false = only configured personas."),

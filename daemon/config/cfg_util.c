@@ -30,20 +30,6 @@ char *cfg__resolve(const char *s, const char *base_dir) {
     return r;
 }
 
-/* A key from the file, safe to print: at most CFG_KEY_SHOWN_MAX bytes, bytes
- * outside printable ASCII replaced by '?'. */
-const char *cfg__shown(const char *key, char *buf, size_t len) {
-    size_t n = 0;
-    for (; key[n] && n < CFG_KEY_SHOWN_MAX && n + 4 < len; n++)
-        buf[n] = (key[n] >= 0x20 && key[n] < 0x7f) ? key[n] : '?';
-    if (key[n] && n + 4 <= len) {
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 const char *cfg__json_kind(const cJSON *v) {
     if (cJSON_IsNumber(v)) return "a number";
     if (cJSON_IsString(v)) return "a string";

@@ -1,5 +1,6 @@
 /* access.c - the Origin policy and the bearer tokens. See access.h. */
 #include "access.h"
+#include "text.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,7 +18,6 @@
  * most 1023 bytes and query values of at most PROTO_QUERY_MAX_BYTES; past
  * this a credential is too long to be a token anyway). */
 #define ACCESS_CRED_SCAN (64 * 1024)
-#define HOST_MAX 253                   /* RFC 1035 */
 
 /* One token. Kept while it can be presented (in the file) or while a
  * session holds it (withdrawn by a reload: then only released). */
@@ -34,7 +34,7 @@ typedef struct access_tok {
  * around IPv6). */
 typedef struct origin {
     int https;
-    char host[HOST_MAX + 3];
+    char host[TEXT_HOST_MAX + 3];
     int port;
 } origin;
 
@@ -85,23 +85,6 @@ void access_free(access_ctl *a) {
 
 /* ---- origins ---- */
 
-static int is_hostname(const char *s, size_t n) {
-    if (n == 0 || n > HOST_MAX) return 0;
-    size_t label = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '.') {
-            if (label == 0 || s[i - 1] == '-') return 0;
-            label = 0;
-            continue;
-        }
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 (ch == '-' && label > 0);
-        if (!ok || ++label > 63) return 0;
-    }
-    return s[n - 1] != '-';
-}
-
 /* Parse "host[:port]" (s[0..n), a Host header or the part of an origin
  * after "scheme://") into o->host/o->port; def_port when no port is
  * given. 0, or -1 when malformed. */
@@ -122,7 +105,7 @@ static int parse_hostport(const char *s, size_t n, int def_port, origin *o) {
         p = memchr(s, ':', n);
         if (!p) p = end;
         hl = (size_t)(p - s);
-        if (!is_hostname(s, hl)) return -1;   /* IPv4 literals are host names to this check */
+        if (!text_is_hostname(s, hl)) return -1;   /* IPv4 literals are host names to this check */
     }
     if (hl >= sizeof o->host) return -1;
     for (size_t i = 0; i < hl; i++) {
@@ -215,7 +198,7 @@ static int judge_origin(const access_ctl *a, const access_request *r, char *why,
         origin h;
         const char *hv = r->host ? r->host : "";
         h.https = r->tls ? 1 : 0;
-        if (hv[0] && parse_hostport(hv, strnlen(hv, HOST_MAX + 8), h.https ? 443 : 80, &h) == 0 &&
+        if (hv[0] && parse_hostport(hv, strnlen(hv, TEXT_HOST_MAX + 8), h.https ? 443 : 80, &h) == 0 &&
             origin_eq(&o, &h)) {
             if (a->required || is_literal(h.host)) return 0;
             snprintf(why, len,

@@ -63,7 +63,7 @@
 
 #include "log.h"
 #include "srv_int.h"
-#include "utf8.h"
+#include "text.h"
 
 const size_t srv_pre = LWS_PRE;
 
@@ -92,19 +92,19 @@ static int check_peer_close(struct lws *wsi, uint8_t *p, size_t len) {
      * (libwebsockets already turns 1004-1006, 1012-2999 and < 1000 into
      * 1002; it lets >= 5000 through). */
     if (len == 1 || code < 1000 || code >= 5000 || (code >= 1004 && code <= 1006) || (code >= 1012 && code < 3000))
-        bad = 1002;
-    else if (!proto_utf8_valid(p + 2, len - 2))
-        bad = 1007;
+        bad = PROTO_CLOSE_PROTOCOL_ERROR;
+    else if (!text_utf8_valid(p + 2, len - 2))
+        bad = PROTO_CLOSE_BAD_DATA;
     if (!bad) return 0;
     if (len == 1) {
         uint8_t frame[LWS_PRE + 2];
-        frame[LWS_PRE] = 1002 >> 8;
-        frame[LWS_PRE + 1] = 1002 & 0xff;
+        frame[LWS_PRE] = PROTO_CLOSE_PROTOCOL_ERROR >> 8;
+        frame[LWS_PRE + 1] = PROTO_CLOSE_PROTOCOL_ERROR & 0xff;
         lws_write(wsi, frame + LWS_PRE, 2, (enum lws_write_protocol)SRV_LWS_WRITE_CLOSE);
         return -1;
     }
-    static const char r1002[] = "invalid close code", r1007[] = "invalid UTF-8 in the close reason";
-    const char *r = bad == 1002 ? r1002 : r1007;
+    static const char r_code[] = "invalid close code", r_utf8[] = "invalid UTF-8 in the close reason";
+    const char *r = bad == PROTO_CLOSE_PROTOCOL_ERROR ? r_code : r_utf8;
     size_t rl = strlen(r);
     p[0] = (uint8_t)(bad >> 8);
     p[1] = (uint8_t)(bad & 0xff);

@@ -20,6 +20,38 @@ static int path_is_dynamic(const char *p) {
     return 0;
 }
 
+/* The reason phrase of the statuses srv answers with itself. */
+static const char *reason_phrase(unsigned status) {
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 414: return "URI Too Long";
+    case 426: return "Upgrade Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+/* "HTTP/1.1 NNN Reason\r\n" at *p. libwebsockets 4.1 takes the version
+ * from the request, which it records only after the upgrade checks
+ * (lib/roles/http/server/server.c): a refused upgrade would be answered
+ * "HTTP/1.0", which HTTP/1.1 WebSocket clients (the `websockets` library)
+ * report as an invalid answer instead of its status. Every request srv
+ * answers is HTTP/1.1 or an upgrade (1.1 by definition); RFC 9110 6.2: a
+ * server sends its own version. -1 when it does not fit. */
+static int status_line(unsigned status, uint8_t **p, const uint8_t *end) {
+    int n = snprintf((char *)*p, (size_t)(end - *p), "HTTP/1.1 %u %s\r\n", status, reason_phrase(status));
+    if (n < 0 || n >= end - *p) return -1;
+    *p += n;
+    return 0;
+}
+
 /* Answer status with a one-line text/plain body and Connection: close,
  * written now (lws keeps what the socket does not take and flushes it
  * before the close). extra: one more "name:" / value header, or NULL; a
@@ -35,7 +67,7 @@ static void answer(struct lws *wsi, unsigned status, const char *extra, const ch
                            status == 401 ? "www-authenticate:" : extra, status == 401 ? extra : NULL};
     const char *vals[] = {"text/plain; charset=utf-8", len, "close", "no-store",
                           status == 401 ? SRV_WWW_AUTHENTICATE : extra_val, extra_val};
-    if (lws_add_http_header_status(wsi, status, &p, end)) return;
+    if (status_line(status, &p, end)) return;
     for (size_t i = 0; i < sizeof names / sizeof *names && names[i]; i++)
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)names[i], (const unsigned char *)vals[i],
                                         (int)strlen(vals[i]), &p, end))

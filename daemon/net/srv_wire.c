@@ -131,7 +131,7 @@ static void wire_act(srv_wire *w) {
     LOGW("ws_unmasked", "peer=%s frames=%llu msg=\"a client frame without a mask: closed 1002\"",
          srv_conn_peer(w->conn), (unsigned long long)w->g.frames);
     srv_refused(w->s, SRV_REF_unmasked);
-    srv_conn_close(w->conn, 1002, wire_reason);
+    srv_conn_close(w->conn, PROTO_CLOSE_PROTOCOL_ERROR, wire_reason);
 }
 
 int srv_wire_established(srv_wire *w, srv_conn *c) {

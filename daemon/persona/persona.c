@@ -103,23 +103,23 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
     char sb[80];
     if (!has_p && !has_v && !has_t) return PERS_NONE;
     if (!p->pp) {
-        pers__fail_set(f, 1008, MET_ERR_bad_persona, "personas (persona, voice_prompt, text_prompt) need a PersonaPlex "
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "personas (persona, voice_prompt, text_prompt) need a PersonaPlex "
                                                "checkpoint; this server runs a Kyutai model");
         return PERS_FAIL;
     }
     if (has_p && (has_v || has_t)) {
-        pers__fail_set(f, 1008, MET_ERR_bad_persona, "bad query: give persona=NAME or voice_prompt/text_prompt, not both");
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "bad query: give persona=NAME or voice_prompt/text_prompt, not both");
         return PERS_FAIL;
     }
     if (p->stopped) {
-        pers__fail_set(f, 1013, MET_ERR_busy, "server is shutting down");
+        pers__fail_set(f, PROTO_CLOSE_TRY_LATER, MET_ERR_busy, "server is shutting down");
         return PERS_FAIL;
     }
     if (has_p) {
         pers_conf *c = pers__find_conf(p, q->persona);
         if (!c) {
-            pers__fail_set(f, 1008, MET_ERR_bad_persona, "unknown persona \"%s\" (GET /api/personas lists them)",
-                     pers__shown(q->persona, sb, sizeof sb));
+            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "unknown persona \"%s\" (GET /api/personas lists them)",
+                     text_shown(q->persona, PERS_SHOWN_MAX, sb, sizeof sb));
             return PERS_FAIL;
         }
         snprintf(t->label, sizeof t->label, "persona %s", c->name);
@@ -139,11 +139,11 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
             join(c->pending, t);
             return PERS_WAIT;
         }
-        pers__fail_set(f, 1011, MET_ERR_internal, "internal error: persona %s is unavailable: %s", c->name, c->failed);
+        pers__fail_set(f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: persona %s is unavailable: %s", c->name, c->failed);
         return PERS_FAIL;
     }
     if (!p->on_demand) {
-        pers__fail_set(f, 1008, MET_ERR_bad_persona, "voice_prompt and text_prompt are off on this server "
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt and text_prompt are off on this server "
                                                "(personas.on_demand = false); ask for persona=NAME");
         return PERS_FAIL;
     }
@@ -152,29 +152,29 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
     ms_error e = {0};
     if (has_v) {
         if (!p->voices_dir[0]) {
-            pers__fail_set(f, 1008, MET_ERR_bad_persona, "voice_prompt: this server has no voice directory "
+            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt: this server has no voice directory "
                                                    "(personas.voices_dir)");
             return PERS_FAIL;
         }
         int rc = prompt_voice_find(p->voices_dir, q->voice_prompt, path, sizeof path, &kind, &e);
         if (rc != MS_OK) {
-            pers__fail_set(f, 1008, MET_ERR_bad_persona, "%s voice_prompt \"%s\": %s", rc == MS_ERR_NOTFOUND ? "unknown" : "bad",
-                     pers__shown(q->voice_prompt, sb, sizeof sb), e.msg);
+            pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "%s voice_prompt \"%s\": %s", rc == MS_ERR_NOTFOUND ? "unknown" : "bad",
+                     text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb), e.msg);
             return PERS_FAIL;
         }
     }
     int *ids = NULL, n_ids = 0;
     if (has_t && pers__role_ids(p, q->text_prompt, q->text_prompt_len, NULL, 0, &ids, &n_ids, &e) != MS_OK) {
-        pers__fail_set(f, 1008, MET_ERR_bad_persona, "text_prompt: %s", e.msg);
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "text_prompt: %s", e.msg);
         return PERS_FAIL;
     }
     prompt_key k;
     if (prompt_key_make(&k, model_id(p->m), path, ids, n_ids, PP_PRIME_SILENCE_FRAMES, &e) != MS_OK) {
         free(ids);
-        pers__fail_set(f, 1008, MET_ERR_bad_persona, "voice_prompt \"%s\": %s", pers__shown(q->voice_prompt, sb, sizeof sb), e.msg);
+        pers__fail_set(f, PROTO_CLOSE_POLICY, MET_ERR_bad_persona, "voice_prompt \"%s\": %s", text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb), e.msg);
         return PERS_FAIL;
     }
-    snprintf(t->label, sizeof t->label, "%s%s%s%s", has_v ? "voice " : "", has_v ? pers__shown(q->voice_prompt, sb, sizeof sb) : "",
+    snprintf(t->label, sizeof t->label, "%s%s%s%s", has_v ? "voice " : "", has_v ? text_shown(q->voice_prompt, PERS_SHOWN_MAX, sb, sizeof sb) : "",
              has_v && has_t ? " + " : "", has_t ? "text prompt" : "");
     t->key_hash = k.hash;
     pc_entry *hit = pc_lookup(p->cache, k.b, k.n, k.hash);
@@ -200,12 +200,12 @@ pers_answer pers_request(pers *p, const proto_query *q, pers_ticket *t, pers_fai
         prompt_key_free(&k);
         free(ids);
         pers__publish(p);
-        pers__fail_set(f, 1013, MET_ERR_busy, "server busy: %d persona prime%s running (personas.max_concurrent_primes = %d); "
+        pers__fail_set(f, PROTO_CLOSE_TRY_LATER, MET_ERR_busy, "server busy: %d persona prime%s running (personas.max_concurrent_primes = %d); "
                  "try again later", running, running > 1 ? "s are" : " is", p->nslots);
         return PERS_FAIL;
     }
     if (!(pr = pers__prime_start(p, &k, path, kind, ids, n_ids, t->label, 0))) {
-        pers__fail_set(f, 1011, MET_ERR_internal, "internal error: cannot start a prime");
+        pers__fail_set(f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: cannot start a prime");
         return PERS_FAIL;
     }
     join(pr, t);

@@ -13,10 +13,12 @@
 
 #include "pcache.h"
 #include "persona.h"
+#include "msg.h"
 #include "prompt.h"
+#include "text.h"
 
-/* Frames per second of the model (12.5). */
-#define PERS_FRAMES_PER_S MS_FRAMES_PER_S
+/* Longest client or file string quoted in a message, bytes (text_shown). */
+#define PERS_SHOWN_MAX 64
 /* Nice value of the worker threads that read and encode voices: the
  * lowest priority, so that the engine, its codec thread and the loop get
  * the CPU first (a voice encode is seconds of CPU on the real codec). */
@@ -87,11 +89,7 @@ struct pers {
 /* persona_util.c */
 /* pers__set_opts: copy what the manager keeps of o (the budget applied). */
 void pers__set_opts(pers *p, const pers_opts *o);
-double pers__now_ms(void);
 char *pers__dup(const char *s);
-/* pers__shown: client or file bytes for a message: at most 64, '?'
- * outside printable ASCII. */
-const char *pers__shown(const char *s, char *buf, size_t len);
 void pers__fail_set(pers_fail *f, int status, int kind, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* pers__publish: the persona gauges and counters to the metrics. */
 void pers__publish(pers *p);

@@ -16,6 +16,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "frame.h"
 #include "log.h"
 #include "metrics.h"
 #include "persona_int.h"
@@ -57,7 +59,7 @@ static void prime_fail(pers *p, pers_prime *q, const char *why) {
     met_add(MET_persona_prime_failures_total, 1);
     LOGW("persona_prime_failed", "what=\"%s\" key=%016llx msg=\"%s\"", q->label, (unsigned long long)q->key.hash, why);
     pers_fail f;
-    pers__fail_set(&f, 1011, MET_ERR_internal, "internal error: %s cannot be primed: %s", q->label, why);
+    pers__fail_set(&f, PROTO_CLOSE_INTERNAL, MET_ERR_internal, "internal error: %s cannot be primed: %s", q->label, why);
     for (pers_conf *c = p->confs; c; c = c->next)
         if (c->pending == q) {
             c->pending = NULL;
@@ -142,7 +144,7 @@ static void load_work(uv_work_t *w) {
     memset(pr, 0, sizeof *pr);
     model_side_tokens(m, pr->silence, pr->sine);
     pr->silence_frames = PP_PRIME_SILENCE_FRAMES;
-    int max_frames = (int)ceil(q->max_voice_s * PERS_FRAMES_PER_S);
+    int max_frames = (int)ceil(q->max_voice_s * MS_FRAMES_PER_S);
     q->load_rc = MS_OK;
     if (q->n_ids > 0) {
         if (!(pr->text = malloc(sizeof(int) * (size_t)q->n_ids))) {
@@ -192,7 +194,7 @@ static void load_work(uv_work_t *w) {
             if (q->load_rc != MS_OK) return;
             if (pr->n_embs + 1 > max_frames) {
                 q->load_rc = ms_err_set(err, MS_ERR_LIMIT, "%s: %d frames (%.1f s), longer than personas.max_voice_s = %g",
-                                        q->voice, pr->n_embs + 1, (pr->n_embs + 1) / PERS_FRAMES_PER_S, q->max_voice_s);
+                                        q->voice, pr->n_embs + 1, (pr->n_embs + 1) / MS_FRAMES_PER_S, q->max_voice_s);
                 return;
             }
         }
@@ -216,7 +218,7 @@ static void load_done(uv_work_t *w, int status) {
     if (p->record_dir[0]) record_prompt(p, q);
     LOGI("persona_prime_queued", "what=\"%s\" key=%016llx voice_frames=%d saved_rows=%d text_tokens=%d steps=%lld "
          "load_ms=%.0f", q->label, (unsigned long long)q->key.hash, q->task.prompt.n_voice, q->task.prompt.n_embs,
-         q->task.prompt.n_text, (long long)pjob_prompt_calls(&q->task.prompt), pers__now_ms() - q->t0_ms);
+         q->task.prompt.n_text, (long long)pjob_prompt_calls(&q->task.prompt), ms_mono_ms() - q->t0_ms);
     q->stage = PR_QUEUED;
     if (p->qtail) p->qtail->qnext = q;
     else p->qhead = q;
@@ -245,7 +247,7 @@ pers_prime *pers__prime_start(pers *p, prompt_key *k, const char *voice, prompt_
     q->max_voice_s = p->max_voice_s;
     q->slot = -1;
     q->startup = startup;
-    q->t0_ms = pers__now_ms();
+    q->t0_ms = ms_mono_ms();
     q->stage = PR_LOADING;
     q->next = p->primes;
     p->primes = q;
@@ -275,7 +277,7 @@ static void prime_done(pers *p, pers_prime *q) {
     met_add(MET_persona_primes_total, 1);
     LOGI("persona_primed", "what=\"%s\" key=%016llx positions=%d bytes=%zu chunks=%d engine_ms=%.0f total_ms=%.0f "
          "waiters=%d pinned=%d",
-         q->label, (unsigned long long)q->key.hash, positions, bytes, q->task.chunks, q->task.ms, pers__now_ms() - q->t0_ms,
+         q->label, (unsigned long long)q->key.hash, positions, bytes, q->task.chunks, q->task.ms, ms_mono_ms() - q->t0_ms,
          waiters, pins);
     if (!e) {
         prime_fail(p, q, "out of memory for the cache entry");

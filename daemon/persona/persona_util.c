@@ -1,5 +1,5 @@
 /* persona_util.c - what the files of the persona module share (see
- * persona_int.h): the clock, small strings, failures, the options kept,
+ * persona_int.h): small strings, failures, the options kept,
  * the metrics published, lookups of primes and configured personas, the
  * role text's ids. It calls no other file of the module, so that
  * persona.c, persona_conf.c and persona_prime.c all sit above it. Loop
@@ -9,34 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "metrics.h"
 #include "persona_int.h"
-
-double pers__now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 char *pers__dup(const char *s) {
     char *d = strdup(s ? s : "");
     MS_ASSERT(d != NULL); /* a few bytes on the loop thread */
     return d;
-}
-
-/* Client or file bytes shown in a message: at most 64, '?' outside
- * printable ASCII. */
-const char *pers__shown(const char *s, char *buf, size_t len) {
-    size_t n = 0;
-    for (; s[n] && n < 64 && n + 4 < len; n++) buf[n] = (s[n] >= 0x20 && s[n] < 0x7f) ? s[n] : '?';
-    if (s[n] && n + 4 <= len) {
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
-    return buf;
 }
 
 void pers__fail_set(pers_fail *f, int status, int kind, const char *fmt, ...) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "text.h"
 
 /* The length of the UTF-8 white space character at s[0..n) (Python's
  * str.isspace: ASCII \t\n\v\f\r, 0x1c..0x1f, space; U+0085, U+00A0,
@@ -62,28 +63,6 @@ int prompt_role_text(const char *text, size_t len, char **out, size_t *out_len) 
     return MS_OK;
 }
 
-/* Valid UTF-8 (shortest forms, no surrogates, at most U+10FFFF). */
-static int utf8_ok(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int m = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : -1;
-        if (m < 0 || c > 0xf4 || i + (size_t)m >= n) return 0;
-        unsigned cp = c & (0x3f >> m);
-        for (int k = 1; k <= m; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((m == 2 && cp < 0x800) || (m == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (size_t)m + 1;
-    }
-    return 1;
-}
-
 int prompt_voice_name_check(const char *name, char *why, size_t len) {
     size_t n = strnlen(name, PROMPT_VOICE_NAME_MAX + 1);
     if (n == 0) return snprintf(why, len, "empty voice name"), 1;
@@ -95,19 +74,24 @@ int prompt_voice_name_check(const char *name, char *why, size_t len) {
         if (c == '/' || c == '\\' || c == ':') return snprintf(why, len, "holds a path separator ('%c')", c), 1;
         if (c < 0x20 || c == 0x7f) return snprintf(why, len, "holds a control character"), 1;
     }
-    if (!utf8_ok((const unsigned char *)name, n)) return snprintf(why, len, "not valid UTF-8"), 1;
+    if (!text_utf8_valid(name, n)) return snprintf(why, len, "not valid UTF-8"), 1;
     return 0;
 }
 
+static int ends_with(const char *s, const char *ext) {
+    size_t n = strlen(s), e = strlen(ext);
+    return n >= e && strcmp(s + n - e, ext) == 0;
+}
+
 prompt_voice_kind prompt_voice_kind_of(const char *path) {
-    static const char ext[] = ".safetensors";
-    size_t n = strlen(path), e = sizeof ext - 1;
-    return n >= e && strcmp(path + n - e, ext) == 0 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
+    return ends_with(path, ".safetensors") || ends_with(path, ".pt") ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
 }
 
 int prompt_voice_find(const char *dir, const char *name, char *path, size_t cap, prompt_voice_kind *kind,
                       ms_error *err) {
-    static const char *const exts[] = {".safetensors", ".wav", ".flac", ".ogg"};
+    /* saved voices first (a converted .pt, the .pt as NVIDIA publishes it),
+     * then audio */
+    static const char *const exts[] = {".safetensors", ".pt", ".wav", ".flac", ".ogg"};
     char why[96];
     if (prompt_voice_name_check(name, why, sizeof why))
         return ms_err_set(err, MS_ERR_ARG, "voice name: %s", why);
@@ -119,12 +103,12 @@ int prompt_voice_find(const char *dir, const char *name, char *path, size_t cap,
         if (w < 0 || (size_t)w >= cap) return ms_err_set(err, MS_ERR_LIMIT, "voice path longer than %zu bytes", cap);
         struct stat st;
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            *kind = i == 0 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
+            *kind = i <= 1 ? PROMPT_VOICE_SAVED : PROMPT_VOICE_AUDIO;
             return MS_OK;
         }
     }
     path[0] = '\0';
-    return ms_err_set(err, MS_ERR_NOTFOUND, "no voice %.*s (.safetensors, .wav, .flac or .ogg) in the voice directory",
+    return ms_err_set(err, MS_ERR_NOTFOUND, "no voice %.*s (.safetensors, .pt, .wav, .flac or .ogg) in the voice directory",
                       (int)(stem < 64 ? stem : 64), name);
 }
 

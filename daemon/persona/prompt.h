@@ -34,14 +34,15 @@ int prompt_voice_name_check(const char *name, char *why, size_t len);
 
 typedef enum { PROMPT_VOICE_SAVED = 0, PROMPT_VOICE_AUDIO = 1 } prompt_voice_kind;
 
-/* prompt_voice_kind_of: SAVED for a path ending in ".safetensors", AUDIO
+/* prompt_voice_kind_of: SAVED for a path ending in ".safetensors" or ".pt", AUDIO
  * for any other (libsndfile decides what it reads). */
 prompt_voice_kind prompt_voice_kind_of(const char *path);
 
 /* prompt_voice_find: the file in dir a client's voice name stands for. The
  * name's last extension, whatever it is, is dropped (NATF0.pt, NATF0.wav
  * and NATF0 all mean the stem NATF0); the first regular file of
- * STEM.safetensors (a converted .pt), STEM.wav, STEM.flac, STEM.ogg is
+ * STEM.safetensors (a converted .pt), STEM.pt (NVIDIA's voice file as
+ * published, read by engine/base/pt.h), STEM.wav, STEM.flac, STEM.ogg is
  * taken. Writes its path (cap bytes) and kind. MS_ERR_ARG for a bad name
  * (prompt_voice_name_check), MS_ERR_NOTFOUND when none exists, MS_ERR_LIMIT
  * when the path does not fit. */

@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
-#include <time.h>
+
+#include "clock.h"
 
 /* Longest datagram built here, bytes: a field name and NOTIFY_STATUS_MAX. */
 #define NOTIFY_MSG_MAX (NOTIFY_STATUS_MAX + 64)
@@ -41,11 +42,8 @@ int notify_ready(const char *status) {
 }
 
 int notify_reloading(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     char msg[64];
-    snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64,
-             (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
+    snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64, ms_mono_ns() / 1000u);
     return send_msg(msg);
 }
 

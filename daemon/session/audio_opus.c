@@ -12,6 +12,7 @@ struct audio_dec {
     OpusDecoder *dec;       /* created when the OpusHead is known */
     audio_pre_skip mode;
     int skip;               /* 24 kHz samples of pre-skip still to drop */
+    unsigned stream;        /* the reader's stream the decoder is set up for */
     uint64_t pos48;         /* 48 kHz samples decoded, pre-skip included */
     uint64_t out;           /* samples delivered */
     audio_pcm_fn fn;        /* valid during a feed */
@@ -46,17 +47,26 @@ const ogg_opus_reader *audio_dec_reader(const audio_dec *d) { return d->rd; }
 
 static int on_audio(void *user, const ogg_opus_head *h, const ogg_pkt *k, ms_error *err) {
     audio_dec *d = user;
-    if (!d->dec) {
-        int e;
-        /* one output channel: libopus downmixes stereo packets */
-        d->dec = opus_decoder_create(AUDIO_RATE_HZ, 1, &e);
-        if (!d->dec) return ms_err_set(err, MS_ERR_NOMEM, "opus decoder: %s", opus_strerror(e));
-        if (h->output_gain_q8) opus_decoder_ctl(d->dec, OPUS_SET_GAIN(h->output_gain_q8));
+    unsigned stream = ogg_opus_reader_streams(d->rd);
+    if (!d->dec || stream != d->stream) {
+        /* the first stream, or a new one (a client that began its stream
+         * again): a decoder in the state a new stream expects */
+        if (!d->dec) {
+            int e;
+            /* one output channel: libopus downmixes stereo packets */
+            d->dec = opus_decoder_create(MS_SAMPLE_RATE_HZ, 1, &e);
+            if (!d->dec) return ms_err_set(err, MS_ERR_NOMEM, "opus decoder: %s", opus_strerror(e));
+        } else {
+            opus_decoder_ctl(d->dec, OPUS_RESET_STATE);
+        }
+        opus_decoder_ctl(d->dec, OPUS_SET_GAIN(h->output_gain_q8));
         d->skip = d->mode == AUDIO_PRE_SKIP_RFC ? h->pre_skip / 2 : 0;
+        d->pos48 = 0;
+        d->stream = stream;
     }
     if (k->len == 0)
         return ms_err_set(err, MS_ERR_FORMAT, "empty Opus packet %llu", (unsigned long long)k->packetno);
-    int ns = opus_packet_get_nb_samples(k->data, (opus_int32)k->len, AUDIO_RATE_HZ);
+    int ns = opus_packet_get_nb_samples(k->data, (opus_int32)k->len, MS_SAMPLE_RATE_HZ);
     if (ns <= 0 || ns > AUDIO_MAX_PACKET_SAMPLES)
         return ms_err_set(err, MS_ERR_FORMAT, "undecodable Opus packet %llu: %s",
                           (unsigned long long)k->packetno, ns < 0 ? opus_strerror(ns) : "bad duration");
@@ -115,7 +125,7 @@ audio_enc *audio_enc_create(uint32_t serial, int bitrate_bps, uint16_t pre_skip_
         return NULL;
     }
     int rc;
-    e->enc = opus_encoder_create(AUDIO_RATE_HZ, 1, OPUS_APPLICATION_VOIP, &rc);
+    e->enc = opus_encoder_create(MS_SAMPLE_RATE_HZ, 1, OPUS_APPLICATION_VOIP, &rc);
     if (!e->enc) {
         ms_err_set(err, MS_ERR_NOMEM, "opus encoder: %s", opus_strerror(rc));
         free(e);
@@ -154,7 +164,7 @@ int audio_enc_frame(audio_enc *e, const float *pcm, uint8_t *out, size_t cap, si
         if (rc) return rc;
         o += n;
     }
-    for (int p = 0; p < AUDIO_FRAME_SAMPLES / AUDIO_PACKET_SAMPLES; p++) {
+    for (int p = 0; p < MS_FRAME_SAMPLES / AUDIO_PACKET_SAMPLES; p++) {
         opus_int32 b = opus_encode_float(e->enc, pcm + p * AUDIO_PACKET_SAMPLES, AUDIO_PACKET_SAMPLES,
                                          e->pkt, (opus_int32)sizeof e->pkt);
         if (b < 0) return ms_err_set(err, MS_ERR_STATE, "opus encode: %s", opus_strerror(b));

@@ -17,8 +17,6 @@
 #include "ogg.h"
 #include "ogg_opus.h"
 
-#define AUDIO_RATE_HZ MS_SAMPLE_RATE_HZ         /* model sample rate (frame.h) */
-#define AUDIO_FRAME_SAMPLES MS_FRAME_SAMPLES    /* one model frame: 80 ms at 24 kHz */
 #define AUDIO_PACKET_SAMPLES 960      /* one Opus packet moshid sends: 40 ms */
 #define AUDIO_MAX_PACKET_SAMPLES 2880 /* longest Opus packet: 120 ms at 24 kHz */
 #define AUDIO_ENC_MIN_BITRATE 6000    /* bit/s accepted by audio_enc_create */
@@ -78,7 +76,7 @@ typedef struct audio_enc audio_enc;
 audio_enc *audio_enc_create(uint32_t serial, int bitrate_bps, uint16_t pre_skip_48k, ms_error *err);
 void audio_enc_free(audio_enc *e);
 
-/* audio_enc_frame: encode AUDIO_FRAME_SAMPLES samples of 24 kHz mono float
+/* audio_enc_frame: encode MS_FRAME_SAMPLES samples of 24 kHz mono float
  * PCM (borrowed) as two 40 ms Opus packets and write their Ogg pages into
  * out (cap >= AUDIO_ENC_OUT_MAX, else MS_ERR_LIMIT), preceded on the first
  * call by the OpusHead and OpusTags pages. Sets *out_len. An encoder error

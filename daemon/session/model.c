@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "cu_plan.h"
 #include "lm.h"
 #include "job.h"
@@ -29,10 +30,6 @@ static int plan_codec(void) {
     const char *where = getenv("MOSHID_CU_MIMI");
     return !(where && !strcmp(where, "cpu"));
 }
-
-/* Text tokens never sent to clients (official servers: EPAD 0 and PAD 3). */
-#define MODEL_TEXT_EPAD 0
-#define MODEL_TEXT_PAD 3
 
 typedef struct model_slot {
     lmgen_slot g;           /* the slot's LMGen bookkeeping (host) */
@@ -415,18 +412,12 @@ static int m_wait(void *ctx, sched_batch *b, ms_error *err) {
 
 /* ---- personas: primes on the prime slots, snapshot frees ---------------- */
 
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Engine thread: prime slot k's task is over (t->rc says how): to the
  * done queue. */
 static void prime_finish(model *m, int k) {
     model_prime *t = m->run[k];
     t->chunks = m->pj[k] ? pjob_chunks(m->pj[k]) : 0;
-    t->ms = mono_ms() - m->run_t0[k];
+    t->ms = ms_mono_ms() - m->run_t0[k];
     pjob_free(m->pj[k]);
     m->pj[k] = NULL;
     m->run[k] = NULL;
@@ -461,7 +452,7 @@ static int m_bg(void *ctx) {
         int k = t->prime_slot;
         MS_ASSERT(k >= 0 && k < m->prime_slots && !m->run[k]);
         m->run[k] = t;
-        m->run_t0[k] = mono_ms();
+        m->run_t0[k] = ms_mono_ms();
         t->rc = MS_OK;
         t->snap = NULL;
         memset(&t->err, 0, sizeof t->err);
@@ -542,7 +533,7 @@ void model_prime_abort(model *m) {
         n = t->next;
         int k = t->prime_slot;
         m->run[k] = t;
-        m->run_t0[k] = mono_ms();
+        m->run_t0[k] = ms_mono_ms();
         t->snap = NULL;
         t->rc = ms_err_set(&t->err, MS_ERR_STATE, "the engine stopped");
         prime_finish(m, k);
@@ -590,6 +581,6 @@ const char *model_variant_name(const model *m) { return lm_variant_name(m->cfg->
 const char *model_backend_name(const model *m) { return m->lm->ops->name; }
 
 const char *model_piece(const model *m, int token) {
-    if (!m->spm || token == MODEL_TEXT_EPAD || token == MODEL_TEXT_PAD) return NULL;
+    if (!m->spm || token == LM_TEXT_EPAD_ID || token == LM_TEXT_PAD_ID) return NULL;
     return spm_piece(m->spm, token);
 }

@@ -12,6 +12,7 @@
 
 #include "app_int.h"
 #include "b64.h"
+#include "clock.h"
 #include "jw.h"
 #include "log.h"
 #include "metrics.h"
@@ -196,14 +197,14 @@ static void session_update(sess *s, const rt_event *ev) {
     }
     if ((c->set & RT_SET_IN_FMT) && c->in_fmt != r->in_fmt) {
         if (rt_in_init(&r->in, c->in_fmt, &e) != MS_OK) {
-            sess_fail(s, MET_ERR_internal, RT_WS_INTERNAL, "internal error: %s", e.msg);
+            sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
             return;
         }
         r->in_fmt = c->in_fmt;
     }
     if ((c->set & RT_SET_OUT_FMT) && c->out_fmt != r->out_fmt) {
         if (rt_out_init(&r->out, c->out_fmt, &e) != MS_OK) {
-            sess_fail(s, MET_ERR_internal, RT_WS_INTERNAL, "internal error: %s", e.msg);
+            sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
             return;
         }
         r->out_fmt = c->out_fmt;
@@ -300,7 +301,7 @@ static void item_create(sess *s, const rt_event *ev) {
  * fails (1008). */
 static int rate_ok(sess *s) {
     rt *r = R(s);
-    double rate = (double)s->a->o.realtime.max_events_per_s, now = app_now_ms();
+    double rate = (double)s->a->o.realtime.max_events_per_s, now = ms_mono_ms();
     if (rate <= 0) return 1;
     r->tokens += (now - r->tok_ms) / 1000.0 * rate;
     if (r->tokens > 2 * rate) r->tokens = 2 * rate;
@@ -309,7 +310,7 @@ static int rate_ok(sess *s) {
         r->tokens -= 1;
         return 1;
     }
-    sess_fail(s, MET_ERR_input_overrun, RT_WS_POLICY, "event flood: more than %g client events per second "
+    sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY, "event flood: more than %g client events per second "
               "(realtime.max_events_per_s)", rate);
     return 0;
 }
@@ -411,7 +412,7 @@ static void rt_message(sess *s, const uint8_t *data, size_t len) {
 static int rt_open(sess *s, const char *const *args, int nargs) {
     rt *r = calloc(1, sizeof *r);
     if (!r) {
-        sess_fail(s, MET_ERR_internal, RT_WS_INTERNAL, "internal error: out of memory");
+        sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: out of memory");
         return MS_ERR_NOMEM;
     }
     s->dx = r;
@@ -424,11 +425,11 @@ static int rt_open(sess *s, const char *const *args, int nargs) {
              s->q.persona[0] ? s->q.persona : s->q.voice_prompt[0] ? s->q.voice_prompt : "default");
     r->temperature = -1;
     r->td.type = RT_TD_NONE;
-    r->tok_ms = app_now_ms();
+    r->tok_ms = ms_mono_ms();
     r->tokens = 2.0 * (double)s->a->o.realtime.max_events_per_s;
     ms_error e = {0};
     if (rt_in_init(&r->in, RT_FMT_PCM16, &e) != MS_OK || rt_out_init(&r->out, RT_FMT_PCM16, &e) != MS_OK) {
-        sess_fail(s, MET_ERR_internal, RT_WS_INTERNAL, "internal error: %s", e.msg);
+        sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
         return MS_ERR_NOMEM;
     }
     LOGI("realtime_open", "id=%llu dialect=%s model=\"%s\"", (unsigned long long)s->id, r->beta ? "beta" : "ga",
@@ -440,10 +441,13 @@ static int rt_open(sess *s, const char *const *args, int nargs) {
 static void rt_ready(sess *s) { (void)s; /* session.created / updated went out already */ }
 
 static void rt_fail(sess *s, int status, const char *text) {
-    const char *code = status == 1009 ? "message_too_large" : status == 1013 ? "server_busy"
-                     : status == 1001 ? "server_shutting_down" : status == 1011 ? "internal_error"
-                     : status == 1000 ? "session_ended" : "policy_violation";
-    int server = status == 1011 || status == 1013 || status == 1001;
+    const char *code = status == PROTO_CLOSE_TOO_BIG      ? "message_too_large"
+                     : status == PROTO_CLOSE_TRY_LATER    ? "server_busy"
+                     : status == PROTO_CLOSE_GOING_AWAY   ? "server_shutting_down"
+                     : status == PROTO_CLOSE_INTERNAL     ? "internal_error"
+                     : status == PROTO_CLOSE_NORMAL       ? "session_ended"
+                                                          : "policy_violation";
+    int server = status == PROTO_CLOSE_INTERNAL || status == PROTO_CLOSE_TRY_LATER || status == PROTO_CLOSE_GOING_AWAY;
     rt_send_error(s, server ? "server_error" : "invalid_request_error", code, NULL, text, NULL);
 }
 

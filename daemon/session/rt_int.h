@@ -13,9 +13,6 @@
 #include "rt_event.h"
 #include "sess.h"
 
-/* WebSocket close statuses (as sess.c's). */
-#define RT_WS_POLICY 1008
-#define RT_WS_INTERNAL 1011
 /* Ids the server makes: "resp_<session>_<n>", bytes. */
 #define RT_MADE_ID_MAX 48
 /* Energy VAD (turn_detection): the window, and the RMS threshold as a

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -21,7 +22,6 @@ enum { SLOT_FREE, SLOT_BEGIN, SLOT_JOB, SLOT_ACTIVE, SLOT_DETACH, SLOT_ENDED };
 /* Frame latency above which a debug line is logged, ms. */
 #define SCHED_SLOW_FRAME_MS 20.0
 
-#define F MS_FRAME_SAMPLES
 /* Batch buffers: as many as the backend takes frame steps in flight. */
 #define SCHED_BUFFERS LM_MAX_INFLIGHT
 
@@ -30,13 +30,13 @@ typedef struct slot {
     _Atomic uint32_t gen;
     sched_params params;
     /* input ring: loop -> engine */
-    float *in;          /* (in_frames, F) */
+    float *in;          /* (in_frames, MS_FRAME_SAMPLES) */
     double *in_t;       /* (in_frames) time the frame was complete, ms */
     _Atomic uint64_t in_head, in_tail;
     /* output ring: engine -> loop; an entry is the loop's from sched_pop
      * until sched_release advances out_tail */
     sched_out *out;     /* (out_frames) */
-    float *out_pcm;     /* (out_frames, F) */
+    float *out_pcm;     /* (out_frames, MS_FRAME_SAMPLES) */
     _Atomic uint64_t out_head, out_tail;
     _Atomic int overflow;
     int overflow_told;  /* loop thread */
@@ -72,12 +72,6 @@ struct sched {
     sched_batch batch[SCHED_BUFFERS];
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void wake_engine(sched *s) {
     pthread_mutex_lock(&s->mu);
     s->work = 1;
@@ -92,8 +86,8 @@ static int out_push(sched *s, slot *sl, const sched_out *o, const float *pcm) {
     if (h - t >= (uint64_t)s->cfg.out_frames) return 0;
     size_t i = (size_t)(h % (uint64_t)s->cfg.out_frames);
     sl->out[i] = *o;
-    sl->out[i].pcm = sl->out_pcm + i * (size_t)F;
-    if (pcm) memcpy(sl->out_pcm + i * (size_t)F, pcm, sizeof(float) * (size_t)F);
+    sl->out[i].pcm = sl->out_pcm + i * (size_t)MS_FRAME_SAMPLES;
+    if (pcm) memcpy(sl->out_pcm + i * (size_t)MS_FRAME_SAMPLES, pcm, sizeof(float) * (size_t)MS_FRAME_SAMPLES);
     atomic_store_explicit(&sl->out_head, h + 1, memory_order_release);
     return 1;
 }
@@ -220,7 +214,7 @@ static void gather(sched *s, sched_batch *b) {
         if (atomic_load_explicit(&sl->state, memory_order_acquire) != SLOT_ACTIVE) continue;
         if (atomic_load_explicit(&sl->in_head, memory_order_acquire) == sl->in_taken) continue;
         size_t k = (size_t)(sl->in_taken % (uint64_t)s->cfg.in_frames);
-        memcpy(b->pcm_in + (size_t)b->n * F, sl->in + k * (size_t)F, sizeof(float) * (size_t)F);
+        memcpy(b->pcm_in + (size_t)b->n * MS_FRAME_SAMPLES, sl->in + k * (size_t)MS_FRAME_SAMPLES, sizeof(float) * (size_t)MS_FRAME_SAMPLES);
         b->t_in[b->n] = sl->in_t[k];
         b->slots[b->n++] = i;
         sl->in_taken++;
@@ -235,7 +229,7 @@ static void gather(sched *s, sched_batch *b) {
  * later (batches in flight overlap: their time in flight is not the
  * engine's cost per batch). */
 static void deliver(sched *s, sched_batch *b, double t0) {
-    double t1 = now_ms(), dt = t1 - (t0 > s->last_done_ms ? t0 : s->last_done_ms);
+    double t1 = ms_mono_ms(), dt = t1 - (t0 > s->last_done_ms ? t0 : s->last_done_ms);
     s->last_done_ms = t1;
     s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
     atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
@@ -253,7 +247,7 @@ static void deliver(sched *s, sched_batch *b, double t0) {
                  (unsigned long long)o.step, o.latency_ms, dt, b->n);
         /* a detached slot's outputs are dropped (its session is gone) */
         if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
-            !out_push(s, sl, &o, b->pcm_out + (size_t)j * F))
+            !out_push(s, sl, &o, b->pcm_out + (size_t)j * MS_FRAME_SAMPLES))
             atomic_store(&sl->overflow, 1);
         atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
         sl->inflight--;
@@ -296,7 +290,7 @@ static void *engine_main(void *arg) {
         /* one job chunk: when no live frame waits or is in flight (it then
          * delays a frame that comes meanwhile by one chunk at most), else
          * once per SCHED_JOB_EVERY_MS so jobs progress under full load */
-        double now = now_ms();
+        double now = ms_mono_ms();
         if ((npend == 0 && !frames_waiting(s)) || now - s->last_job_ms >= SCHED_JOB_EVERY_MS) {
             if (engine_job(s)) {
                 did = 1;
@@ -316,7 +310,7 @@ static void *engine_main(void *arg) {
         else b->n = 0;
         if (b->n > 0) {
             ms_error e = {0};
-            double t0 = now_ms();
+            double t0 = ms_mono_ms();
             if (s->m.submit(s->m.ctx, b, &e) != MS_OK) {
                 engine_fail(s, &e);
                 for (int j = 0; j < b->n; j++) s->slots[b->slots[j]].inflight--;
@@ -395,8 +389,8 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
         sched_batch *b = &s->batch[k];
         b->id = k;
         b->slots = calloc(S, sizeof *b->slots);
-        b->pcm_in = calloc(S * F, sizeof(float));
-        b->pcm_out = calloc(S * F, sizeof(float));
+        b->pcm_in = calloc(S * MS_FRAME_SAMPLES, sizeof(float));
+        b->pcm_out = calloc(S * MS_FRAME_SAMPLES, sizeof(float));
         b->has_pcm = calloc(S, sizeof(int));
         b->text = calloc(S, sizeof(int));
         b->t_in = calloc(S, sizeof(double));
@@ -404,10 +398,10 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
     }
     for (size_t i = 0; ok && i < S; i++) {
         slot *sl = &s->slots[i];
-        sl->in = calloc((size_t)cfg->in_frames * F, sizeof(float));
+        sl->in = calloc((size_t)cfg->in_frames * MS_FRAME_SAMPLES, sizeof(float));
         sl->in_t = calloc((size_t)cfg->in_frames, sizeof(double));
         sl->out = calloc((size_t)cfg->out_frames, sizeof(sched_out));
-        sl->out_pcm = calloc((size_t)cfg->out_frames * F, sizeof(float));
+        sl->out_pcm = calloc((size_t)cfg->out_frames * MS_FRAME_SAMPLES, sizeof(float));
         ok = sl->in && sl->in_t && sl->out && sl->out_pcm;
     }
     if (!ok) {
@@ -486,8 +480,8 @@ int sched_push(sched *s, int i, uint32_t gen, const float *pcm) {
     uint64_t t = atomic_load_explicit(&sl->in_tail, memory_order_acquire);
     if (h - t >= (uint64_t)s->cfg.in_frames) return MS_ERR_LIMIT;
     size_t k = (size_t)(h % (uint64_t)s->cfg.in_frames);
-    memcpy(sl->in + k * (size_t)F, pcm, sizeof(float) * (size_t)F);
-    sl->in_t[k] = now_ms();
+    memcpy(sl->in + k * (size_t)MS_FRAME_SAMPLES, pcm, sizeof(float) * (size_t)MS_FRAME_SAMPLES);
+    sl->in_t[k] = ms_mono_ms();
     atomic_store_explicit(&sl->in_head, h + 1, memory_order_release);
     wake_engine(s);
     return MS_OK;

@@ -127,7 +127,7 @@ int sched_push(sched *s, int slot, uint32_t gen, const float *pcm);
 /* sched_backlog: the slot's input the engine has not finished: *frames
  * pushed whose output has not been delivered yet (queued or in a step),
  * and *oldest_ms, when the oldest of them was pushed (CLOCK_MONOTONIC ms,
- * the clock of app_now_ms; 0 when there is none). Loop thread (it reads the
+ * the clock of ms_mono_ms; 0 when there is none). Loop thread (it reads the
  * push times it wrote). MS_ERR_STATE when gen is not the slot's session. */
 int sched_backlog(const sched *s, int slot, uint32_t gen, int *frames, double *oldest_ms);
 /* sched_pop: the slot's oldest unreleased output, or 0 when none; the

@@ -2,9 +2,11 @@
  *
  * Life of a session: the WebSocket opens -> query parsed and checked ->
  * its persona resolved (persona.h: none, a cached snapshot, or a prime to
- * wait for, with pings) -> metadata message -> a slot is attached (or
- * "server busy" and close), restoring the snapshot if any -> READY from
- * the engine -> handshake; then audio pages are decoded to PCM,
+ * wait for, with pings) -> a slot is attached (or "server busy" and
+ * close), restoring the snapshot if any -> READY from the engine ->
+ * handshake, then the metadata message (the official servers' order: a
+ * client may take the first message for the handshake); then audio pages
+ * are decoded to PCM,
  * cut into 1920-sample frames and pushed to the engine; the engine's frames
  * come back through sess_drain and are Opus-encoded and queued with the
  * text pieces. Every error a client can cause gets an error message, then a
@@ -28,16 +30,6 @@
 
 _Static_assert((int)MET__NEP == (int)SRV_EP__COUNT, "moshid_endpoint_sessions labels follow srv_endpoint");
 
-/* WebSocket close statuses used. */
-#define WS_NORMAL 1000
-#define WS_GOING_AWAY 1001
-#define WS_POLICY 1008
-#define WS_TOO_BIG 1009
-#define WS_INTERNAL 1011
-#define WS_TRY_LATER 1013
-/* Frame period, ms. */
-#define SESS_FRAME_MS MS_FRAME_MS
-
 /* A message of `len` bytes for the caller to build into m->buf + srv_pre
  * (one spare byte after it), then to enqueue. NULL when out of memory. */
 static sess_msg *msg_new(size_t len) {
@@ -56,7 +48,7 @@ static sess_msg *msg_new(size_t len) {
  * (the slow-reader verdict reads the oldest audio's stamp), and ask for a
  * writable callback. */
 static void enqueue(sess *s, sess_msg *m) {
-    m->enq_ms = app_now_ms();
+    m->enq_ms = ms_mono_ms();
     if (s->qtail) s->qtail->next = m;
     else s->qhead = m;
     s->qtail = m;
@@ -151,7 +143,7 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
 /* The slow-reader verdict: the oldest audio still queued (not yet taken by
  * the socket) waited longer than limits.output_queue_s. The queue is then
  * dropped (the client cannot catch up) and the session fails. Returns 1
- * when it did. now_ms: app_now_ms. */
+ * when it did. now_ms: ms_mono_ms. */
 static int check_slow_reader(sess *s, double now_ms) {
     if (s->close_status) return 0;
     const sess_msg *m = s->qhead;
@@ -160,7 +152,7 @@ static int check_slow_reader(sess *s, double now_ms) {
     double age_s = (now_ms - m->enq_ms) / 1000.0, limit_s = s->a->o.output_queue_s;
     if (age_s <= limit_s) return 0;
     queue_free(s);
-    sess_fail(s, MET_ERR_slow_reader, WS_POLICY, "client reads too slowly: audio unsent for %.1f s (limit %.1f s)",
+    sess_fail(s, MET_ERR_slow_reader, PROTO_CLOSE_POLICY, "client reads too slowly: audio unsent for %.1f s (limit %.1f s)",
               age_s, limit_s);
     return 1;
 }
@@ -175,19 +167,48 @@ static void send_metadata(sess *s) {
         snprintf(persona, sizeof persona, ",\"persona\":{\"name\":%s%s%s,\"key\":\"%016llx\"}",
                  s->pt.name[0] ? "\"" : "", s->pt.name[0] ? s->pt.name : "null", s->pt.name[0] ? "\"" : "",
                  (unsigned long long)s->pt.key_hash);
-    char json[1200];
+    /* the checkpoint's directory name, for the Kyutai web client's
+     * lm_model_file: letters, digits, '.', '-', '_' kept, others '_' */
+    char lm_file[64];
+    const char *lm = a->o.model.lm_dir ? a->o.model.lm_dir : "";
+    size_t ll = strlen(lm);
+    while (ll > 1 && lm[ll - 1] == '/') ll--;
+    const char *bn = lm + ll;
+    while (bn > lm && bn[-1] != '/') bn--;
+    size_t bl = (size_t)(lm + ll - bn), k = 0;
+    for (; k < bl && k < sizeof lm_file - 1; k++) {
+        char ch = bn[k];
+        lm_file[k] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                             ch == '-' || ch == '_' ? ch : '_';
+    }
+    lm_file[k] = '\0';
+    /* The flat fields moshi-backend sends, which the Kyutai web client
+     * requires all of (client/src/pages/Conversation/hooks/useServerInfo.ts,
+     * a zod schema: a missing one and it shows nothing); moshid has no
+     * repetition penalty or pad multiplier (1 and 0: none), and is not
+     * built by cargo (its build in git_describe, the rest empty). */
+    char flat[768];
+    snprintf(flat, sizeof flat,
+             ",\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,\"audio_topk\":%d,"
+             "\"pad_mult\":0,\"repetition_penalty_context\":0,\"repetition_penalty\":1,\"lm_model_file\":\"%s\","
+             "\"instance_name\":\"%s\",\"build_info\":{\"build_timestamp\":\"\",\"build_date\":\"\",\"git_branch\":\"\","
+             "\"git_timestamp\":\"\",\"git_date\":\"\",\"git_hash\":\"\",\"git_describe\":\"%s\",\"rustc_host_triple\":\"\","
+             "\"rustc_version\":\"\",\"cargo_target_triple\":\"\"}",
+             (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk, lm_file,
+             a->o.instance ? a->o.instance : "", a->o.build ? a->o.build : "");
+    char json[2048];
     int n = snprintf(json, sizeof json,
                      "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
                      "\"backend\":\"%s\",\"protocol_version\":%u,"
                      "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
                      "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":%g,\"sample_rate\":%d,"
                      "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
-                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s}",
+                     "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s%s}",
                      a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
                      model_backend_name(a->m), PROTO_VERSION,
                      (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
                      (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
-                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona);
+                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona, flat);
     if (n > 0 && (size_t)n < sizeof json) {
         sess_msg *m = msg_new(1 + (size_t)n);
         size_t out = 0;
@@ -250,7 +271,7 @@ static void attach(sess *s) {
         /* A slot given back a moment ago (a client that closes and
          * reconnects at once) is free within a step or two: wait for it
          * (sess_slot_retry) rather than refuse. */
-        double now = app_now_ms();
+        double now = ms_mono_ms();
         if (sched_detaching(a->sch) > 0 && (!s->slot_wait_ms || now - s->slot_wait_ms < SESS_SLOT_WAIT_MS)) {
             if (!s->slot_wait_ms) {
                 slot_wait_set(s, now);
@@ -263,7 +284,7 @@ static void attach(sess *s) {
         s->waiting = 0;
         slot_wait_set(s, 0);
         met_add(MET_sessions_rejected_total, 1);
-        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server busy: all %d session slots are taken, try again later",
+        sess_fail(s, MET_ERR_busy, PROTO_CLOSE_TRY_LATER, "server busy: all %d session slots are taken, try again later",
                   sched_capacity(a->sch));
         return;
     }
@@ -304,7 +325,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     s->c = c;
     s->id = ++a->next_id;
     s->slot = -1;
-    s->last_rx_ms = s->last_ping_ms = s->open_ms = app_now_ms();
+    s->last_rx_ms = s->last_ping_ms = s->open_ms = ms_mono_ms();
     s->pt.samp = (pers_samp){-1, -1, -1, -1};   /* no persona overrides */
     s->next = a->sessions;
     if (a->sessions) a->sessions->prev = s;
@@ -327,7 +348,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
             met_auth_refused(rc == MS_ERR_LIMIT ? MET_AUTH_token_limit
                              : tok              ? MET_AUTH_unknown_token
                                                 : MET_AUTH_missing_token);
-            sess_fail(s, -1, rc == MS_ERR_LIMIT ? WS_TRY_LATER : WS_POLICY, "%s", ae.msg);
+            sess_fail(s, -1, rc == MS_ERR_LIMIT ? PROTO_CLOSE_TRY_LATER : PROTO_CLOSE_POLICY, "%s", ae.msg);
             return s;
         }
         s->token = tok;
@@ -335,14 +356,14 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     }
 
     if (a->stopping) {
-        sess_fail(s, MET_ERR_busy, WS_TRY_LATER, "server is shutting down");
+        sess_fail(s, MET_ERR_busy, PROTO_CLOSE_TRY_LATER, "server is shutting down");
         return s;
     }
     /* Query parameters (libwebsockets hands them URL-decoded). */
     proto_query_init(&s->q);
     ms_error e = {0};
     if (nargs < 0) {
-        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: more than %u parameters or %u bytes",
+        sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: more than %u parameters or %u bytes",
                   PROTO_QUERY_MAX_PARAMS, PROTO_QUERY_MAX_BYTES);
         return s;
     }
@@ -351,7 +372,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         size_t kl = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
         const char *v = eq ? eq + 1 : "";
         if (proto_query_set(&s->q, args[i], kl, v, strlen(v), &e) != MS_OK) {
-            sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: %s", e.msg);
+            sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
             return s;
         }
     }
@@ -377,13 +398,16 @@ void sess_start(sess *s) {
     int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
     proto_query_limits lim = {lc->text_card, lc->card, cap};
     if (proto_query_finish(&s->q, &lim, &e) != MS_OK) {
-        sess_fail(s, MET_ERR_bad_query, WS_POLICY, "bad query: %s", e.msg);
+        sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
         return;
     }
     s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
-    if (!s->d && (!(s->dec = audio_dec_create(NULL, (audio_pre_skip)a->o.input_pre_skip, &e)) ||
+    /* as tolerant as the official servers' reader: a stream joined late
+     * (a client reconnecting with its encoder) or begun again (ogg.h) */
+    static const ogg_limits chained = {.chain = true};
+    if (!s->d && (!(s->dec = audio_dec_create(&chained, (audio_pre_skip)a->o.input_pre_skip, &e)) ||
                   !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e)))) {
-        sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
+        sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
         return;
     }
     /* The persona (persona.c): none, a snapshot to restore, or a prime to
@@ -400,10 +424,9 @@ void sess_start(sess *s) {
         }
     }
     resolve_samp(s);
-    if (!s->d) send_metadata(s);
     if (over) { /* /healthz says 503 too: no new session while the engine is behind */
         met_add(MET_sessions_rejected_total, 1);
-        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+        sess_fail(s, MET_ERR_overload, PROTO_CLOSE_TRY_LATER,
                   "server overloaded: the engine is behind real time, no new session now; try again later");
         return;
     }
@@ -425,7 +448,7 @@ void sess_start(sess *s) {
  * the engine is not behind for it. */
 static double behind_s(const sess *s, double now, double oldest_ms, uint64_t stepped) {
     double waited = (now - oldest_ms) / 1000.0;
-    double lag = (now - s->first_audio_ms) / 1000.0 - (double)stepped * SESS_FRAME_MS / 1000.0;
+    double lag = (now - s->first_audio_ms) / 1000.0 - (double)stepped * MS_FRAME_MS / 1000.0;
     return waited < lag ? waited : lag;
 }
 
@@ -445,23 +468,23 @@ static void input_full(sess *s, double now, double oldest_ms, int waiting, doubl
     if (behind >= SESS_BEHIND_FRAC * lim) {
         LOGW("overload", "id=%llu action=shed why=input_full backlog_frames=%d behind_s=%.2f limit_s=%g",
              (unsigned long long)s->id, waiting, behind, lim);
-        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+        sess_fail(s, MET_ERR_overload, PROTO_CLOSE_TRY_LATER,
                   "server overloaded: the engine is %.1f s behind this session's audio (limits.input_buffer_s = %g); "
                   "try again later",
                   behind, lim);
         return;
     }
     if (ahead_s >= SESS_BEHIND_FRAC * lim) {
-        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+        sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY,
                   "audio arrives faster than real time: %.1f s ahead, %.1f s waits for the engine "
                   "(limits.input_buffer_s = %g)",
-                  ahead_s, (double)waiting * SESS_FRAME_MS / 1000.0, lim);
+                  ahead_s, (double)waiting * MS_FRAME_MS / 1000.0, lim);
         return;
     }
-    sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+    sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY,
               "audio burst: %.1f s of audio waits for the engine, more than limits.input_buffer_s = %g, but the "
               "engine is only %.1f s behind real time",
-              (double)waiting * SESS_FRAME_MS / 1000.0, lim, behind > 0 ? behind : 0.0);
+              (double)waiting * MS_FRAME_MS / 1000.0, lim, behind > 0 ? behind : 0.0);
 }
 
 /* Hand one full frame to the engine (or keep it until READY). Two bounds:
@@ -470,11 +493,11 @@ static void input_full(sess *s, double now, double oldest_ms, int waiting, doubl
  * and at most input_buffer_s of its audio may wait for the engine (the
  * ring), where input_full decides who is at fault. */
 static int push_frame(sess *s, const float *pcm) {
-    double now = app_now_ms();
+    double now = ms_mono_ms();
     if (s->frames_in++ == 0) s->first_audio_ms = now;
-    double ahead_s = (double)s->frames_in * SESS_FRAME_MS / 1000.0 - (now - s->first_audio_ms) / 1000.0;
+    double ahead_s = (double)s->frames_in * MS_FRAME_MS / 1000.0 - (now - s->first_audio_ms) / 1000.0;
     if (ahead_s > s->a->o.input_buffer_s) {
-        sess_fail(s, MET_ERR_input_overrun, WS_POLICY,
+        sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY,
                   "audio arrives faster than real time: %.1f s ahead (limit %.1f s)", ahead_s, s->a->o.input_buffer_s);
         return MS_ERR_LIMIT;
     }
@@ -493,7 +516,7 @@ static int push_frame(sess *s, const float *pcm) {
             return MS_ERR_LIMIT;
         }
         if (s->early_n == 0) s->early_t0_ms = now;
-        memcpy(s->early + (size_t)s->early_n++ * AUDIO_FRAME_SAMPLES, pcm, sizeof(float) * AUDIO_FRAME_SAMPLES);
+        memcpy(s->early + (size_t)s->early_n++ * MS_FRAME_SAMPLES, pcm, sizeof(float) * MS_FRAME_SAMPLES);
         return MS_OK;
     }
     int rc = sched_push(s->a->sch, s->slot, s->gen, pcm);
@@ -510,13 +533,13 @@ static int on_pcm(void *user, const float *pcm, size_t n, ms_error *err) {
     sess *s = user;
     (void)err;
     while (n > 0 && !s->close_status) {
-        size_t take = AUDIO_FRAME_SAMPLES - (size_t)s->acc_n;
+        size_t take = MS_FRAME_SAMPLES - (size_t)s->acc_n;
         if (take > n) take = n;
         memcpy(s->acc + s->acc_n, pcm, take * sizeof(float));
         s->acc_n += (int)take;
         pcm += take;
         n -= take;
-        if (s->acc_n == AUDIO_FRAME_SAMPLES) {
+        if (s->acc_n == MS_FRAME_SAMPLES) {
             s->acc_n = 0;
             if (push_frame(s, s->acc) != MS_OK) return MS_ERR_LIMIT;
         }
@@ -529,15 +552,15 @@ static int on_pcm(void *user, const float *pcm, size_t n, ms_error *err) {
 static int early_alloc(sess *s) {
     if (s->early || s->early_cap != 0) return MS_OK;
     s->early_cap = s->a->in_frames;
-    s->early = malloc(sizeof(float) * AUDIO_FRAME_SAMPLES * (size_t)s->early_cap);
+    s->early = malloc(sizeof(float) * MS_FRAME_SAMPLES * (size_t)s->early_cap);
     if (s->early) return MS_OK;
-    sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: out of memory");
+    sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: out of memory");
     return MS_ERR_NOMEM;
 }
 
 int sess_feed_pcm(sess *s, const float *pcm, size_t n) {
     if (s->close_status || (!s->attached && !s->waiting)) return MS_ERR_STATE;
-    s->last_rx_ms = app_now_ms();
+    s->last_rx_ms = ms_mono_ms();
     if (early_alloc(s) != MS_OK) return MS_ERR_NOMEM;
     return on_pcm(s, pcm, n, NULL);
 }
@@ -573,7 +596,7 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
         /* only audio counts as activity for limits.idle_timeout_s: a
          * client that sends one small unknown (or any ignored) message
          * every few seconds must not hold a slot for ever */
-        s->last_rx_ms = app_now_ms();
+        s->last_rx_ms = ms_mono_ms();
         break;
     case PROTO_MSG_CONTROL: met_ignored(MET_IGN_control); return;
     case PROTO_MSG_PING: met_ignored(MET_IGN_ping); return;
@@ -585,13 +608,13 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     ms_error e = {0};
     int rc = audio_dec_feed(s->dec, msg.payload, msg.payload_len, on_pcm, s, &e);
     if (rc != MS_OK && !s->close_status)
-        sess_fail(s, MET_ERR_bad_audio, WS_POLICY, "bad audio: %s", e.msg);
+        sess_fail(s, MET_ERR_bad_audio, PROTO_CLOSE_POLICY, "bad audio: %s", e.msg);
 }
 
 void sess_oversize(void *ud, void *sp, size_t len) {
     (void)ud;
     sess *s = sp;
-    sess_fail(s, MET_ERR_oversize, WS_TOO_BIG, "message of %zu bytes exceeds the limit of %zu bytes", len,
+    sess_fail(s, MET_ERR_oversize, PROTO_CLOSE_TOO_BIG, "message of %zu bytes exceeds the limit of %zu bytes", len,
               s->a->o.srv.max_message_bytes);
 }
 
@@ -632,7 +655,7 @@ void sess_closed(void *ud, void *sp) {
     LOGI("session_closed",
          "id=%llu peer=%s duration_s=%.1f frames_in=%llu frames_out=%llu frames_late=%llu early_dropped=%llu "
          "close_status=%d reason=\"%s\"",
-         (unsigned long long)s->id, srv_conn_peer(s->c), (app_now_ms() - s->open_ms) / 1000.0,
+         (unsigned long long)s->id, srv_conn_peer(s->c), (ms_mono_ms() - s->open_ms) / 1000.0,
          (unsigned long long)s->frames_in, (unsigned long long)s->steps, (unsigned long long)s->frames_late,
          (unsigned long long)s->early_dropped, s->close_status, s->close_status ? s->close_reason : "");
     if (s->prev) s->prev->next = s->next;
@@ -651,8 +674,8 @@ static void push_early(sess *s) {
     LOGI("session_ready", "id=%llu peer=%s slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id,
          srv_conn_peer(s->c), s->slot, s->early_n, (unsigned long long)s->pt.key_hash);
     for (int i = 0; i < s->early_n && !s->close_status; i++)
-        if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * AUDIO_FRAME_SAMPLES) != MS_OK)
-            sess_fail(s, MET_ERR_input_overrun, WS_POLICY, "too much audio before the session was ready");
+        if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * MS_FRAME_SAMPLES) != MS_OK)
+            sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY, "too much audio before the session was ready");
     s->early_n = 0;
 }
 
@@ -663,7 +686,7 @@ static void on_ready(sess *s) {
     pers_ticket_release(s->a->pers, &s->pt);   /* the restore is done: the snapshot is no longer read */
     /* the idle timeout counts from the handshake at the earliest (a client
      * may wait for a prime without sending) */
-    double now = app_now_ms();
+    double now = ms_mono_ms();
     if (s->last_rx_ms < now) s->last_rx_ms = now;
     if (s->d) {
         s->d->ready(s);
@@ -674,25 +697,26 @@ static void on_ready(sess *s) {
     size_t out = 0;
     if (!m || proto_msg_build_handshake(m->buf, srv_pre + PROTO_HANDSHAKE_BYTES + 1, srv_pre, 0, &out, NULL) != MS_OK) {
         free(m);
-        sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: handshake");
+        sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: handshake");
         return;
     }
     m->len = out;
     enqueue(s, m);
+    send_metadata(s);
     push_early(s);
 }
 
 static void on_frame(sess *s, const sched_out *o) {
     app *a = s->a;
     s->steps++;
-    if (o->latency_ms > SESS_FRAME_MS) s->frames_late++;   /* the scheduler's rule for moshid_late_frames_total */
+    if (o->latency_ms > MS_FRAME_MS) s->frames_late++;   /* the scheduler's rule for moshid_late_frames_total */
     if (s->d) s->d->frame(s, o);
     else if (o->has_pcm) {
         uint8_t buf[AUDIO_ENC_OUT_MAX];
         size_t n = 0;
         ms_error e = {0};
         if (audio_enc_frame(s->enc, o->pcm, buf, sizeof buf, &n, &e) != MS_OK) {
-            sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: %s", e.msg);
+            sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
             return;
         }
         sess_msg *m = msg_new(1 + n);
@@ -707,10 +731,10 @@ static void on_frame(sess *s, const sched_out *o) {
     }
     const char *piece = !s->d && o->text >= 0 ? model_piece(a->m, o->text) : NULL;
     if (piece && piece[0]) send_kind(s, PROTO_MSG_TEXT, piece, strlen(piece));
-    if (check_slow_reader(s, app_now_ms())) return;
+    if (check_slow_reader(s, ms_mono_ms())) return;
     if (s->max_steps > 0 && (int64_t)s->steps >= s->max_steps)
-        sess_fail(s, MET_ERR_max_steps, WS_NORMAL, "session reached its maximum length of %lld frames (%.0f s)",
-                  (long long)s->max_steps, (double)s->max_steps * SESS_FRAME_MS / 1000.0);
+        sess_fail(s, MET_ERR_max_steps, PROTO_CLOSE_NORMAL, "session reached its maximum length of %lld frames (%.0f s)",
+                  (long long)s->max_steps, (double)s->max_steps * MS_FRAME_MS / 1000.0);
 }
 
 void sess_drain(sess *s) {
@@ -722,7 +746,7 @@ void sess_drain(sess *s) {
             case SCHED_OUT_READY: on_ready(s); break;
             case SCHED_OUT_FRAME: on_frame(s, &o); break;   /* reads o.pcm: released after */
             case SCHED_OUT_ERROR:
-                sess_fail(s, MET_ERR_internal, WS_INTERNAL, "internal error: the engine could not serve this session");
+                sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: the engine could not serve this session");
                 break;
             }
         }
@@ -740,7 +764,7 @@ void sess_tick(sess *s, double now) {
          * from the open */
         double idle = (now - s->last_rx_ms) / 1000.0;
         if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
-            sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
+            sess_fail(s, MET_ERR_idle_timeout, PROTO_CLOSE_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
                       idle, s->a->o.idle_timeout_s);
         return;
     }
@@ -756,7 +780,7 @@ void sess_tick(sess *s, double now) {
     }
     double idle = (now - s->last_rx_ms) / 1000.0;
     if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
-        sess_fail(s, MET_ERR_idle_timeout, WS_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
+        sess_fail(s, MET_ERR_idle_timeout, PROTO_CLOSE_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
                   idle, s->a->o.idle_timeout_s);
 }
 
@@ -791,7 +815,7 @@ void sess_shed_tick(app *a, double now) {
         if (!engine_wait(s, now, &behind, &frames) || behind < SESS_BEHIND_FRAC * lim) continue;
         LOGW("overload", "id=%llu action=shed why=newest backlog_frames=%d behind_s=%.2f limit_s=%g sessions=%d",
              (unsigned long long)s->id, frames, behind, lim, a->nsessions);
-        sess_fail(s, MET_ERR_overload, WS_TRY_LATER,
+        sess_fail(s, MET_ERR_overload, PROTO_CLOSE_TRY_LATER,
                   "server overloaded: the engine is %.1f s behind real time; the newest sessions are closed "
                   "first; try again later",
                   behind);

@@ -32,7 +32,7 @@ typedef struct sess_msg {
     size_t len;
     int audio_frames;          /* frames of audio it carries (0: not audio) */
     int text;                  /* a text message (a dialect's JSON), else binary */
-    double enq_ms;             /* app_now_ms when queued (the slow-reader verdict) */
+    double enq_ms;             /* ms_mono_ms when queued (the slow-reader verdict) */
     uint8_t buf[];             /* srv_pre + len */
 } sess_msg;
 
@@ -77,7 +77,7 @@ struct sess {
     pers_ticket pt;            /* its persona (persona.h) */
     uint64_t token;            /* the access token it holds (access.h; 0: none), until token_held drops */
     int token_held;
-    double last_ping_ms;       /* before the handshake: the last ping sent (app_now_ms) */
+    double last_ping_ms;       /* before the handshake: the last ping sent (ms_mono_ms) */
     int close_status;          /* != 0: close once the queue is flushed */
     char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* the error text, cut (proto_msg_close_reason) */
     proto_query q;
@@ -85,18 +85,18 @@ struct sess {
     int64_t max_steps;         /* frames; 0 = no limit */
     audio_dec *dec;
     audio_enc *enc;
-    float acc[AUDIO_FRAME_SAMPLES];  /* decoded input not yet a full frame */
+    float acc[MS_FRAME_SAMPLES];  /* decoded input not yet a full frame */
     int acc_n;
     float *early;              /* (early_cap, 1920) frames received before READY */
     int early_n, early_cap;
     uint64_t early_dropped;    /* frames dropped while waiting for a prime (buffer full) */
-    double early_t0_ms;        /* app_now_ms when the oldest early frame arrived */
+    double early_t0_ms;        /* ms_mono_ms when the oldest early frame arrived */
     sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
     uint64_t steps;
     double last_rx_ms;
     double first_audio_ms;     /* when the first input frame completed (0: none yet) */
     uint64_t frames_in;        /* input frames completed */
-    double open_ms;            /* app_now_ms when the connection opened */
+    double open_ms;            /* ms_mono_ms when the connection opened */
     uint64_t frames_late;      /* output frames later than one frame period (as moshid_late_frames_total) */
 };
 
@@ -134,7 +134,7 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) __attribute_
 void sess_slot_retry(app *a);
 /* sess_tick: the once-a-second checks (slow reader; idle timeout once the
  * handshake is sent; before it, a ping every PERS_WAIT_PING_S to a session
- * that waits for its persona); now_ms from app_now_ms. */
+ * that waits for its persona); now_ms from ms_mono_ms. */
 void sess_tick(sess *s, double now_ms);
 /* sess_shed_tick: the once-a-second overload check over all of a's
  * sessions (docs/operations.md, "Capacity and overload"): publishes the

@@ -1,27 +1,30 @@
 // protocol.js - moshid's /api/chat framing as the page speaks it
 // (docs/protocol.md section 2): every message binary, byte 0 the kind.
 // The page sends only what the Kyutai web client sends (kind-1 audio after
-// the handshake): nothing new on the wire.
+// the handshake): nothing new on the wire. The close statuses, the
+// temperature bound and the token syntax come from wire_gen.js, generated
+// from the C headers (make web-gen).
+
+import { CLOSE, TEMPERATURE_MAX, TOKEN_MAX, TOKEN_MIN } from "./wire_gen.js";
 
 export const KIND = { HANDSHAKE: 0, AUDIO: 1, TEXT: 2, CONTROL: 3, METADATA: 4, ERROR: 5, PING: 6 };
 
 // WebSocket close statuses the server uses (docs/protocol.md section 8).
-export const CLOSE = { NORMAL: 1000, GOING_AWAY: 1001, ABNORMAL: 1006, POLICY: 1008, TOO_BIG: 1009,
-  INTERNAL: 1011, TRY_LATER: 1013 };
+export { CLOSE };
 
 // Sampling parameters the page may send, with the ranges of
 // docs/protocol.md section 7 (top-k: at least 1, the server checks the
 // upper bound against the model's cards).
 export const SAMPLING_PARAMS = [
-  { name: "text_temperature", min: 0, max: 5, integer: false },
+  { name: "text_temperature", min: 0, max: TEMPERATURE_MAX, integer: false },
   { name: "text_topk", min: 1, max: 1 << 20, integer: true },
-  { name: "audio_temperature", min: 0, max: 5, integer: false },
+  { name: "audio_temperature", min: 0, max: TEMPERATURE_MAX, integer: false },
   { name: "audio_topk", min: 1, max: 1 << 20, integer: true },
 ];
 
-// An access token as auth.tokens_file holds them (daemon/net/access.h): 16 to
-// 256 of the characters that travel unchanged in a URL.
-export const TOKEN_RE = /^[A-Za-z0-9._~-]{16,256}$/;
+// An access token as auth.tokens_file holds them (daemon/net/access.h):
+// TOKEN_MIN to TOKEN_MAX of the characters that travel unchanged in a URL.
+export const TOKEN_RE = new RegExp(`^[A-Za-z0-9._~-]{${TOKEN_MIN},${TOKEN_MAX}}$`);
 
 /** ws: or wss: URL of /api/chat on the page's own origin, with the query. */
 export function chatUrl(loc, params) {

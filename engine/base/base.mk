@@ -2,7 +2,7 @@
 # logging, the bounded JSON reader, safetensors, plugin loading, the
 # counter-based RNG (header only), and audio files (libsndfile + libsoxr,
 # in the I/O archive). The core archive needs no external library.
-ENGINE_SRCS += engine/base/err.c engine/base/log.c engine/base/json.c engine/base/st.c engine/base/pt.c engine/base/plugin.c
+ENGINE_SRCS += engine/base/text.c engine/base/err.c engine/base/log.c engine/base/json.c engine/base/st.c engine/base/pt.c engine/base/plugin.c
 ENGINE_IO_SRCS += engine/base/audio_file.c
 # only the I/O objects see libsndfile/libsoxr (the engine core stays library-free)
 $(BUILD)/obj/engine/base/audio_file.o: CPPFLAGS_ALL += $(call pc_cflags,sndfile soxr)

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
+#include "lm_config.h"
 #include "rng.h"
 #include "st.h"
 
@@ -173,7 +174,7 @@ static void make_lm(gen *g, const char *dir, int text_card, int dep_q, int conte
 
     char cfg[4096];
     snprintf(cfg, sizeof cfg,
-             "{\n  \"dim\": %d, \"text_card\": %d, \"existing_text_padding_id\": 3,\n"
+             "{\n  \"dim\": %d, \"text_card\": %d, \"existing_text_padding_id\": %d,\n"
              "  \"n_q\": %d, \"dep_q\": %d, \"card\": %d, \"num_heads\": %d, \"num_layers\": %d,\n"
              "  \"hidden_scale\": %g, \"causal\": true, \"context\": %d, \"max_period\": 10000,\n"
              "  \"gating\": \"silu\", \"norm\": \"rms_norm_f32\", \"positional_embedding\": \"rope\",\n"
@@ -183,7 +184,7 @@ static void make_lm(gen *g, const char *dir, int text_card, int dep_q, int conte
              "  \"depformer_weights_per_step\": true,\n"
              "  \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
              "  \"model_type\": \"moshid-demo\"\n}\n",
-             LM_DIM, text_card, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, context, DEP_DIM,
+             LM_DIM, text_card, LM_TEXT_PAD_ID, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, context, DEP_DIM,
              DEP_FF, DEP_HEADS, DEP_LAYERS, dep_q);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);

@@ -28,3 +28,7 @@ $(BUILD)/bench_q8: tests/bench/bench_q8.c $(LIBENGINE)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $< $(LIBENGINE) -o $@ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 BENCH_DEPS += $(BUILD)/bench_q8
 BENCHES += '$(BUILD)/bench_q8'
+
+# The CPU backend through the dispatcher: slot and codec resets, statistics.
+CHECK_SUITES += cpu_backend
+CHECK_cpu_backend_DEPS = $(LIBENGINE)

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "mimi.h"
 #include "kern_cpu.h"
 #include "lm.h"
@@ -359,19 +360,13 @@ static void dep_substep(cpu_ctx *c, int n, int k) {
     kern_matmul(c->logits, c->dy, &m->linears[k], n, c->pool);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cpu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
     (void)err;
     cpu_ctx *c = vctx;
     const lm_model *m = c->m;
     const lm_config *g = &m->cfg;
     if (n == 0) return MS_OK;
-    double t0 = now_s();
+    double t0 = ms_mono_ms() / 1e3;
     int D = g->dim, dd = g->depformer_dim;
     int *sl = c->row_slot, *prev = c->row_prev;
     int64_t *ps = c->row_pos;
@@ -415,7 +410,7 @@ static int cpu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
     }
     c->st.steps += (uint64_t)n;
     c->st.step_calls++;
-    c->st.step_seconds += now_s() - t0;
+    c->st.step_seconds += ms_mono_ms() / 1e3 - t0;
     return MS_OK;
 }
 

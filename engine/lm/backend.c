@@ -11,9 +11,9 @@
 #include "samp.h"
 
 void lm_samp_defaults(lm_samp *s, uint64_t seed) {
-    s->text_temp = SAMP_TEXT_TEMP;
+    s->text_temp = (float)SAMP_TEXT_TEMP;
     s->text_topk = SAMP_TEXT_TOPK;
-    s->audio_temp = SAMP_AUDIO_TEMP;
+    s->audio_temp = (float)SAMP_AUDIO_TEMP;
     s->audio_topk = SAMP_AUDIO_TOPK;
     s->seed = seed;
     s->audio_seed = seed;

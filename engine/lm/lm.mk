@@ -36,3 +36,7 @@ $(BUILD)/tests/check_lmgen: $(BUILD)/demo/.ok
 # official package on fake-quantized weights and K/V (tests/fixtures/lm_q8)
 CHECK_SUITES += lm_q8
 CHECK_lm_q8_DEPS = $(LIBENGINE)
+
+# The frame step: the dispatcher's checks, the LMGen lag, a slot reset replayed.
+CHECK_SUITES += frame
+CHECK_frame_DEPS = $(LIBENGINE)

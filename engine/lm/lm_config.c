@@ -25,7 +25,7 @@ void lm_config_default(lm_config *c) {
     c->card = 2048;
     c->text_card = 32000;
     memcpy(c->delays, default_delays, sizeof default_delays);
-    c->existing_text_padding_id = 3;
+    c->existing_text_padding_id = LM_TEXT_PAD_ID;
     c->depformer_dim = 1024;
     c->depformer_num_heads = 16;
     c->depformer_num_layers = 6;
@@ -253,7 +253,7 @@ static void lmmodel_defaults(lm_config *c) {
     c->dep_q = 8;
     c->card = 1024;
     c->text_card = 32000;
-    c->existing_text_padding_id = 3;
+    c->existing_text_padding_id = LM_TEXT_PAD_ID;
     c->depformer_dim = 256;
     c->depformer_num_heads = -1;    /* absent: the main transformer's */
     c->depformer_num_layers = -1;

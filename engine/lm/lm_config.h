@@ -36,6 +36,13 @@
  * dep_window below). AUTO: decided from the checkpoint at load. */
 typedef enum { LM_VARIANT_AUTO = -1, LM_VARIANT_KYUTAI = 0, LM_VARIANT_PERSONAPLEX = 1 } lm_variant;
 
+/* Text token ids of every released Moshi and PersonaPlex checkpoint:
+ * PAD (the default of existing_text_padding_id, and the text forced
+ * while priming a persona) and EPAD (the end of a pad run). Neither is
+ * shown to a client. */
+#define LM_TEXT_PAD_ID 3
+#define LM_TEXT_EPAD_ID 0
+
 typedef struct lm_config {
     /* temporal transformer */
     int dim, num_heads, num_layers;
@@ -45,7 +52,7 @@ typedef struct lm_config {
     /* streams */
     int n_q, dep_q, card, text_card;
     int delays[LM_MAX_STREAMS];   /* (1 + n_q) */
-    int existing_text_padding_id;
+    int existing_text_padding_id; /* LM_TEXT_PAD_ID unless the file says */
     int quantize;                 /* "quantize": true: a q8 checkpoint (int8 rows + _scb) */
     /* depformer */
     int depformer_dim, depformer_num_heads, depformer_num_layers;

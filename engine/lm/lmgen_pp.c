@@ -11,9 +11,9 @@ int pp_check_config(const lm_config *c, ms_error *err) {
                           "PersonaPlex step: needs n_q = dep_q = %d (8 agent + 8 user codebooks), model has n_q %d "
                           "dep_q %d",
                           2 * PP_SIDE_CODEBOOKS, c->n_q, c->dep_q);
-    if (c->text_card <= PP_TEXT_PAD)
+    if (c->text_card <= LM_TEXT_PAD_ID)
         return ms_err_set(err, MS_ERR_UNSUPPORTED, "PersonaPlex step: text_card %d has no PAD id %d", c->text_card,
-                          PP_TEXT_PAD);
+                          LM_TEXT_PAD_ID);
     MS_ASSERT(c->n_streams == PP_STREAMS);
     return MS_OK;
 }

@@ -54,8 +54,6 @@
 #define PP_OUT_TOKENS PP_STREAMS
 /* "No text token given" in pp_input.text. */
 #define PP_NO_TEXT (-1)
-/* Text PAD id forced while priming (PersonaPlex's zero_text_code). */
-#define PP_TEXT_PAD 3
 
 /* What one call is given (step's input_tokens, moshi_tokens, text_token). */
 typedef struct pp_input {
@@ -75,7 +73,7 @@ typedef struct pp_call {
 } pp_call;
 
 /* pp_check_config: MS_OK when c can be stepped PersonaPlex's way
- * (n_q == dep_q == 16, text_card > PP_TEXT_PAD), else an error naming the
+ * (n_q == dep_q == 16, text_card > LM_TEXT_PAD_ID), else an error naming the
  * mismatch. */
 int pp_check_config(const lm_config *c, ms_error *err);
 

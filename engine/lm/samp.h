@@ -44,10 +44,11 @@
 #define SAMP_STREAM_TEXT 0u
 #define SAMP_STREAM_AUDIO(k) (1u + (uint32_t)(k))
 
-/* Defaults of the official server. */
-#define SAMP_TEXT_TEMP 0.7f
+/* Defaults of the official server (also those of moshid's configuration,
+ * sampling.*). */
+#define SAMP_TEXT_TEMP 0.7
 #define SAMP_TEXT_TOPK 25
-#define SAMP_AUDIO_TEMP 0.8f
+#define SAMP_AUDIO_TEMP 0.8
 #define SAMP_AUDIO_TOPK 250
 
 /* Per-row sampling parameters of a batched call (one row = one session's

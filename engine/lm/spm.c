@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "text.h"
 
 struct spm_model {
     int n;
@@ -88,24 +89,9 @@ static int pb_skip(pb *b, int wt, ms_error *err) {
 
 /* ---- pieces ---------------------------------------------------------- */
 
-static bool utf8_ok(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t l;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c == 0) return false; /* pieces are returned as C strings */
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) l = 2;
-        else if (c >= 0xE0 && c <= 0xEF) { l = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-        else if (c >= 0xF0 && c <= 0xF4) { l = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-        else return false;
-        if (n - i < l || s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k < l; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-        i += l;
-    }
-    return true;
+/* Pieces are returned as C strings: valid UTF-8 without NUL bytes. */
+static bool piece_ok(const uint8_t *s, size_t n) {
+    return memchr(s, 0, n) == NULL && text_utf8_valid(s, n);
 }
 
 /* Parse one SentencePiece message (n bytes at s); *piece is its text. */
@@ -134,7 +120,7 @@ static int parse_piece(pb *outer, const uint8_t *s, size_t n, const uint8_t **pi
     if (*plen > SPM_MAX_PIECE_BYTES)
         return ms_err_set(err, MS_ERR_LIMIT, "%s: piece of %zu bytes (max %u)", outer->path, *plen,
                           SPM_MAX_PIECE_BYTES);
-    if (!utf8_ok(*piece, *plen)) return pb_fail(outer, err, "piece is not UTF-8 text");
+    if (!piece_ok(*piece, *plen)) return pb_fail(outer, err, "piece is not UTF-8 text");
     return MS_OK;
 }
 

@@ -44,7 +44,7 @@ int pp_prime_frames(const lm_config *c, const pp_prompt *p, int **rows, int *P, 
     int64_t total = (int64_t)p->n_voice + 2 * (int64_t)p->silence_frames + p->n_text;
     if (total > PP_PRIME_MAX_CALLS)
         return ms_err_set(err, MS_ERR_LIMIT, "prime: %lld calls (most %d)", (long long)total, PP_PRIME_MAX_CALLS);
-    pp_input chk = {.user = p->sine, .agent = p->silence, .text = PP_TEXT_PAD};
+    pp_input chk = {.user = p->sine, .agent = p->silence, .text = LM_TEXT_PAD_ID};
     if (pp_check_input(c, &chk, err)) {
         ms_err_prefix(err, "prime: SILENCE/SINE tokens");
         return err ? err->code : MS_ERR_RANGE;
@@ -64,10 +64,10 @@ int pp_prime_frames(const lm_config *c, const pp_prompt *p, int **rows, int *P, 
     if (!r) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
     int n = 0;
     for (int i = 0; i < p->n_voice; i++)
-        row_set(r + (size_t)n++ * PP_STREAMS, PP_TEXT_PAD, p->voice + (size_t)i * PP_SIDE_CODEBOOKS, p->sine);
-    for (int i = 0; i < p->silence_frames; i++) row_set(r + (size_t)n++ * PP_STREAMS, PP_TEXT_PAD, p->silence, p->sine);
+        row_set(r + (size_t)n++ * PP_STREAMS, LM_TEXT_PAD_ID, p->voice + (size_t)i * PP_SIDE_CODEBOOKS, p->sine);
+    for (int i = 0; i < p->silence_frames; i++) row_set(r + (size_t)n++ * PP_STREAMS, LM_TEXT_PAD_ID, p->silence, p->sine);
     for (int i = 0; i < p->n_text; i++) row_set(r + (size_t)n++ * PP_STREAMS, p->text[i], p->silence, p->sine);
-    for (int i = 0; i < p->silence_frames; i++) row_set(r + (size_t)n++ * PP_STREAMS, PP_TEXT_PAD, p->silence, p->sine);
+    for (int i = 0; i < p->silence_frames; i++) row_set(r + (size_t)n++ * PP_STREAMS, LM_TEXT_PAD_ID, p->silence, p->sine);
     MS_ASSERT(n == total);
     *rows = r;
     *P = n;
@@ -182,7 +182,7 @@ int pp_replay_embeddings(lm_backend *b, lmgen_slot *g, const float *embs, int T,
     /* step_embeddings' dummies: initial audio tokens on both sides, text PAD */
     int dummy[PP_SIDE_CODEBOOKS];
     for (int q = 0; q < PP_SIDE_CODEBOOKS; q++) dummy[q] = c->card;
-    pp_input in = {.user = dummy, .agent = dummy, .text = PP_TEXT_PAD};
+    pp_input in = {.user = dummy, .agent = dummy, .text = LM_TEXT_PAD_ID};
     lmgen_slot tmp = *g;
     int out[PP_OUT_TOKENS], rc = MS_OK;
     int64_t pos0 = lm_backend_pos(b, g->slot);

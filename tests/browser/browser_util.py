@@ -26,7 +26,7 @@ if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from test_daemon import start_daemon, stop_daemon  # noqa: E402,F401  (the integration tests' daemon starter)
+from helpers import start_daemon, stop_daemon  # noqa: E402,F401  (the integration tests' daemon starter)
 
 WEB_DIR = ROOT / "daemon" / "web"
 CHROMIUM = os.environ.get("MOSHID_CHROMIUM", "/usr/bin/chromium")

@@ -13,7 +13,7 @@
 
 FUZZ_TARGETS += st cfg
 FUZZ_st_SRCS := engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
-FUZZ_cfg_SRCS := daemon/net/srv_proxy.c daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c engine/base/err.c engine/base/log.c
+FUZZ_cfg_SRCS := daemon/net/srv_proxy.c daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c engine/base/text.c engine/base/err.c engine/base/log.c
 FUZZ_cfg_LIBS = $(call pc_libs,libcjson)
 # The server's receive path (srv_rx_feed, daemon/net/srv_rx.c: pure, no
 # libwebsockets).
@@ -35,7 +35,7 @@ FUZZ_pt_SRCS := engine/base/pt.c engine/base/st.c engine/base/json.c engine/base
 # /v1/realtime's client events (proto/rt_event.c), base64 and the JSON
 # writer's escaping (docs/realtime.md).
 FUZZ_TARGETS += rt
-FUZZ_rt_SRCS := proto/rt_event.c proto/b64.c proto/jw.c proto/utf8.c engine/base/json.c engine/base/err.c engine/base/log.c
+FUZZ_rt_SRCS := proto/rt_event.c proto/b64.c proto/jw.c engine/base/text.c engine/base/json.c engine/base/err.c engine/base/log.c
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "msg.h"
-#include "utf8.h"
+#include "text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     proto_msg m;
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_error e;
     size_t cap = size + 17 < sizeof buf ? size + 17 : sizeof buf;
     int rc = proto_msg_build_text(buf, cap, 16, (const char *)data, size, &n, &e);
-    if ((rc == MS_OK) != proto_utf8_valid(data, size) && size + 17 <= sizeof buf) abort();
+    if ((rc == MS_OK) != text_utf8_valid(data, size) && size + 17 <= sizeof buf) abort();
     if (rc == MS_OK) {
         if (proto_msg_parse(buf + 16, n, 0, &m) != PROTO_CLASS_OK || m.kind != PROTO_MSG_TEXT ||
             m.payload_len != size || (size && memcmp(m.payload, data, size)))
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     t[size] = 0;
     rc = proto_msg_build_error(buf, sizeof buf, 16, t, &n, &e);
     if (rc != MS_OK || buf[16] != PROTO_MSG_ERROR || n > PROTO_ERROR_TEXT_MAX + 1) abort();
-    if (!proto_utf8_valid(buf + 17, n - 1)) abort();
+    if (!text_utf8_valid(buf + 17, n - 1)) abort();
     free(t);
     rc = proto_msg_build_handshake(buf, size % 32, size % 7, 3, &n, &e);
     if (rc == MS_OK && (n != PROTO_HANDSHAKE_BYTES || size % 32 < size % 7 + 9)) abort();

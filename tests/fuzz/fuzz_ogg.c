@@ -8,7 +8,10 @@
  * errors are sticky, packet numbers consecutive. With bit 0x40 of byte 0
  * the target first rewrites the CRC of every well-formed page, so that
  * mutations reach the stream checks and the Opus decoder instead of all
- * stopping at the CRC. */
+ * stopping at the CRC. With bit 0x04 the demuxers run chained
+ * (ogg_limits.chain: streams joined late and begun again, as the daemon
+ * reads client audio); packet numbers then restart at 0 with each new
+ * logical stream. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "ogg_opus.h"
 
 typedef struct {
+    int chain;
     size_t max_len;
     uint64_t next_no;
     unsigned in_feed, per_feed;
@@ -26,6 +30,7 @@ typedef struct {
 static int on_pkt(void *user, const ogg_pkt *k, ms_error *err) {
     (void)err;
     state *s = user;
+    if (s->chain && k->packetno == 0) s->next_no = 0; /* a new logical stream */
     if (k->len > s->max_len || k->packetno != s->next_no || ++s->in_feed > s->per_feed) abort();
     if (k->len) {
         volatile uint8_t x = k->data[0] ^ k->data[k->len - 1]; /* readable */
@@ -78,8 +83,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size) {
     if (mode & 0x40) fix_crcs(copy, size);
     const uint8_t *data = copy;
     size_t chunk = (mode & 0x80) ? size + 1 : (size_t)(mode & 0x7f) * 2 + 1;
-    ogg_limits lim = {.max_packet_bytes = (mode & 1) ? 300 : 0, .max_packets_per_feed = (mode & 2) ? 5 : 0};
-    state s = {.max_len = (mode & 1) ? 300 : OGG_DEF_MAX_PACKET_BYTES,
+    ogg_limits lim = {.max_packet_bytes = (mode & 1) ? 300 : 0, .max_packets_per_feed = (mode & 2) ? 5 : 0,
+                      .chain = (mode & 4) != 0};
+    state s = {.chain = (mode & 4) != 0, .max_len = (mode & 1) ? 300 : OGG_DEF_MAX_PACKET_BYTES,
                .per_feed = (mode & 2) ? 5 : OGG_DEF_MAX_PACKETS_PER_FEED};
     ms_error e;
     ogg_demux *d = ogg_demux_create(&lim, &e);

@@ -15,7 +15,7 @@
 #include "json.h"
 #include "jw.h"
 #include "rt_event.h"
-#include "utf8.h"
+#include "text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rt_event ev;
@@ -54,14 +54,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = 0;
     char *out = jw_take(&w, &len);
     if (!out) abort();
-    if (!proto_utf8_valid(out, len)) abort();
+    if (!text_utf8_valid(out, len)) abort();
     ms_error je;
     /* (the reader refuses a \u0000 escape: bytes holding a NUL are only
      * checked for UTF-8) */
     int nul = memchr(data, 0, size) != NULL;
     js_value *v = nul ? NULL : js_parse(out, len, &je);
     if (!nul && (!v || v->type != JS_STRING)) abort();
-    if (v && proto_utf8_valid(data, size) && (v->len != size || memcmp(v->str, data, size))) abort();
+    if (v && text_utf8_valid(data, size) && (v->len != size || memcmp(v->str, data, size))) abort();
     js_free(v);
     free(out);
     return 0;

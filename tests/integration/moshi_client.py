@@ -90,6 +90,7 @@ class Result:
         self.other = []
         self.close_code = None
         self.t_handshake = None
+        self.kinds = []        # the kind byte of every message, in order
 
 
 async def _receiver(ws, res, stop_after_audio=None):
@@ -97,6 +98,7 @@ async def _receiver(ws, res, stop_after_audio=None):
         if m.type != aiohttp.WSMsgType.BINARY:
             continue
         kind, payload = m.data[0], m.data[1:]
+        res.kinds.append(kind)
         if kind == K_META:
             res.meta = payload.decode()
         elif kind == K_HANDSHAKE:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import moshi_client as mc
-from test_daemon import get, start_daemon, stop_daemon
+from helpers import get, metric, start_daemon, stop_daemon, wait_for
 
 # Deadlines, s: an HTTP answer; a handshake (slot attach on a busy CI
 # machine); a reload to be logged; streamed audio to come back.
@@ -95,22 +95,7 @@ def health(port):
 
 
 def refused_total(port, reason):
-    for line in get(port, "/metrics")[1].splitlines():
-        if line.startswith(f'moshid_auth_refused_total{{reason="{reason}"}}'):
-            return int(line.split()[-1])
-    raise AssertionError(f"no moshid_auth_refused_total{{reason={reason}}} in /metrics")
-
-
-def wait_for(cond, timeout, what):
-    """Poll cond() until it is true; fail after timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return metric(port, f'moshid_auth_refused_total{{reason="{reason}"}}')
 
 
 def log_count(logname, needle):

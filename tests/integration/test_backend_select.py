@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import moshi_client as mc
-from test_daemon import get, start_daemon, stop_daemon
+from helpers import get, start_daemon, stop_daemon
 
 # A start-up refusal ends the process well within this (it happens while
 # the model opens, before the port); generous for a loaded CI machine.

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import moshi_client as mc
-from test_daemon import get, start_daemon, stop_daemon
+from helpers import get, metric, start_daemon, stop_daemon, wait_for
 
 FRAME = mc.FRAME
 # Generous bounds for a loaded machine: attaching a slot, a slow reader
@@ -31,22 +31,7 @@ def health(port):
 
 
 def errors_total(port, kind):
-    for line in get(port, "/metrics")[1].splitlines():
-        if line.startswith(f'moshid_errors_total{{kind="{kind}"}}'):
-            return int(line.split()[-1])
-    return 0
-
-
-def wait_for(cond, timeout, what):
-    """Poll cond() until it returns something true; fail after timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return metric(port, f'moshid_errors_total{{kind="{kind}"}}', default=0)
 
 
 class StuckClient:

@@ -4,62 +4,19 @@ input getting its defined answer while other sessions keep streaming."""
 import asyncio
 import json
 import os
-import random
 import signal
 import struct
 import subprocess
 import time
-import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 
 import moshi_client as mc
+from helpers import get, start_daemon, stop_daemon  # noqa: F401  (also imported from here)
 
 FRAME = mc.FRAME
-
-
-def start_daemon(build_dir, tmp_path, env=None, **over):
-    """moshid on the demo model; over: section__key=value config overrides;
-    env: the process environment (None: this one's)."""
-    demo = build_dir / "demo"
-    cfg = {
-        "server": {"listen": "127.0.0.1", "port": 0},
-        "model": {"lm_dir": str(demo / "lm"), "mimi": str(demo / "mimi.safetensors"),
-                  "mimi_config": str(demo / "mimi.json"), "tokenizer": str(demo / "tokenizer.model")},
-        "engine": {"backend": "cpu", "threads": 1},
-        "sessions": {"max": over.pop("sessions", 8)},
-        "limits": {"idle_timeout_s": 5, "input_buffer_s": 4, "output_queue_s": 2,
-                   "max_message_bytes": 262144},
-        "log": {"level": "info"},
-    }
-    for k, v in over.items():
-        sec, key = k.split("__")
-        cfg.setdefault(sec, {})[key] = v
-    path = tmp_path / f"moshid-{random.randrange(1 << 30)}.json"
-    path.write_text(json.dumps(cfg))
-    log = open(tmp_path / (path.stem + ".log"), "w")
-    p = subprocess.Popen([str(build_dir / "moshid"), "--config", str(path)], stdout=subprocess.PIPE,
-                         stderr=log, text=True, env=env)
-    line = p.stdout.readline()
-    if "serving on" not in line:
-        p.kill()
-        raise AssertionError("moshid did not start: " + line + open(log.name).read())
-    port = int(line.rsplit(":", 1)[1].split("/")[0])
-    p.cfg_path, p.cfg, p.url_line = path, cfg, line
-    return p, port, log.name
-
-
-def stop_daemon(p, logname):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            rc = p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise AssertionError("moshid did not stop on SIGTERM")
-        assert rc == 0, f"moshid exited {rc} on SIGTERM:\n" + open(logname).read()[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +60,6 @@ def opus_packets(stream):
         nseg = page[26]
         out.append(page[27 + nseg:])
     return out
-
-
-def get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def healthy(port):

@@ -26,7 +26,8 @@ import aiohttp
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, get, lag, start_daemon, stop_daemon
+from helpers import get, start_daemon, stop_daemon, wait_for
+from test_daemon import frames_in, lag
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "config" / "haproxy.cfg"
@@ -48,18 +49,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(cond, timeout, what):
-    """Poll cond() until it returns something true; fail after timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 async def await_for(cond, timeout, what):

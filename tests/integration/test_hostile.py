@@ -14,7 +14,8 @@ import threading
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, get, lag, start_daemon, stop_daemon
+from helpers import get, start_daemon, stop_daemon
+from test_daemon import frames_in, lag
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 import hostile  # noqa: E402

@@ -25,7 +25,8 @@ import urllib.request
 
 import pytest
 
-from test_daemon import start_daemon, stop_daemon
+import helpers
+from helpers import log_text, metric, start_daemon, stop_daemon
 from test_srv_defects import WAIT_S, read_http
 
 STATE_LISTEN = "0A"
@@ -120,10 +121,6 @@ def refused(host, port):
         except ConnectionRefusedError:
             return True
     return False
-
-
-def log_text(log):
-    return open(log).read()
 
 
 # ---- binding exactly ----
@@ -300,16 +297,7 @@ HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\
 
 
 def wait_log(log, pattern, what):
-    deadline = time.monotonic() + WAIT_S
-    while not re.search(pattern, log_text(log)):
-        assert time.monotonic() < deadline, f"no {what} in the log:\n" + log_text(log)[-2000:]
-        time.sleep(0.05)
-
-
-def metric(port, name):
-    body = get("127.0.0.1", port, "/metrics")[1]
-    m = re.search(rf"^{name} (\d+)", body, re.M)
-    return int(m.group(1)) if m else None
+    return helpers.wait_log(log, pattern, WAIT_S, what)
 
 
 def test_proxy_headers_name_the_client(daemons):

@@ -16,7 +16,8 @@ import subprocess
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, get, lag, run, start_daemon, stop_daemon
+from helpers import get, start_daemon, stop_daemon
+from test_daemon import frames_in, lag, run
 
 CONTEXT = 40
 

@@ -17,8 +17,9 @@ import subprocess
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, get, lag, start_daemon, stop_daemon
-from test_haproxy import SLOTS, VERDICT_S, await_for, free_port, held, wait_for
+from helpers import get, start_daemon, stop_daemon, wait_for
+from test_daemon import frames_in, lag
+from test_haproxy import SLOTS, VERDICT_S, await_for, free_port, held
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "config" / "nginx.conf"

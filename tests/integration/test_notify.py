@@ -11,7 +11,7 @@ import time
 import pytest
 
 import moshi_client as mc
-from test_daemon import start_daemon, stop_daemon
+from helpers import start_daemon, stop_daemon
 
 # $WATCHDOG_USEC given to the daemon, us: it pings every half of it or more
 # often (notify.h: notify_watchdog_usec is half of it; the check runs twice

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 import moshi_client as mc
-from test_daemon import get, start_daemon, stop_daemon
+from helpers import get, metric, start_daemon, stop_daemon, wait_for
 
 FRAME = mc.FRAME
 # The engine sleeps this long per step: one step costs about two frames
@@ -109,24 +109,6 @@ def assert_reason_is_error_text(res):
         assert reason == text
     else:  # cut: nothing more would have fitted (a character is at most 4 bytes)
         assert len(reason) > CLOSE_REASON_MAX - 4, (text, reason)
-
-
-def metric(port, name):
-    for line in get(port, "/metrics")[1].splitlines():
-        if line.startswith(name + " "):
-            return int(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
-def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -24,30 +24,13 @@ import pytest
 
 import moshi_client as mc
 from conftest import ROOT
-from test_daemon import frames_in, get, start_daemon, stop_daemon
+from helpers import get, metric, start_daemon, stop_daemon, wait_for
+from test_daemon import frames_in
 
 DEMO_VOICE = ROOT / "config" / "demo" / "voices" / "demo.flac"
 ROLE = "You are a careful assistant. Keep your answers short and friendly."
 GREEDY = "text_temperature=0&audio_temperature=0"
 LAG = 2  # PersonaPlex's step: N input frames give N - 2 outputs
-
-
-def metric(port, name):
-    for line in get(port, "/metrics")[1].splitlines():
-        if line.startswith(name + " "):
-            return int(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
-def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def write_wav(path, pcm, rate=mc.SR):

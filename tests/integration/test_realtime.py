@@ -12,13 +12,12 @@ import math
 import os
 import socket
 import struct
-import urllib.request
 
 import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from test_daemon import start_daemon, stop_daemon
+from helpers import get, metric, start_daemon, stop_daemon
 
 FRAME = 1920                 # 24 kHz samples per 80 ms
 BURST = 12                   # frames sent before waiting for output (~1 s)
@@ -129,25 +128,13 @@ def check_lifecycle(got, audio_type, transcript_type, added_type):
     assert d["response_id"] == resp and d["item_id"] == item
 
 
-def metrics(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return r.read().decode()
-
-
-def metric(text, line_start):
-    for line in text.splitlines():
-        if line.startswith(line_start):
-            return float(line.split()[-1])
-    raise AssertionError("no metric " + line_start)
-
-
 @pytest.mark.parametrize("fmt", ["pcm16", "g711_ulaw", "g711_alaw"])
 def test_openai_client_streams(rtd, fmt):
     """The openai package (GA client) on ws://127.0.0.1:PORT/v1: session.update
     with the format, seconds of audio, audio and transcript deltas back, no
     error event; then response.cancel ends the response (cancelled)."""
     port, _ = rtd
-    before = metric(metrics(port), 'moshid_endpoint_sessions_total{endpoint="realtime"}')
+    before = metric(port, 'moshid_endpoint_sessions_total{endpoint="realtime"}')
 
     async def run():
         client = AsyncOpenAI(api_key="any-token", base_url=f"http://127.0.0.1:{port}/v1")
@@ -206,7 +193,7 @@ def test_openai_client_streams(rtd, fmt):
                 tr = [e for e in got if e["type"] == "response.output_audio_transcript.done"]
                 assert tr and tr[-1]["response_id"] == resp
     asyncio.run(run())
-    assert metric(metrics(port), 'moshid_endpoint_sessions_total{endpoint="realtime"}') >= before + 1
+    assert metric(port, 'moshid_endpoint_sessions_total{endpoint="realtime"}') >= before + 1
 
 
 def test_openai_beta_client(rtd):
@@ -304,7 +291,7 @@ def test_bad_events_get_error_events(rtd):
         ("[" + "0," * 5000 + "0]", "invalid_json", None),
         (b"\xff\xfe binary garbage", "invalid_json", None),
     ]
-    before = metric(metrics(port), 'moshid_errors_total{kind="bad_event"}')
+    before = metric(port, 'moshid_errors_total{kind="bad_event"}')
 
     async def run():
         async with raw_connect(port) as ws:
@@ -322,7 +309,7 @@ def test_bad_events_get_error_events(rtd):
             got = []
             await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
     asyncio.run(run())
-    assert metric(metrics(port), 'moshid_errors_total{kind="bad_event"}') >= before + len(cases)
+    assert metric(port, 'moshid_errors_total{kind="bad_event"}') >= before + len(cases)
 
 
 def test_refused_at_open_gets_an_error_event(rtd):
@@ -431,7 +418,7 @@ def test_same_defences_as_chat(rtd):
     st, body = raw_upgrade(port, path="/v1/other")
     assert st == 404 and "/v1/realtime" in body and "/api/chat" in body, (st, body)
     assert raw_upgrade(port)[0] == 101
-    m = metrics(port)
+    m = get(port, "/metrics")[1]
     assert 'moshid_endpoint_sessions{endpoint="realtime"}' in m and 'moshid_endpoint_sessions_total{endpoint="chat"}' in m
 
 

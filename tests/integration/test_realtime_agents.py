@@ -8,11 +8,10 @@ build/venv-agents (tests/requirements-agents.txt), through rt_agents.py."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from test_daemon import start_daemon, stop_daemon
+from helpers import start_daemon, stop_daemon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = os.path.join(ROOT, "build", "venv-agents", "bin", "python")

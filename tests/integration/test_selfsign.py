@@ -21,7 +21,8 @@ import urllib.request
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, start_daemon, stop_daemon
+from helpers import start_daemon, stop_daemon
+from test_daemon import frames_in
 
 DAYS = 365  # SELFSIGN_DAYS in daemon/net/selfsign.h
 

@@ -17,7 +17,8 @@ import aiohttp
 import pytest
 
 import moshi_client as mc
-from test_daemon import frames_in, start_daemon, stop_daemon
+from helpers import start_daemon, stop_daemon
+from test_daemon import frames_in
 
 WAIT_S = 20
 

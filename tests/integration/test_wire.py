@@ -25,7 +25,7 @@ import pathlib
 import aiohttp
 import pytest
 
-from test_daemon import get, start_daemon, stop_daemon
+from helpers import get, start_daemon, stop_daemon
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "wire"
