@@ -49,6 +49,7 @@ static sess_msg *msg_new(size_t len) {
  * writable callback. */
 static void enqueue(sess *s, sess_msg *m) {
     m->enq_ms = ms_mono_ms();
+    s->qbytes += m->len;
     if (s->qtail) s->qtail->next = m;
     else s->qhead = m;
     s->qtail = m;
@@ -63,6 +64,7 @@ static void queue_free(sess *s) {
         s->qhead = n;
     }
     s->qtail = NULL;
+    s->qbytes = 0;
 }
 
 /* Give the engine slot back (once; sess_fail and sess_closed both call it):
@@ -117,6 +119,7 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
     sess_msg *m = s->d ? NULL : msg_new(1 + PROTO_ERROR_TEXT_MAX);
     size_t out = 0;
     if (s->d) {
+        s->failing = 1;   /* its error event passes sess_send's queue limit */
         s->d->fail(s, status, text);
     } else if (m && proto_msg_build_error(m->buf, srv_pre + 1 + PROTO_ERROR_TEXT_MAX, srv_pre, text, &out, NULL) == MS_OK) {
         m->len = out;
@@ -566,6 +569,15 @@ int sess_feed_pcm(sess *s, const float *pcm, size_t n) {
 }
 
 int sess_send(sess *s, const void *data, size_t len, int text, int audio_frames) {
+    if (s->close_status) return MS_ERR_STATE;
+    if (!s->failing && s->qbytes + len > SESS_QUEUE_MAX_BYTES) {
+        /* a client that sends events but does not read the answers (the
+         * slow-reader verdict looks at audio only) */
+        queue_free(s);
+        sess_fail(s, MET_ERR_slow_reader, PROTO_CLOSE_POLICY,
+                  "client reads too slowly: more than %u bytes of messages unsent", SESS_QUEUE_MAX_BYTES);
+        return MS_ERR_LIMIT;
+    }
     sess_msg *m = msg_new(len);
     if (!m) return MS_ERR_NOMEM;
     memcpy(m->buf + srv_pre, data, len);
@@ -629,6 +641,7 @@ void sess_writable(void *ud, void *sp) {
         sess_msg *m = s->qhead;
         s->qhead = m->next;
         if (!s->qhead) s->qtail = NULL;
+        s->qbytes -= m->len;
         int rc = m->text ? srv_conn_send_text(s->c, m->buf, m->len) : srv_conn_send(s->c, m->buf, m->len);
         if (rc == 0) met_add(MET_bytes_out_total, m->len);
         free(m);

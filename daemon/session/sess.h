@@ -26,6 +26,11 @@
  * busy: a client that reconnects at once gets the slot it gave back. */
 #define SESS_SLOT_WAIT_MS 2000.0
 
+/* Bytes a dialect's session may have queued and unsent (sess_send; audio
+ * is judged by time, limits.output_queue_s, before this is reached): more
+ * closes it as a slow reader. */
+#define SESS_QUEUE_MAX_BYTES (8u << 20)
+
 /* One queued outgoing message (srv_pre headroom, then the message). */
 typedef struct sess_msg {
     struct sess_msg *next;
@@ -92,6 +97,8 @@ struct sess {
     uint64_t early_dropped;    /* frames dropped while waiting for a prime (buffer full) */
     double early_t0_ms;        /* ms_mono_ms when the oldest early frame arrived */
     sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
+    size_t qbytes;             /* bytes queued there */
+    int failing;               /* sess_fail is queueing the dialect's error */
     uint64_t steps;
     double last_rx_ms;
     double first_audio_ms;     /* when the first input frame completed (0: none yet) */

@@ -540,3 +540,38 @@ def test_kyutai_model_ignores_instructions(build_dir, tmp_path):
         asyncio.run(run())
     finally:
         stop_daemon(p, log)
+
+
+def test_client_that_does_not_read(build_dir, tmp_path):
+    """A client that sends events and never reads the answers: its queue of
+    unsent events is bounded (SESS_QUEUE_MAX_BYTES, 8 MiB): closed 1008 as a
+    slow reader, with the reason, and the daemon stays up (no event rate
+    limit here, so nothing else stops it)."""
+    p, port, log = start_daemon(build_dir, tmp_path, sessions=2, realtime__max_events_per_s=0)
+    try:
+        text = ("You enjoy a good conversation about the weather and the sea. " * 32)[:2000]
+        update = json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": text}})
+
+        async def run():
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            async with websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", sock=sock, max_size=None,
+                                          max_queue=1) as ws:
+                for _ in range(6000):   # ~13 MB of session.updated answers, none read
+                    await ws.send(update)
+                closed = None
+                async def drain():
+                    nonlocal closed
+                    try:
+                        while True:
+                            await ws.recv()
+                    except websockets.ConnectionClosed as e:
+                        closed = e
+                await asyncio.wait_for(drain(), WAIT_S)
+                assert closed.rcvd is not None and closed.rcvd.code == 1008, closed
+                assert "reads too slowly" in closed.rcvd.reason, closed.rcvd.reason
+        asyncio.run(run())
+        assert get(port, "/healthz")[0] == 200
+    finally:
+        stop_daemon(p, log)
