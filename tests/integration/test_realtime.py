@@ -575,3 +575,50 @@ def test_client_that_does_not_read(build_dir, tmp_path):
         assert get(port, "/healthz")[0] == 200
     finally:
         stop_daemon(p, log)
+
+
+def test_voice_selects_persona_or_voice_file(build_dir, tmp_path):
+    """voice names a configured persona (restored from its snapshot) or a
+    file of personas.voices_dir (primed on demand with the instructions);
+    an unknown persona is refused with an error event and a close."""
+    from test_personas import persona, voices
+    vd = voices(tmp_path)
+    p, port, log = start_daemon(build_dir, tmp_path, sessions=4, personas__voices_dir=str(vd),
+                                personas__list=[persona("ada", vd / "ada.flac")])
+    try:
+        async def one(voice, instructions=None):
+            async with raw_connect(port) as ws:
+                c = Raw(ws)
+                await c.recv()
+                sess = {"type": "realtime", "audio": {"output": {"voice": voice}}}
+                if instructions:
+                    sess["instructions"] = instructions
+                await c.send({"type": "session.update", "session": sess})
+                got = []
+                upd = await recv_until(c.recv, lambda e: e["type"] == "session.updated", got)
+                assert upd["session"]["audio"]["output"]["voice"] == voice
+
+                async def send(b):
+                    await c.send({"type": "input_audio_buffer.append", "audio": b})
+                await stream(send, c.recv, "pcm16", 20, 3, "response.output_audio.delta")
+
+        asyncio.run(one("ada"))
+        asyncio.run(one("ada.flac", "You like boats."))
+        ready = [l for l in open(log) if "event=session_ready" in l]
+        assert len(ready) == 2 and all("persona=0000000000000000" not in l for l in ready), ready
+        assert len({l.split("persona=")[1] for l in ready}) == 2, ready   # two different personas
+
+        async def unknown():
+            async with raw_connect(port) as ws:
+                c = Raw(ws)
+                await c.recv()
+                await c.send({"type": "session.update", "session": {"audio": {"output": {"voice": "nobody"}}}})
+                err = (await c.error())["error"]
+                assert "nobody" in err["message"], err
+                with pytest.raises(websockets.ConnectionClosed) as ex:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), WAIT_S)
+                assert ex.value.rcvd.code == 1008, ex.value
+        asyncio.run(unknown())
+    finally:
+        stop_daemon(p, log)
