@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "msg.h"
 #include "notify.h"
+#include "rt.h"
 #include "sess.h"
 
 /* Frames per second of audio (80 ms frames). */
@@ -523,6 +524,7 @@ int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *
     app *a = calloc(1, sizeof *a);
     if (!a) { ms_err_set(err, MS_ERR_NOMEM, "out of memory"); return 1; }
     a->o = *o;
+    a->dialect[SRV_EP_REALTIME] = &rt_dialect;
     a->reload = reload;
     a->reload_ud = reload_ud;
     /* Access first: a bad tokens file is a configuration error, told

@@ -22,6 +22,9 @@ typedef struct app_opts {
     double idle_timeout_s;     /* no audio from the client for this long closes it */
     int64_t close_timeout_s;   /* a close the server decides: connection dropped after this long (0 = never) */
     int64_t max_steps;         /* frames per session; 0 = no limit */
+    struct {                   /* /v1/realtime (the realtime.* options) */
+        int64_t max_append_bytes, max_events_per_s, response_silence_ms, max_response_s;
+    } realtime;
     int input_pre_skip;        /* audio_pre_skip for client audio */
     int metrics;               /* serve /metrics */
     const char *tokens_file;   /* auth.tokens_file, "" = no authentication (access.h) */

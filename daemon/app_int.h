@@ -34,6 +34,7 @@ typedef struct app {
     ms_error start_err;        /* why start-up failed (exit status 1) */
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;           /* once a second; every 50 ms while stopping */
+    const struct sess_dialect *dialect[SRV_EP__COUNT]; /* per endpoint: NULL (/api/chat's own) or rt.h's */
     struct sess *sessions;     /* every session whose connection is open */
     int nsessions;
     int nslot_wait;            /* sessions waiting for a slot being freed (sess.c) */

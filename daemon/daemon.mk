@@ -12,6 +12,8 @@ DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_re
 SRV_SRCS := daemon/net/srv.c daemon/net/srv_conn.c daemon/net/srv_req.c daemon/net/srv_limit.c daemon/net/srv_tls.c daemon/net/srv_rx.c daemon/net/srv_wire.c \
 	daemon/net/srv_listen.c daemon/net/srv_proxy.c
 SERVER_SRCS := $(SRV_SRCS) daemon/service/metrics.c daemon/session/scheduler.c daemon/session/sess.c daemon/app.c daemon/session/model.c
+# /v1/realtime: the OpenAI Realtime dialect of a session and its audio formats (libsoxr).
+SERVER_SRCS += daemon/session/rt.c daemon/session/rt_out.c daemon/session/rt_audio.c
 # Access control: origins, bearer tokens (SHA-256 from libcrypto).
 SERVER_SRCS += daemon/net/access.c
 # Personas: configured and on-demand primes, the snapshot cache, prompt rules.
@@ -24,7 +26,7 @@ DAEMON_SRCS += daemon/service/notify.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd libssl libcrypto)
-$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(PERSONA_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus)
+$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(PERSONA_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus soxr)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"

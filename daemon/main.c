@@ -150,6 +150,10 @@ static void to_app_opts(const cfg *c, app_opts *o) {
     o->idle_timeout_s = (double)c->limits.idle_timeout_s;
     o->close_timeout_s = c->limits.close_timeout_s;
     o->max_steps = c->limits.max_steps;
+    o->realtime.max_append_bytes = c->realtime.max_append_bytes;
+    o->realtime.max_events_per_s = c->realtime.max_events_per_s;
+    o->realtime.response_silence_ms = c->realtime.response_silence_ms;
+    o->realtime.max_response_s = c->realtime.max_response_s;
     o->input_pre_skip = c->audio.input_pre_skip == CFG_PRE_SKIP_RFC ? AUDIO_PRE_SKIP_RFC : AUDIO_PRE_SKIP_IGNORE;
     o->build = MOSHID_VERSION " (" MOSHID_GIT ")";
 }

@@ -3,6 +3,8 @@
 # SentencePiece model reader of the engine.
 
 PROTO_SRCS += proto/msg.c proto/ogg.c proto/ogg_opus.c proto/query.c
+# /v1/realtime (docs/realtime.md): its client events, a JSON writer, base64, G.711.
+PROTO_SRCS += proto/rt_event.c proto/jw.c proto/b64.c proto/g711.c
 
 CHECK_SUITES += proto_msg
 CHECK_proto_msg_DEPS = $(LIBPROTO) $(LIBENGINE)
@@ -14,6 +16,13 @@ CHECK_ogg_LIBS = $(call pc_libs,ogg)
 
 CHECK_SUITES += query
 CHECK_query_DEPS = $(LIBPROTO) $(LIBENGINE)
+
+# /v1/realtime's events, base64, G.711, the JSON writer, and the daemon's
+# audio formats over them (rt_audio.c, libsoxr).
+CHECK_SUITES += rt_event
+CHECK_rt_event_DEPS = $(BUILD)/obj/daemon/session/rt_audio.o $(LIBPROTO) $(LIBENGINE)
+CHECK_rt_event_CFLAGS = $(call pc_cflags,soxr)
+CHECK_rt_event_LIBS = $(call pc_libs,soxr) -lm
 
 # libFuzzer targets (built and run by tests/fuzz/fuzz.mk): source
 # tests/fuzz/fuzz_<name>.c, seeds in tests/fuzz/corpus/<name>/.

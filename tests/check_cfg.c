@@ -282,6 +282,7 @@ static const char *all_set =
     "\"sampling\":{\"text_temperature\":0.1,\"text_topk\":1,\"audio_temperature\":1.2345678901234567,\"audio_topk\":7},"
     "\"limits\":{\"max_message_bytes\":5000,\"input_buffer_s\":3,\"output_queue_s\":0.5,\"idle_timeout_s\":0,"
     "\"close_timeout_s\":9,\"max_steps\":100,\"max_header_bytes\":8192,\"send_buffer_bytes\":8192},\"audio\":{\"input_pre_skip\":\"rfc\"},"
+    "\"realtime\":{\"max_append_bytes\":1000,\"max_events_per_s\":0,\"response_silence_ms\":400,\"max_response_s\":5},"
     "\"personas\":{\"voices_dir\":\"/voices\",\"on_demand\":false,\"cache_bytes\":4096,\"max_prompt_tokens\":9,"
     "\"max_voice_s\":2.5,\"max_concurrent_primes\":2,\"prime_chunk_positions\":4,"
     "\"list\":[{\"name\":\"ada\",\"description\":\"d \\\"q\\\" \xc3\xa9\",\"voice\":\"/v/ada.wav\",\"text\":\"You are\\nAda.\","

@@ -14,6 +14,12 @@ START_TEST(test_render) {
     met_ignored(MET_IGN_ping);
     met_ignored(MET_IGN_ping);
     met_auth_refused(MET_AUTH_unknown_token);
+    met_endpoint_open(MET_EP_realtime);
+    met_endpoint_open(MET_EP_realtime);
+    met_endpoint_open(MET_EP_chat);
+    met_endpoint_close(MET_EP_realtime);
+    met_endpoint_open(-1);        /* not an endpoint: not counted */
+    met_endpoint_close(MET__NEP);
     met_observe_step_ms(3.0);   /* bucket 5 ms */
     met_observe_step_ms(70.0);  /* bucket 80 ms */
     met_observe_step_ms(1000.0); /* +Inf only */
@@ -27,6 +33,10 @@ START_TEST(test_render) {
     ck_assert_ptr_nonnull(strstr(buf, "moshid_ignored_messages_total{kind=\"ping\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_auth_refused_total{reason=\"unknown_token\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_auth_refused_total{reason=\"origin\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_endpoint_sessions_total{endpoint=\"realtime\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_endpoint_sessions_total{endpoint=\"chat\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_endpoint_sessions{endpoint=\"realtime\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "moshid_endpoint_sessions{endpoint=\"chat\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.005\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.08\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(buf, "moshid_step_latency_seconds_bucket{le=\"0.64\"} 2\n"));

@@ -27,6 +27,14 @@ $(VENV)/.ok: tests/requirements.txt
 	@echo "  VENV    $(VENV)"
 	$(Q)python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
 
+# The agent frameworks' realtime clients (LiveKit, Pipecat) for
+# test_realtime_agents.py, in a venv of their own: their pins clash with
+# build/venv's.
+VENV_AGENTS := build/venv-agents
+$(VENV_AGENTS)/.ok: tests/requirements-agents.txt
+	@echo "  VENV    $(VENV_AGENTS)"
+	$(Q)python3 -m venv $(VENV_AGENTS) && $(VENV_AGENTS)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
+
 # Suites and scripts run by `make test`; fragments may add to these.
 TEST_SCRIPTS += tests/check_deps.sh
 # The file graph: no circles, engine/ below cuda/ and daemon/ (docs/architecture.md).
@@ -36,10 +44,10 @@ PYTEST_DIRS ?=
 test-unit: $(CHECK_BINS) $(PROGRAMS)
 	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh unit $(CHECK_BINS) -- $(TEST_SCRIPTS)
 
-test-integration: $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
+test-integration: $(PROGRAMS) $(VENV)/.ok $(VENV_AGENTS)/.ok $(EXTRA_ALL)
 	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh pytest $(PYTEST_DIRS)
 
-test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(EXTRA_ALL)
+test: $(CHECK_BINS) $(PROGRAMS) $(VENV)/.ok $(VENV_AGENTS)/.ok $(EXTRA_ALL)
 	$(Q)BUILD=$(BUILD) bash tests/run-tests.sh all $(CHECK_BINS) -- $(TEST_SCRIPTS) -- $(PYTEST_DIRS)
 
 # Sanitizer build in its own tree; correctness only (no real-time pace).

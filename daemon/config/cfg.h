@@ -131,6 +131,12 @@ typedef struct cfg {
         int64_t max_header_bytes;
         int64_t send_buffer_bytes;  /* SO_SNDBUF of each WebSocket */
     } limits;
+    struct {                        /* /v1/realtime (docs/realtime.md) */
+        int64_t max_append_bytes;   /* decoded audio of one append event */
+        int64_t max_events_per_s;   /* client events per second (burst: 2 s worth); 0 = no limit */
+        int64_t response_silence_ms; /* model silence that ends a response */
+        int64_t max_response_s;     /* longest response before it is closed and a new one opens */
+    } realtime;
     struct {
         int input_pre_skip;         /* CFG_PRE_SKIP_*: OpusHead pre-skip of client audio */
     } audio;

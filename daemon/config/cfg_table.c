@@ -241,6 +241,19 @@ const cfg_option cfg_options[] = {
     OPT_INT("limits.send_buffer_bytes", limits.send_buffer_bytes, 0, 65536, 4096, 16 << 20,
             "Kernel send buffer of each WebSocket, bytes: small, so that a client that does not read trips limits.output_queue_s within seconds."),
 
+    OPT_INT("realtime.max_append_bytes", realtime.max_append_bytes, 0, 262144, 160, 64 << 20,
+            "/v1/realtime: most decoded audio bytes in one input_audio_buffer.append (or input_audio item); "
+            "larger ones are refused with an error event (the session goes on). limits.max_message_bytes "
+            "bounds the event itself."),
+    OPT_INT("realtime.max_events_per_s", realtime.max_events_per_s, 0, 200, 0, 100000,
+            "/v1/realtime: client events per second a session may send (bursts of two seconds' worth pass); "
+            "more closes it with 1008 and a reason; 0 = no limit."),
+    OPT_INT("realtime.response_silence_ms", realtime.response_silence_ms, 0, 800, 80, 10000,
+            "/v1/realtime: the model's silence (no text token, quiet audio) that ends a response (response.done)."),
+    OPT_INT("realtime.max_response_s", realtime.max_response_s, 0, 60, 1, 3600,
+            "/v1/realtime: longest response, seconds: a model that keeps talking gets its response closed "
+            "(transcript final) and a new one opened."),
+
     OPT_ENUM("audio.input_pre_skip", audio.input_pre_skip, R, CFG_PRE_SKIP_IGNORE, cfg_pre_skip_names,
              "OpusHead pre-skip of client audio: ignore = feed every decoded sample to Mimi, as the official "
              "servers (sphn) do, so frames line up with theirs; rfc = drop it (RFC 7845). New sessions."),

@@ -140,12 +140,13 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         return srv_req_upgrade(s, wsi, in);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         /* srv_req_upgrade judged it; a second look costs nothing */
-        return srv_req_path_len(wsi) == (int)strlen("/api/chat") ? 0 : -1;
+        return srv_req_ws_endpoint(wsi) >= 0 ? 0 : -1;
     case LWS_CALLBACK_ESTABLISHED: {
         memset(c, 0, sizeof *c);
         c->wsi = wsi;
         c->s = s;
         c->principal = srv_lim_principal(wsi, 0, NULL);
+        c->endpoint = srv_req_ws_endpoint(wsi);
         snprintf(c->peer, sizeof c->peer, "%s", srv_lim_peer(wsi));
         if (s->cfg.send_buffer_bytes > 0) {
             int fd = lws_get_socket_fd(wsi), sz = s->cfg.send_buffer_bytes;

@@ -2,7 +2,8 @@
  * loop. Knows nothing about models or sessions: it routes requests, reassembles
  * WebSocket messages (bounded), and hands events to the handlers.
  *
- * Routes: GET /api/chat upgrades to a WebSocket (upgrades on any other path
+ * Routes: GET /api/chat and /v1/realtime upgrade to a WebSocket (srv_endpoint;
+ * upgrades on any other path
  * are answered 404); /healthz, /metrics and /api/personas go to the http
  * handler (dynamic) when it claims them; everything else is a static file
  * under static_dir, or 404. Methods other than GET: 405; paths too long:
@@ -42,6 +43,13 @@ extern const size_t srv_pre;
 
 typedef struct srv srv;
 typedef struct srv_conn srv_conn;
+
+/* The WebSocket endpoints: the Kyutai protocol (docs/protocol.md) and the
+ * OpenAI Realtime view of the same sessions (docs/realtime.md). Upgrades
+ * on any other path are answered 404. */
+#define SRV_PATH_CHAT "/api/chat"
+#define SRV_PATH_REALTIME "/v1/realtime"
+typedef enum srv_endpoint { SRV_EP_CHAT, SRV_EP_REALTIME, SRV_EP__COUNT } srv_endpoint;
 
 typedef struct srv_config {
     /* Addresses to listen on (srv_listen.c): IPv4/IPv6 literals, host
@@ -225,6 +233,15 @@ void srv_conn_close(srv_conn *c, int status, const char *reason);
  * sooner. For a close the handler decided (it usually flushes an error
  * message first, then calls srv_conn_close). */
 void srv_conn_drop_after(srv_conn *c, int secs);
+/* srv_conn_send_text: srv_conn_send for a text message (valid UTF-8, the
+ * caller's promise). */
+int srv_conn_send_text(srv_conn *c, uint8_t *buf, size_t len);
+/* srv_conn_endpoint: the path the connection was upgraded on (srv_endpoint). */
+int srv_conn_endpoint(const srv_conn *c);
+/* srv_conn_header: a request header (name with its colon, lower case:
+ * "openai-beta:") copied into buf ("" when absent; -1 when longer than
+ * len - 1). Only inside ws_open, while the request's headers exist. */
+int srv_conn_header(srv_conn *c, const char *name, char *buf, int len);
 /* srv_conn_peer: "ip" of the peer (for logs). */
 const char *srv_conn_peer(const srv_conn *c);
 /* srv_conn_principal: what ws_admit set for this connection (NULL if none). */

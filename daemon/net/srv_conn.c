@@ -4,6 +4,8 @@
  * libwebsockets only, never back into srv.c, so that the wire guard
  * (srv_wire.c) may close a connection too. Loop thread.
  */
+#include <string.h>
+
 #include "srv_int.h"
 
 /* Seconds to wait for the peer's reply to our close frame (less when a
@@ -38,6 +40,27 @@ int srv_conn_send(srv_conn *c, uint8_t *buf, size_t len) {
         return -1;
     }
     return 0;
+}
+
+int srv_conn_send_text(srv_conn *c, uint8_t *buf, size_t len) {
+    if (c->failed || !c->wsi) return -1;
+    int n = lws_write(c->wsi, buf + LWS_PRE, len, LWS_WRITE_TEXT);
+    if (n < (int)len) {
+        c->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+int srv_conn_endpoint(const srv_conn *c) { return c->endpoint; }
+
+int srv_conn_header(srv_conn *c, const char *name, char *buf, int len) {
+    buf[0] = '\0';
+    if (!c->wsi) return 0;
+    int n = lws_hdr_custom_length(c->wsi, name, (int)strlen(name));
+    if (n <= 0) return 0;
+    if (n >= len) return -1;
+    return lws_hdr_custom_copy(c->wsi, buf, len, name, (int)strlen(name)) < 0 ? -1 : 0;
 }
 
 void srv_conn_drop_after(srv_conn *c, int secs) {

@@ -112,6 +112,7 @@ struct srv_conn {
     char close_reason[PROTO_CLOSE_REASON_MAX + 1];  /* valid UTF-8, cut at a character boundary */
     uint64_t drop_at_ms;      /* uv_now of the hard deadline (srv_conn_drop_after), 0 = none */
     int failed;               /* a send failed: the connection is being dropped */
+    int endpoint;             /* srv_endpoint of its path */
     /* HTTP reply waiting for HTTP_WRITEABLE */
     uint8_t *http_body; /* LWS_PRE headroom + body */
     size_t http_len;
@@ -253,6 +254,9 @@ int srv_req_upgrade(srv *s, struct lws *wsi, const char *upgrade);
 /* srv_req_dynamic: LWS_CALLBACK_HTTP: a dynamic path to http_get, or 404;
  * the callback's return value. */
 int srv_req_dynamic(srv *s, struct lws *wsi, srv_conn *c);
+/* srv_req_ws_endpoint: the srv_endpoint of a WebSocket request's path, or
+ * -1 for a path that serves none. */
+int srv_req_ws_endpoint(struct lws *wsi);
 /* srv_req_path_len: the request's path length (GET only; -1: another method). */
 int srv_req_path_len(struct lws *wsi);
 /* srv_req_args: the decoded query arguments, one "name=value" fragment

@@ -107,6 +107,16 @@ void srv_free_buffers(srv_conn *c) {
     c->http_body = NULL;
 }
 
+int srv_req_ws_endpoint(struct lws *wsi) {
+    static const char *const paths[SRV_EP__COUNT] = {[SRV_EP_CHAT] = SRV_PATH_CHAT, [SRV_EP_REALTIME] = SRV_PATH_REALTIME};
+    char path[32];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+    if (n <= 0 || (size_t)n >= sizeof path || lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0) return -1;
+    for (int i = 0; i < SRV_EP__COUNT; i++)
+        if (strcmp(path, paths[i]) == 0) return i;
+    return -1;
+}
+
 int srv_req_path_len(struct lws *wsi) {
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
     return n > 0 ? n : -1;
@@ -232,10 +242,11 @@ int srv_req_upgrade(srv *s, struct lws *wsi, const char *upgrade) {
     int n = srv_req_path_len(wsi);
     if (n < 0) return srv_refuse(s, wsi, SRV_REF_bad_request, 405, "allow:", "GET", "method not allowed: upgrades are GET");
     if ((size_t)n >= sizeof path || lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ||
-        strcmp(path, "/api/chat") != 0)
+        srv_req_ws_endpoint(wsi) < 0)
         return (size_t)n > s->max_path ? srv_refuse(s, wsi, SRV_REF_bad_request, 414, NULL, NULL, "URI too long")
                                        : srv_refuse(s, wsi, SRV_REF_bad_request, 404, NULL, NULL,
-                                                    "not found: WebSocket sessions are at /api/chat");
+                                                    "not found: WebSocket sessions are at " SRV_PATH_CHAT " and "
+                                                    SRV_PATH_REALTIME);
     if (!upgrade || strcasecmp(upgrade, "websocket") != 0)
         return srv_refuse(s, wsi, SRV_REF_bad_request, 400, NULL, NULL, "bad request: only WebSocket upgrades are served");
     if (hdr(wsi, WSI_TOKEN_HOST, host, sizeof host) || hdr(wsi, WSI_TOKEN_ORIGIN, origin, sizeof origin) ||

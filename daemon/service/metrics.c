@@ -10,6 +10,8 @@ static _Atomic int64_t gauges[MET__NGAUGES];
 static _Atomic uint64_t errors[MET__NERR];
 static _Atomic uint64_t ignored[MET__NIGN];
 static _Atomic uint64_t auth_refused[MET__NAUTH];
+static _Atomic uint64_t ep_opened[MET__NEP];
+static _Atomic int64_t ep_open[MET__NEP];
 typedef struct {
     _Atomic uint64_t buckets[MET_NBUCKETS + 1]; /* last = +Inf */
     _Atomic uint64_t count;
@@ -39,6 +41,7 @@ static const char *const error_names[] = {
     MET_ERROR_KINDS(K)};
 static const char *const ignored_names[] = {MET_IGNORED_KINDS(K)};
 static const char *const auth_names[] = {MET_AUTH_REFUSED_KINDS(K)};
+static const char *const ep_names[] = {MET_ENDPOINTS(K)};
 #undef K
 
 void met_add(int c, uint64_t v) { atomic_fetch_add_explicit(&counters[c], v, memory_order_relaxed); }
@@ -49,6 +52,14 @@ int64_t met_gauge(int g) { return atomic_load_explicit(&gauges[g], memory_order_
 void met_error(int k) { atomic_fetch_add_explicit(&errors[k], 1, memory_order_relaxed); }
 void met_ignored(int k) { atomic_fetch_add_explicit(&ignored[k], 1, memory_order_relaxed); }
 void met_auth_refused(int k) { atomic_fetch_add_explicit(&auth_refused[k], 1, memory_order_relaxed); }
+void met_endpoint_open(int e) {
+    if (e < 0 || e >= MET__NEP) return;
+    atomic_fetch_add_explicit(&ep_opened[e], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ep_open[e], 1, memory_order_relaxed);
+}
+void met_endpoint_close(int e) {
+    if (e >= 0 && e < MET__NEP) atomic_fetch_add_explicit(&ep_open[e], -1, memory_order_relaxed);
+}
 
 static void observe(met_hist *h, double ms) {
     int b = 0;
@@ -73,6 +84,7 @@ void met_reset(void) {
     for (int i = 0; i < MET__NERR; i++) atomic_store(&errors[i], 0);
     for (int i = 0; i < MET__NIGN; i++) atomic_store(&ignored[i], 0);
     for (int i = 0; i < MET__NAUTH; i++) atomic_store(&auth_refused[i], 0);
+    for (int i = 0; i < MET__NEP; i++) atomic_store(&ep_opened[i], 0), atomic_store(&ep_open[i], 0);
     hist_reset(&step_hist);
     hist_reset(&frame_hist);
 }
@@ -125,6 +137,16 @@ size_t met_render(char *buf, size_t cap) {
     for (int i = 0; i < MET__NAUTH; i++)
         put(&o, "moshid_auth_refused_total{reason=\"%s\"} %llu\n", auth_names[i],
             (unsigned long long)atomic_load_explicit(&auth_refused[i], memory_order_relaxed));
+    put(&o, "# HELP moshid_endpoint_sessions_total WebSocket sessions opened, by endpoint (chat: /api/chat, "
+            "realtime: /v1/realtime)\n# TYPE moshid_endpoint_sessions_total counter\n");
+    for (int i = 0; i < MET__NEP; i++)
+        put(&o, "moshid_endpoint_sessions_total{endpoint=\"%s\"} %llu\n", ep_names[i],
+            (unsigned long long)atomic_load_explicit(&ep_opened[i], memory_order_relaxed));
+    put(&o, "# HELP moshid_endpoint_sessions WebSocket sessions open now, by endpoint\n"
+            "# TYPE moshid_endpoint_sessions gauge\n");
+    for (int i = 0; i < MET__NEP; i++)
+        put(&o, "moshid_endpoint_sessions{endpoint=\"%s\"} %lld\n", ep_names[i],
+            (long long)atomic_load_explicit(&ep_open[i], memory_order_relaxed));
     render_hist(&o, &step_hist, "step_latency_seconds", "Engine step latency (one batched step)");
     render_hist(&o, &frame_hist, "frame_latency_seconds",
                 "Frame latency: input frame complete -> its output ready (server side)");

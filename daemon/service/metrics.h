@@ -49,7 +49,7 @@
 /* X(kind): labels of moshid_errors_total{kind=...} (errors sent to clients). */
 #define MET_ERROR_KINDS(X)                                                         \
     X(busy) X(bad_query) X(bad_persona) X(bad_audio) X(oversize) X(input_overrun)  \
-    X(slow_reader) X(idle_timeout) X(max_steps) X(overload) X(internal)
+    X(slow_reader) X(idle_timeout) X(max_steps) X(overload) X(internal) X(bad_event)
 
 /* X(kind): labels of moshid_ignored_messages_total{kind=...}. */
 #define MET_IGNORED_KINDS(X) X(empty) X(control) X(ping) X(text) X(unknown)
@@ -57,6 +57,11 @@
 /* X(reason): labels of moshid_auth_refused_total{reason=...}: upgrades
  * refused by access control (access.h, ACCESS_REFUSALS: same order). */
 #define MET_AUTH_REFUSED_KINDS(X) X(origin) X(missing_token) X(unknown_token) X(token_limit)
+
+/* X(name): labels of moshid_endpoint_sessions_total{endpoint=...} and
+ * moshid_endpoint_sessions{endpoint=...}: the WebSocket endpoints, in
+ * srv_endpoint's order (srv.h; sess.c checks). */
+#define MET_ENDPOINTS(X) X(chat) X(realtime)
 
 enum {
 #define MET_E(n, h) MET_##n,
@@ -81,6 +86,11 @@ enum {
     MET_AUTH_REFUSED_KINDS(MET_K) MET__NAUTH
 #undef MET_K
 };
+enum {
+#define MET_K(k) MET_EP_##k,
+    MET_ENDPOINTS(MET_K) MET__NEP
+#undef MET_K
+};
 
 /* Upper bounds of the step-latency histogram buckets, milliseconds. */
 #define MET_LATENCY_BUCKETS_MS {1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 160, 240, 320, 640, 1280}
@@ -94,6 +104,10 @@ uint64_t met_counter(int counter);
 void met_error(int kind);
 void met_ignored(int kind);
 void met_auth_refused(int kind);
+/* met_endpoint_open / _close: a session opened on endpoint (an
+ * MET_ENDPOINTS index; others are not counted) / closed. */
+void met_endpoint_open(int endpoint);
+void met_endpoint_close(int endpoint);
 /* met_observe_step_ms: add one engine step latency (milliseconds). */
 void met_observe_step_ms(double ms);
 /* met_observe_frame_ms: add one frame latency: input frame complete on the

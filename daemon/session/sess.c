@@ -28,6 +28,8 @@
 #include "metrics.h"
 #include "msg.h"
 
+_Static_assert((int)MET__NEP == (int)SRV_EP__COUNT, "moshid_endpoint_sessions labels follow srv_endpoint");
+
 /* A message of `len` bytes for the caller to build into m->buf + srv_pre
  * (one spare byte after it), then to enqueue. NULL when out of memory. */
 static sess_msg *msg_new(size_t len) {
@@ -36,6 +38,7 @@ static sess_msg *msg_new(size_t len) {
         m->next = NULL;
         m->len = len;
         m->audio_frames = 0;
+        m->text = 0;
         m->enq_ms = 0;
     }
     return m;
@@ -46,6 +49,7 @@ static sess_msg *msg_new(size_t len) {
  * writable callback. */
 static void enqueue(sess *s, sess_msg *m) {
     m->enq_ms = ms_mono_ms();
+    s->qbytes += m->len;
     if (s->qtail) s->qtail->next = m;
     else s->qhead = m;
     s->qtail = m;
@@ -60,6 +64,7 @@ static void queue_free(sess *s) {
         s->qhead = n;
     }
     s->qtail = NULL;
+    s->qbytes = 0;
 }
 
 /* Give the engine slot back (once; sess_fail and sess_closed both call it):
@@ -111,9 +116,12 @@ void sess_fail(sess *s, int kind, int status, const char *fmt, ...) {
     if (kind >= 0) met_error(kind);
     LOGI("session_error", "id=%llu peer=%s status=%d msg=\"%s\"", (unsigned long long)s->id, srv_conn_peer(s->c),
          status, text);
-    sess_msg *m = msg_new(1 + PROTO_ERROR_TEXT_MAX);
+    sess_msg *m = s->d ? NULL : msg_new(1 + PROTO_ERROR_TEXT_MAX);
     size_t out = 0;
-    if (m && proto_msg_build_error(m->buf, srv_pre + 1 + PROTO_ERROR_TEXT_MAX, srv_pre, text, &out, NULL) == MS_OK) {
+    if (s->d) {
+        s->failing = 1;   /* its error event passes sess_send's queue limit */
+        s->d->fail(s, status, text);
+    } else if (m && proto_msg_build_error(m->buf, srv_pre + 1 + PROTO_ERROR_TEXT_MAX, srv_pre, text, &out, NULL) == MS_OK) {
         m->len = out;
         enqueue(s, m);
     } else {
@@ -312,8 +320,9 @@ static void persona_done(pers_ticket *t, int ok, const pers_fail *f) {
     attach(s);
 }
 
-int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e) {
-    /* Query parameters (libwebsockets hands them URL-decoded). */
+/* The query arguments ("name=value", libwebsockets hands them URL-decoded;
+ * nargs -1: over the query limits) into q, from its initial state. */
+static int query_set_args(proto_query *q, const char *const *args, int nargs, ms_error *e) {
     proto_query_init(q);
     if (nargs < 0)
         return ms_err_set(e, MS_ERR_LIMIT, "more than %u parameters or %u bytes", PROTO_QUERY_MAX_PARAMS,
@@ -325,13 +334,23 @@ int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, 
         int rc = proto_query_set(q, args[i], kl, v, strlen(v), e);
         if (rc != MS_OK) return rc;
     }
+    return MS_OK;
+}
+
+/* q checked against the model: the vocabularies, and the session length:
+ * limits.max_steps (0: none; past the model's context the backend's K/V
+ * ring wraps, as in the official server), lowered by the query's
+ * max_steps (capped by the configuration when it sets one). */
+static int query_finish(app *a, proto_query *q, ms_error *e) {
     const lm_config *lc = model_lm_config(a->m);
-    /* Session length: limits.max_steps (0: none; past the model's context
-     * the backend's K/V ring wraps, as in the official server), lowered by
-     * the query's max_steps (capped by the configuration when it sets one). */
     int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
     proto_query_limits lim = {lc->text_card, lc->card, cap};
     return proto_query_finish(q, &lim, e);
+}
+
+int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e) {
+    int rc = query_set_args(q, args, nargs, e);
+    return rc != MS_OK ? rc : query_finish(a, q, e);
 }
 
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
@@ -348,6 +367,9 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
     if (a->sessions) a->sessions->prev = s;
     a->sessions = s;
     a->nsessions++;
+    s->endpoint = srv_conn_endpoint(c);
+    s->d = s->endpoint >= 0 && s->endpoint < SRV_EP__COUNT ? a->dialect[s->endpoint] : NULL;
+    met_endpoint_open(s->endpoint);
     /* Its token (access.h): ws_admit judged the upgrade; the session now
      * counts against the token's limit. With tokens required, a
      * connection without one was not judged: refused (fail closed). */
@@ -374,18 +396,38 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         return s;
     }
     ms_error e = {0};
-    if (sess_query_read(a, args, nargs, &s->q, &e) != MS_OK) {
+    if (query_set_args(&s->q, args, nargs, &e) != MS_OK) {
         sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
         return s;
+    }
+    if (s->d) {
+        s->d->open(s, args, nargs);   /* it calls sess_start when it has the settings */
+        return s;
+    }
+    sess_start(s);
+    return s;
+}
+
+/* The second half of a session's opening (sess.h): for /api/chat at once,
+ * for a dialect when it has the session's settings. */
+void sess_start(sess *s) {
+    app *a = s->a;
+    ms_error e = {0};
+    if (s->begun || s->close_status) return;
+    s->begun = 1;
+    if (query_finish(a, &s->q, &e) != MS_OK) {
+        sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
+        return;
     }
     int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
     s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
     /* as tolerant as the official servers' reader: a stream joined late
      * (a client reconnecting with its encoder) or begun again (ogg.h) */
     static const ogg_limits chained = {.chain = true};
-    if (!(s->dec = audio_dec_create(&chained, (audio_pre_skip)a->o.input_pre_skip, &e)) || !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e))) {
+    if (!s->d && (!(s->dec = audio_dec_create(&chained, (audio_pre_skip)a->o.input_pre_skip, &e)) ||
+                  !(s->enc = audio_enc_create((uint32_t)s->id, 0, OGG_OPUS_DEF_PRE_SKIP, &e)))) {
         sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: %s", e.msg);
-        return s;
+        return;
     }
     /* The persona (persona.c): none, a snapshot to restore, or a prime to
      * wait for. Not asked of a server that is full or behind: the session
@@ -397,7 +439,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         pers_fail pf;
         if ((pa = pers_request(a->pers, &s->q, &s->pt, &pf)) == PERS_FAIL) {
             sess_fail(s, pf.kind, pf.status, "%s", pf.msg);
-            return s;
+            return;
         }
     }
     resolve_samp(s);
@@ -405,16 +447,15 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_overload, PROTO_CLOSE_TRY_LATER,
                   "server overloaded: the engine is behind real time, no new session now; try again later");
-        return s;
+        return;
     }
     if (pa == PERS_WAIT) { /* attached when the prime is done (persona_done) */
         s->waiting = 1;
         LOGI("session_persona_wait", "id=%llu what=\"%s\" key=%016llx", (unsigned long long)s->id, s->pt.label,
              (unsigned long long)s->pt.key_hash);
-        return s;
+        return;
     }
     attach(s);
-    return s;
 }
 
 /* How far the engine is behind this session, seconds: the lesser of how
@@ -525,11 +566,52 @@ static int on_pcm(void *user, const float *pcm, size_t n, ms_error *err) {
     return MS_OK;
 }
 
+/* The buffer of frames received before READY, made with the first audio.
+ * MS_OK, or MS_ERR_NOMEM after sess_fail. */
+static int early_alloc(sess *s) {
+    if (s->early || s->early_cap != 0) return MS_OK;
+    s->early_cap = s->a->in_frames;
+    s->early = malloc(sizeof(float) * MS_FRAME_SAMPLES * (size_t)s->early_cap);
+    if (s->early) return MS_OK;
+    sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: out of memory");
+    return MS_ERR_NOMEM;
+}
+
+int sess_feed_pcm(sess *s, const float *pcm, size_t n) {
+    if (s->close_status || (!s->attached && !s->waiting)) return MS_ERR_STATE;
+    s->last_rx_ms = ms_mono_ms();
+    if (early_alloc(s) != MS_OK) return MS_ERR_NOMEM;
+    return on_pcm(s, pcm, n, NULL);
+}
+
+int sess_send(sess *s, const void *data, size_t len, int text, int audio_frames) {
+    if (s->close_status) return MS_ERR_STATE;
+    if (!s->failing && s->qbytes + len > SESS_QUEUE_MAX_BYTES) {
+        /* a client that sends events but does not read the answers (the
+         * slow-reader verdict looks at audio only) */
+        queue_free(s);
+        sess_fail(s, MET_ERR_slow_reader, PROTO_CLOSE_POLICY,
+                  "client reads too slowly: more than %u bytes of messages unsent", SESS_QUEUE_MAX_BYTES);
+        return MS_ERR_LIMIT;
+    }
+    sess_msg *m = msg_new(len);
+    if (!m) return MS_ERR_NOMEM;
+    memcpy(m->buf + srv_pre, data, len);
+    m->text = text;
+    m->audio_frames = audio_frames;
+    enqueue(s, m);
+    return MS_OK;
+}
+
 void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     (void)ud;
     sess *s = sp;
     if (s->close_status) return;
     met_add(MET_bytes_in_total, len);
+    if (s->d) {
+        s->d->message(s, data, len);
+        return;
+    }
     proto_msg msg;
     switch (proto_msg_parse(data, len, s->a->o.srv.max_message_bytes, &msg)) {
     case PROTO_CLASS_EMPTY: met_ignored(MET_IGN_empty); return;
@@ -550,11 +632,7 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len) {
     default: met_ignored(MET_IGN_unknown); return;
     }
     if (!s->attached && !s->waiting) return; /* refused session: its error is on the way */
-    if (!s->early && s->early_cap == 0) {
-        s->early_cap = s->a->in_frames;
-        s->early = malloc(sizeof(float) * MS_FRAME_SAMPLES * (size_t)s->early_cap);
-        if (!s->early) { sess_fail(s, MET_ERR_internal, PROTO_CLOSE_INTERNAL, "internal error: out of memory"); return; }
-    }
+    if (early_alloc(s) != MS_OK) return;
     ms_error e = {0};
     int rc = audio_dec_feed(s->dec, msg.payload, msg.payload_len, on_pcm, s, &e);
     if (rc != MS_OK && !s->close_status)
@@ -579,7 +657,8 @@ void sess_writable(void *ud, void *sp) {
         sess_msg *m = s->qhead;
         s->qhead = m->next;
         if (!s->qhead) s->qtail = NULL;
-        int rc = srv_conn_send(s->c, m->buf, m->len);
+        s->qbytes -= m->len;
+        int rc = m->text ? srv_conn_send_text(s->c, m->buf, m->len) : srv_conn_send(s->c, m->buf, m->len);
         if (rc == 0) met_add(MET_bytes_out_total, m->len);
         free(m);
         if (rc != 0) { /* the socket failed: the connection is dropped, ws_closed follows */
@@ -598,6 +677,8 @@ void sess_closed(void *ud, void *sp) {
     release_token(s);
     pers_ticket_release(a->pers, &s->pt);
     slot_wait_set(s, 0);
+    met_endpoint_close(s->endpoint);
+    if (s->d) s->d->closed(s);
     /* close_status 0: the client closed or the connection dropped (the
      * server decided no close); else the status and reason it sent */
     LOGI("session_closed",
@@ -617,6 +698,16 @@ void sess_closed(void *ud, void *sp) {
     free(s);
 }
 
+/* READY: log it and hand the engine the frames that came before. */
+static void push_early(sess *s) {
+    LOGI("session_ready", "id=%llu peer=%s slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id,
+         srv_conn_peer(s->c), s->slot, s->early_n, (unsigned long long)s->pt.key_hash);
+    for (int i = 0; i < s->early_n && !s->close_status; i++)
+        if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * MS_FRAME_SAMPLES) != MS_OK)
+            sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY, "too much audio before the session was ready");
+    s->early_n = 0;
+}
+
 static void on_ready(sess *s) {
     s->ready = 1;
     met_add(MET_sessions_started_total, 1);
@@ -626,6 +717,11 @@ static void on_ready(sess *s) {
      * may wait for a prime without sending) */
     double now = ms_mono_ms();
     if (s->last_rx_ms < now) s->last_rx_ms = now;
+    if (s->d) {
+        s->d->ready(s);
+        push_early(s);
+        return;
+    }
     sess_msg *m = msg_new(PROTO_HANDSHAKE_BYTES);
     size_t out = 0;
     if (!m || proto_msg_build_handshake(m->buf, srv_pre + PROTO_HANDSHAKE_BYTES + 1, srv_pre, 0, &out, NULL) != MS_OK) {
@@ -636,19 +732,15 @@ static void on_ready(sess *s) {
     m->len = out;
     enqueue(s, m);
     send_metadata(s);
-    LOGI("session_ready", "id=%llu peer=%s slot=%d early_frames=%d persona=%016llx", (unsigned long long)s->id,
-         srv_conn_peer(s->c), s->slot, s->early_n, (unsigned long long)s->pt.key_hash);
-    for (int i = 0; i < s->early_n && !s->close_status; i++)
-        if (sched_push(s->a->sch, s->slot, s->gen, s->early + (size_t)i * MS_FRAME_SAMPLES) != MS_OK)
-            sess_fail(s, MET_ERR_input_overrun, PROTO_CLOSE_POLICY, "too much audio before the session was ready");
-    s->early_n = 0;
+    push_early(s);
 }
 
 static void on_frame(sess *s, const sched_out *o) {
     app *a = s->a;
     s->steps++;
     if (o->latency_ms > MS_FRAME_MS) s->frames_late++;   /* the scheduler's rule for moshid_late_frames_total */
-    if (o->has_pcm) {
+    if (s->d) s->d->frame(s, o);
+    else if (o->has_pcm) {
         uint8_t buf[AUDIO_ENC_OUT_MAX];
         size_t n = 0;
         ms_error e = {0};
@@ -666,7 +758,7 @@ static void on_frame(sess *s, const sched_out *o) {
         m->audio_frames = 1;
         enqueue(s, m);
     }
-    const char *piece = o->text >= 0 ? model_piece(a->m, o->text) : NULL;
+    const char *piece = !s->d && o->text >= 0 ? model_piece(a->m, o->text) : NULL;
     if (piece && piece[0]) send_kind(s, PROTO_MSG_TEXT, piece, strlen(piece));
     if (check_slow_reader(s, ms_mono_ms())) return;
     if (s->max_steps > 0 && (int64_t)s->steps >= s->max_steps)
@@ -695,11 +787,21 @@ void sess_tick(sess *s, double now) {
     /* A client that stopped reading is found here too when the engine's
      * output for it has stopped (no new frame to check on). */
     if (check_slow_reader(s, now)) return;
+    if (s->d && !s->begun) {
+        /* a dialect's session not started yet (no settings, no audio):
+         * it holds no slot, but its connection; the idle timeout counts
+         * from the open */
+        double idle = (now - s->last_rx_ms) / 1000.0;
+        if (!s->close_status && s->a->o.idle_timeout_s > 0 && idle > s->a->o.idle_timeout_s)
+            sess_fail(s, MET_ERR_idle_timeout, PROTO_CLOSE_POLICY, "no audio from the client for %.1f s (limits.idle_timeout_s = %g)",
+                      idle, s->a->o.idle_timeout_s);
+        return;
+    }
     if (!s->ready) {
         /* before the handshake (a persona being primed): a ping every
          * PERS_WAIT_PING_S, so that clients that give up after 10 s
          * without a message wait; no idle timeout yet */
-        if (!s->close_status && (s->waiting || s->attached) && now - s->last_ping_ms >= PERS_WAIT_PING_S * 1000.0) {
+        if (!s->d && !s->close_status && (s->waiting || s->attached) && now - s->last_ping_ms >= PERS_WAIT_PING_S * 1000.0) {
             send_kind(s, PROTO_MSG_PING, "", 0);
             s->last_ping_ms = now;
         }

@@ -26,19 +26,51 @@
  * busy: a client that reconnects at once gets the slot it gave back. */
 #define SESS_SLOT_WAIT_MS 2000.0
 
+/* Bytes a dialect's session may have queued and unsent (sess_send; audio
+ * is judged by time, limits.output_queue_s, before this is reached): more
+ * closes it as a slow reader. */
+#define SESS_QUEUE_MAX_BYTES (8u << 20)
+
 /* One queued outgoing message (srv_pre headroom, then the message). */
 typedef struct sess_msg {
     struct sess_msg *next;
     size_t len;
     int audio_frames;          /* frames of audio it carries (0: not audio) */
+    int text;                  /* a text message (a dialect's JSON), else binary */
     double enq_ms;             /* ms_mono_ms when queued (the slow-reader verdict) */
     uint8_t buf[];             /* srv_pre + len */
 } sess_msg;
 
 typedef struct app app;        /* app_int.h */
+typedef struct sess sess;
 
-typedef struct sess {
+/* A session protocol other than /api/chat's (the OpenAI Realtime view,
+ * rt.h): what it does instead of the binary messages. The core (slot,
+ * persona, limits, close) stays sess.c's. Every hook runs on the loop
+ * thread; set by app.c (sess.c knows none by name). */
+typedef struct sess_dialect {
+    const char *name;          /* the endpoint's metrics label */
+    /* open: the connection is up (the query parsed into s->q): set up
+     * s->dx and greet; the session starts (sess_start) when the dialect
+     * says. MS_OK, or an error after sess_fail. */
+    int (*open)(sess *s, const char *const *args, int nargs);
+    void (*message)(sess *s, const uint8_t *data, size_t len);
+    /* ready: the engine took the session (instead of the handshake). */
+    void (*ready)(sess *s);
+    /* frame: one output frame (instead of Opus and text pieces). */
+    void (*frame)(sess *s, const sched_out *o);
+    /* fail: queue the error that sess_fail is closing with (text). */
+    void (*fail)(sess *s, int status, const char *text);
+    /* closed: free s->dx. */
+    void (*closed)(sess *s);
+} sess_dialect;
+
+struct sess {
     app *a;
+    const sess_dialect *d;     /* NULL: /api/chat */
+    void *dx;                  /* the dialect's state */
+    int begun;                 /* sess_start ran */
+    int endpoint;              /* srv_endpoint (metrics) */
     srv_conn *c;
     struct sess *prev, *next;  /* app's list */
     uint64_t id;
@@ -65,13 +97,15 @@ typedef struct sess {
     uint64_t early_dropped;    /* frames dropped while waiting for a prime (buffer full) */
     double early_t0_ms;        /* ms_mono_ms when the oldest early frame arrived */
     sess_msg *qhead, *qtail;   /* not yet handed to the socket, oldest first */
+    size_t qbytes;             /* bytes queued there */
+    int failing;               /* sess_fail is queueing the dialect's error */
     uint64_t steps;
     double last_rx_ms;
     double first_audio_ms;     /* when the first input frame completed (0: none yet) */
     uint64_t frames_in;        /* input frames completed */
     double open_ms;            /* ms_mono_ms when the connection opened */
     uint64_t frames_late;      /* output frames later than one frame period (as moshid_late_frames_total) */
-} sess;
+};
 
 /* Handlers for srv (sess.c). */
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs);
@@ -84,6 +118,19 @@ void sess_message(void *ud, void *sp, const uint8_t *data, size_t len);
 void sess_oversize(void *ud, void *sp, size_t len);
 void sess_writable(void *ud, void *sp);
 void sess_closed(void *ud, void *sp);
+/* For dialects (sess_dialect). sess_start: the persona, the sampling and
+ * an engine slot, from s->q (/api/chat does it at once; a dialect when it
+ * has the session's settings). Once; nothing after a close is decided. */
+void sess_start(sess *s);
+/* sess_feed_pcm: n samples of 24 kHz input (counts as activity), cut into
+ * frames for the engine under the same limits as /api/chat's audio
+ * (sess_fail on a breach). MS_OK, or an error once the session fails or
+ * when it holds no slot (not started, refused). */
+int sess_feed_pcm(sess *s, const float *pcm, size_t n);
+/* sess_send: queue one message of len bytes (copied): text (1) or binary;
+ * audio_frames: the output frames it carries (the slow-reader verdict). */
+int sess_send(sess *s, const void *data, size_t len, int text, int audio_frames);
+
 /* sess_drain: take the engine's outputs for s (after the async signal). */
 void sess_drain(sess *s);
 /* sess_fail: decide to close: queue an error message, then close with

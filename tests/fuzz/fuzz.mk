@@ -32,6 +32,11 @@ FUZZ_proxy_SRCS := daemon/net/srv_proxy.c
 FUZZ_TARGETS += pt
 FUZZ_pt_SRCS := engine/base/pt.c engine/base/st.c engine/base/json.c engine/base/err.c engine/base/log.c
 
+# /v1/realtime's client events (proto/rt_event.c), base64 and the JSON
+# writer's escaping (docs/realtime.md).
+FUZZ_TARGETS += rt
+FUZZ_rt_SRCS := proto/rt_event.c proto/b64.c proto/jw.c engine/base/text.c engine/base/json.c engine/base/err.c engine/base/log.c
+
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := $(BUILD)/fuzz
