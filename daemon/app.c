@@ -163,7 +163,7 @@ _Static_assert(MET__NAUTH == ACCESS_R__COUNT - 1, "moshid_auth_refused_total lab
  * message and the close reason after the upgrade, as before. 0 admits,
  * else the status with why filled (counted and logged). */
 static int program_refused(app *a, const srv_admit_req *r, char *why, size_t whylen) {
-    if (r->origin[0]) return 0;
+    if (r->origin[0] || strcmp(r->path, "/api/chat") != 0) return 0; /* /v1/realtime answers with error events */
     proto_query q;
     ms_error e = {0};
     pers_fail pf;
