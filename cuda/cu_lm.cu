@@ -124,7 +124,10 @@ extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos
 /* ---- attention over a slot's ring ------------------------------------------ */
 
 #define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / CU_WARP)
 #define ATT_PART (CU_ATT_MAX_HEAD_DIM + 2)   /* floats of one partial: m, l, acc[head_dim] */
+/* Elements of a row a lane holds: CU_ATT_MAX_HEAD_DIM over a warp. */
+#define ATT_LANE_ELEMS (CU_ATT_MAX_HEAD_DIM / CU_WARP)
 
 /* The key of position x for row b (query position p, chunk start c0):
  * positions before c0 come from the ring (row x % ctx), the chunk's own
@@ -135,20 +138,62 @@ __device__ __forceinline__ const uint16_t *att_row(const uint16_t *ring, const u
     return kvl + (size_t)(b - (int)(p - x)) * 2 * D + (size_t)which * D;
 }
 
+/* VEC consecutive bf16 of a row as floats: one 16-byte load for VEC 8
+ * (the caller checked the alignment), one 2-byte load for VEC 1. */
+template <int VEC>
+__device__ __forceinline__ void att_load(const uint16_t *p, float f[VEC]) {
+    if constexpr (VEC == 8) {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    } else {
+        static_assert(VEC == 1, "att_load: VEC 8 or 1");
+        f[0] = cu_bf2f(p[0]);
+    }
+}
+
+/* How a warp covers the rows of one head: a row is C = head_dim / VEC
+ * chunks of VEC elements; a segment of Cp lanes (C rounded up to a power of
+ * two, at most a warp) reads one row, lane cl taking chunks cl, cl + Cp, ..
+ * (NC of them), so each load instruction of a warp reads 32 / Cp whole rows
+ * of contiguous chunks: every sector it touches is used. */
+struct att_geom {
+    int C, Cp, NC, G;
+};
+__device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
+    att_geom g;
+    g.C = head_dim / vec;
+    g.Cp = 1;
+    while (g.Cp < g.C && g.Cp < CU_WARP) g.Cp <<= 1;
+    g.NC = (g.C + g.Cp - 1) / g.Cp;
+    g.G = CU_WARP / g.Cp;
+    return g;
+}
+
 /* Grid (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
  * (s + 1) * CU_ATT_SPLIT) of row b's nk keys and writes its partial
  * softmax: the maximum m, the sum l of exp(score - m) and the unnormalised
- * sum of exp(score - m) v (an empty split writes m = -inf, l = 0). */
+ * sum of exp(score - m) v (an empty split writes m = -inf, l = 0).
+ * Scores: each warp segment (att_geom) takes one key at a time, its lanes
+ * across head_dim, and sums its lanes with shuffles. Values: the same
+ * segments, the block's ATT_THREADS / Cp segments each summing every
+ * (ATT_THREADS / Cp)-th key, then shuffles and shared memory sum them. */
+template <int VEC>
 __global__ void __launch_bounds__(ATT_THREADS)
 attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *kvl, const uint16_t *kv_layer,
                     size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
                     int window, int prefill, float scale) {
-    __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
     __shared__ float sc[CU_ATT_SPLIT];
-    __shared__ float red[ATT_THREADS / CU_WARP];
-    __shared__ float lsum[ATT_THREADS / CU_WARP];
+    __shared__ float vred[ATT_WARPS][ATT_LANE_ELEMS][CU_WARP];   /* (warp, lane element, lane) */
+    __shared__ float red[ATT_WARPS];
+    __shared__ float lsum[ATT_WARPS];
     __shared__ float stat[2];
     const int h = blockIdx.x, b = blockIdx.y, s = blockIdx.z;
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
     const int64_t p = pos[b];
     const int64_t c0 = prefill ? pos[0] : p;
     const int64_t lo = p + 1 > window ? p + 1 - window : 0;
@@ -156,25 +201,45 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
     const uint16_t *ring = kv_layer + (size_t)slot[b] * slot_stride;
     float *out = part + (((size_t)b * gridDim.x + h) * gridDim.z + s) * ATT_PART;
-    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = q[(size_t)b * q_stride + (size_t)h * head_dim + d];
+    const att_geom g = att_geometry(head_dim, VEC);
+    const int cl = lane % g.Cp, sub = lane / g.Cp;
+    /* this lane's chunks of q, in registers */
+    float qr[ATT_LANE_ELEMS];
+    const float *qh = q + (size_t)b * q_stride + (size_t)h * head_dim;
+    for (int k = 0; k < g.NC; k++) {
+        int c = cl + k * g.Cp;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) qr[k * VEC + e] = c < g.C ? qh[c * VEC + e] : 0.0f;
+    }
+    /* scores: the loop bound is the warp's, so every lane reaches the shuffles */
+    for (int base = j0 + warp * g.G; base < j1; base += ATT_WARPS * g.G) {
+        const int j = base + sub;
+        float a = 0.0f;
+        if (j < j1) {
+            const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
+            for (int k = 0; k < g.NC; k++) {
+                int c = cl + k * g.Cp;
+                if (c >= g.C) break;
+                float f[VEC];
+                att_load<VEC>(kr + c * VEC, f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) a = fmaf(qr[k * VEC + e], f[e], a);
+            }
+        }
+        for (int o = g.Cp / 2; o > 0; o >>= 1) a += __shfl_xor_sync(CU_FULL_MASK, a, o);
+        if (cl == 0 && j < j1) sc[j - j0] = a * scale;
+    }
     __syncthreads();
     float mx = -INFINITY;
-    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) {
-        const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
-        float a = 0.0f;
-        for (int d = 0; d < head_dim; d++) a = fmaf(qs[d], cu_bf2f(kr[d]), a);
-        a *= scale;
-        sc[j - j0] = a;
-        mx = fmaxf(mx, a);
-    }
+    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) mx = fmaxf(mx, sc[j - j0]);
     /* block maximum */
 #pragma unroll
     for (int o = CU_WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(CU_FULL_MASK, mx, o));
-    if (threadIdx.x % CU_WARP == 0) red[threadIdx.x / CU_WARP] = mx;
+    if (lane == 0) red[warp] = mx;
     __syncthreads();
     if (threadIdx.x == 0) {
         float m = red[0];
-        for (int w = 1; w < ATT_THREADS / CU_WARP; w++) m = fmaxf(m, red[w]);
+        for (int w = 1; w < ATT_WARPS; w++) m = fmaxf(m, red[w]);
         stat[0] = m;
     }
     __syncthreads();
@@ -188,12 +253,37 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     float L = cu_block_sum<ATT_THREADS, 1>(l, lsum);
     if (threadIdx.x == 0) stat[1] = L;
     __syncthreads();   /* sc[] complete, stat[1] written */
-    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
-        float a = 0.0f;
-        for (int j = j0; j < j1; j++) {
-            const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
-            a = fmaf(sc[j - j0], cu_bf2f(vr[d]), a);
+    /* values: segment t / Cp of the block sums keys j0 + t / Cp, step ATT_THREADS / Cp */
+    float acc[ATT_LANE_ELEMS];
+#pragma unroll
+    for (int i = 0; i < ATT_LANE_ELEMS; i++) acc[i] = 0.0f;
+    const int nseg = ATT_THREADS / g.Cp;
+    for (int j = j0 + (int)threadIdx.x / g.Cp; j < j1; j += nseg) {
+        const float w = sc[j - j0];
+        const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
+        for (int k = 0; k < g.NC; k++) {
+            int c = cl + k * g.Cp;
+            if (c >= g.C) break;
+            float f[VEC];
+            att_load<VEC>(vr + c * VEC, f);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[k * VEC + e] = fmaf(w, f[e], acc[k * VEC + e]);
         }
+    }
+    /* the warp's segments, then the warps */
+    for (int o = g.Cp; o < CU_WARP; o <<= 1) {
+#pragma unroll
+        for (int i = 0; i < ATT_LANE_ELEMS; i++) acc[i] += __shfl_xor_sync(CU_FULL_MASK, acc[i], o);
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int i = 0; i < ATT_LANE_ELEMS; i++) vred[warp][i][cl] = acc[i];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
+        const int c = d / VEC, i = (c / g.Cp) * VEC + d % VEC;
+        float a = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) a += vred[w][i][c % g.Cp];
         out[2 + d] = a;
     }
     if (threadIdx.x == 0) {
@@ -235,9 +325,15 @@ extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, i
     if (B == 0) return cudaSuccess;
     int splits = cu_attend_splits(window);
     int D = heads * head_dim;
-    attend_split_kernel<<<dim3((unsigned)heads, (unsigned)B, (unsigned)splits), ATT_THREADS, 0, stream>>>(
-        part, q, q_stride, kvl, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill,
-        1.0f / sqrtf((float)head_dim));
+    dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    /* 16-byte loads when every row of the ring and of kvl starts on 16 bytes */
+    if (head_dim % 8 == 0 && (uintptr_t)kvl % 16 == 0 && (uintptr_t)kv_layer % 16 == 0 && slot_stride % 8 == 0)
+        attend_split_kernel<8><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
+                                                                 pos, head_dim, D, ctx, window, prefill, scale);
+    else
+        attend_split_kernel<1><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
+                                                                 pos, head_dim, D, ctx, window, prefill, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);

@@ -758,6 +758,12 @@ static void test_lm_kernels(void) {
     attend_case(3, 2, 32, 40, 40, 0, a1);      /* ring not yet full, full */
     attend_case(3, 2, 32, 40, 39, 0, a2);      /* past the wrap, PersonaPlex's window */
     attend_case(2, 4, 128, 3000, 3000, 0, a3); /* the 7B's ring: 12 splits, one past its wrap */
+    /* the load shapes of attend_split_kernel (a segment of lanes per key row) */
+    const int64_t a4[3] = {299, 10, 400};
+    attend_case(3, 2, 8, 300, 300, 0, a4);     /* one 16-byte chunk a row: 32 rows a warp load, 2 splits */
+    attend_case(3, 3, 24, 40, 39, 0, a2);      /* 3 chunks a row in segments of 4 lanes */
+    attend_case(3, 2, 12, 40, 40, 0, a1);      /* head_dim % 8 != 0: 2-byte loads */
+    attend_case(2, 1, 256, 40, 40, 0, a1);     /* the largest head_dim: a warp a row */
     const int64_t s1[1] = {30}, s2[1] = {0};
     attend_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap: ring + chunk keys */
     attend_case(6, 2, 16, 8, 7, 1, s2);        /* a first chunk, window < chunk */
