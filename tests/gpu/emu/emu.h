@@ -94,6 +94,18 @@ void emu_inject_fault(unsigned n);
  * before any. */
 const char *emu_last_kernel(void);
 
+/* emu_set_devices: 1 or 2 emulated devices (also EMU_DEVICES=2). With 2, a
+ * host thread that never called cudaSetDevice works on device 0, as on a
+ * machine with two GPUs: a kernel launched into another device's stream
+ * fails (cudaErrorInvalidResourceHandle), a kernel touching another
+ * device's memory faults (out-of-bounds kind: an illegal address). The
+ * current device and the last error are per host thread in every mode. */
+void emu_set_devices(int n);
+/* emu_alloc_calls: cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc and
+ * cudaFreeHost calls so far (each may synchronise the device): a steady
+ * state makes none. */
+uint64_t emu_alloc_calls(void);
+
 typedef struct emu_stats {
     uint64_t launches, blocks, threads;   /* kernels run, blocks, GPU threads */
     uint64_t switches;                    /* fiber switches */

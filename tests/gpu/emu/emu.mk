@@ -95,7 +95,7 @@ $(EMU_MIMI_TEST): $(EMU_OUT)/tests/gpu/mimi_test.o $(EMU_OUT)/tests/gpu/gpu_util
 $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o $(EMU_OUT)/tests/gpu/gpu_util.o \
 		$(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
-	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 
 EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh \
 	$(EMU_DIR)/mimi_test_emu.sh

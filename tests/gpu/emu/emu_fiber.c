@@ -134,7 +134,7 @@ void emu_vfault_note(emu_fault_kind k, const emu_fiber *f, const char *fmt, va_l
     }
     vsnprintf(r->msg, sizeof r->msg, fmt, ap);
     E.sticky = emu_fault_error(k);
-    E.last = E.sticky;
+    emu_t_last = E.sticky;
     E.stats.faults++;
     if (!E.quiet) {
         fprintf(stderr, "emu: FAULT %s in %s block (%u,%u,%u) thread (%u,%u,%u) (warp %d, lane %d): %s\n",

@@ -55,6 +55,7 @@ typedef struct emu_alloc {
     size_t size;
     emu_akind kind;
     int freed, id;
+    int dev;                /* device memory: the device current when it was allocated */
     unsigned char *shadow;  /* (size) 1 = written; NULL for pinned host memory */
     const char *name;       /* shared variables: their name */
     size_t elem;            /* and element size */
@@ -71,7 +72,10 @@ typedef struct emu_state {
     unsigned timeout_ms;
     unsigned inject_after;  /* emu_inject_fault: kernel runs left before the injected fault (0: none) */
     /* errors */
-    cudaError_t last, sticky;
+    cudaError_t sticky;     /* device-wide: a fault; the last error is per host thread (emu_t_last) */
+    int ndev;               /* emulated devices (EMU_DEVICES, emu_set_devices; 0: not read yet) */
+    int run_dev;            /* the device of the kernel being run (its stream's) */
+    uint64_t alloc_calls;   /* cudaMalloc/cudaFree/cudaMallocHost/cudaHostAlloc/cudaFreeHost calls */
     emu_fault fault;
     /* the grid being run */
     const emu_call *call;
@@ -97,6 +101,10 @@ typedef struct emu_state {
 } emu_state;
 
 extern emu_state emu_g;
+/* Per host thread, as the runtime keeps them: the last error and the
+ * current device (0 on a thread that never called cudaSetDevice). */
+extern __thread cudaError_t emu_t_last;
+extern __thread int emu_t_dev;
 
 /* emu_fiber.c */
 void emu_init(void);
@@ -148,10 +156,15 @@ cudaError_t emu_ret(cudaError_t e);
 #define EMU_ENTER()                                 \
     do {                                            \
         emu_init();                                 \
-        if (emu_g.sticky) return emu_g.last = emu_g.sticky; \
+        if (emu_g.sticky) return emu_t_last = emu_g.sticky; \
     } while (0)
 
 /* emu_stream.c */
+/* emu_stream_dev: the device of stream s (the calling thread's current one
+ * for the default streams), -1 for a bad handle. */
+int emu_stream_dev(cudaStream_t s);
+/* emu_rt.c: the number of emulated devices. */
+int emu_devices(void);
 typedef void (*emu_host_fn)(const void *arg);
 /* One piece of stream work: a launch, a copy, a memset or a host function
  * (the cuBLAS stand-ins); a graph is a list of these in stream order. */

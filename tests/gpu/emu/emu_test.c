@@ -11,12 +11,16 @@
  *     barrier counts, atomics, 3-D indices, dynamic shared memory), and the
  *     runtime: launch configuration errors, copy checks, graph capture and
  *     replay, capture invalidation, the cuBLAS stand-in.
+ *     Per host thread state: the last error and the current device, and
+ *     the two-device mode (a thread that never set the device works on
+ *     device 0); allocation calls counted.
  *  3. Resume order: the project's kernels give bit-identical results under
  *     every resume order.
  * One line per test, then "N passed, N failed, 0 skipped"; exit 1 on a
  * failure. Faults are expected here, so the emulator is quiet.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -422,6 +426,85 @@ static void test_copies(void) {
            "mid-buffer: all %s", cudaGetErrorName(cudaErrorInvalidValue));
 }
 
+/* ---- per host thread: current device, last error ------------------------------------------ */
+
+typedef struct dev_job {
+    int set;              /* call cudaSetDevice(1) first */
+    float *d;
+    cudaStream_t s;
+    int dev_seen;
+    cudaError_t launch, last_after, last_before;
+} dev_job;
+
+static void *dev_thread(void *arg) {
+    dev_job *j = arg;
+    j->last_before = cudaGetLastError();   /* the opening thread's error is not this one's */
+    if (j->set) cudaSetDevice(1);
+    cudaGetDevice(&j->dev_seen);
+    j->launch = es_add_one_run(j->d, 8, j->s);   /* returns (and clears) this thread's last error */
+    cudaDeviceSynchronize();
+    j->last_after = cudaPeekAtLastError();
+    return NULL;
+}
+
+static void run_dev_job(dev_job *j) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, dev_thread, j) != 0 || pthread_join(t, NULL) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        exit(1);
+    }
+}
+
+/* Two devices: the main thread sets device 1 and makes a buffer and a
+ * stream there, leaving an error of its own pending. A thread that never
+ * calls cudaSetDevice is on device 0: its launch into the device-1 stream
+ * fails, and the main thread's pending error is not its. A thread that sets
+ * device 1 runs the kernel. A thread on device 0 launching on its default
+ * stream over the device-1 buffer faults (no peer access). */
+static void test_devices(void) {
+    const char *name = "runtime: per-thread device and last error, 2 devices";
+    float h[8] = {0}, *d = NULL;
+    cudaStream_t s = NULL;
+    emu_set_devices(2);
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    CU_CHECK_FATAL(cudaSetDevice(1));
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof h));
+    CU_CHECK_FATAL(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaStreamCreate(&s));
+    cudaError_t bad_dev = cudaSetDevice(2);   /* pending on the main thread */
+    dev_job unset = {.set = 0, .d = d, .s = s}, set = {.set = 1, .d = d, .s = s};
+    run_dev_job(&unset);
+    run_dev_job(&set);
+    cudaError_t main_last = cudaGetLastError();
+    int main_dev = -1;
+    cudaGetDevice(&main_dev);
+    CU_CHECK_FATAL(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    dev_job peer = {.set = 0, .d = d, .s = NULL};   /* device 0, its default stream, device 1's memory */
+    run_dev_job(&peer);
+    emu_fault f;
+    emu_fault_kind k = emu_fault_last(&f);
+    int ok = count == 2 && bad_dev == cudaErrorInvalidDevice && unset.dev_seen == 0 &&
+             unset.last_before == cudaSuccess && unset.launch == cudaErrorInvalidResourceHandle &&
+             set.dev_seen == 1 && set.launch == cudaSuccess && set.last_after == cudaSuccess &&
+             main_last == cudaErrorInvalidDevice && main_dev == 1 && h[0] == 1.0f && h[7] == 1.0f &&
+             k == EMU_FAULT_OOB && strstr(f.msg, "memory of device 1") != NULL;
+    result(ok, name,
+           "%d devices; unset thread on device %d: launch into device 1's stream %s; set thread: %s, h[0] = %g; "
+           "main thread's own error kept: %s; device-0 kernel on device-1 memory: %s fault",
+           count, unset.dev_seen, cudaGetErrorName(unset.launch), cudaGetErrorName(set.launch), h[0],
+           cudaGetErrorName(main_last), emu_fault_name(k));
+    cudaDeviceReset();
+    cudaSetDevice(0);
+    emu_set_devices(1);
+    uint64_t a0 = emu_alloc_calls();
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof h));
+    CU_CHECK_FATAL(cudaFree(d));
+    uint64_t a1 = emu_alloc_calls();
+    result(a1 - a0 == 2, "runtime: allocation calls counted", "cudaMalloc + cudaFree: %llu calls",
+           (unsigned long long)(a1 - a0));
+}
+
 /* Graph capture: nothing runs while capturing; each replay runs again. */
 static void test_graphs(void) {
     const int n = 100;
@@ -640,6 +723,7 @@ int main(void) {
     test_atomics_dims();
     test_dyn_shared_config();
     test_copies();
+    test_devices();
     test_graphs();
     test_cublas();
     test_orders();
