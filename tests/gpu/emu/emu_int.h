@@ -145,6 +145,17 @@ void emu_shadow_copy(void *dst, const void *src, size_t n);
 void emu_check(const void *p, size_t n, int flags, emu_site site, const void *pc);
 int emu_in_stack(const void *p, int *guard);
 
+/* emu_traffic.c (see emu.h): the hooks of emu_check, emu_run_grid and the
+ * cuBLAS stand-in. insn: the access's instruction (code address or site). */
+void emu_traffic_note(const emu_alloc *a, const void *p, size_t n, uint64_t insn);
+int emu_traffic_on(void);
+unsigned emu_traffic_stride(void);
+int emu_traffic_skip_block(uint64_t block_no);
+void emu_traffic_block_done(void);
+void emu_traffic_launch_begin(void);
+void emu_traffic_launch_end(const emu_call *c);
+void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es);
+
 /* emu_rt.c */
 /* emu_note: "emu: ..." on stderr unless quiet (argument problems a device
  * reports only as an error code). emu_ret: record e as the last error

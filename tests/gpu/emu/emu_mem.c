@@ -310,6 +310,11 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
         emu_fault_raise(EMU_FAULT_SPACE, "__ldg of %s: __ldg reads global memory only (%s)", a->name ? a->name :
                         "dynamic shared memory", where);
     }
+    if (emu_traffic_on()) {
+        emu_traffic_note(a, p, n, site.file ? (uint64_t)(uintptr_t)site.file * 131u + (uint64_t)site.line
+                                            : (uint64_t)(uintptr_t)pc);
+        if (a->kind == EMU_A_DEVICE && emu_traffic_stride() > 1) return;   /* sampled: skipped blocks wrote nothing */
+    }
     if (!a->shadow) return;
     unsigned char *sh = a->shadow + (p - a->ptr);
     if (flags & EMU_LOAD)
