@@ -7,6 +7,7 @@
 #   make bench      benchmarks (results go to docs/benchmarks.md by hand)
 #   make engine-only  engine core + CUDA backend with only a C compiler and the CUDA toolkit
 #   make test-emu   the CUDA kernels on the host emulator (C and C++ compilers only)
+#   make gpu-model  the H200 performance model of the LM step, from the emulator (predictions)
 #   make install    PREFIX=/usr/local DESTDIR=: binaries, plugin, units, man page, docs
 #                   (systemd/systemd.mk)
 #   make clean
@@ -40,13 +41,13 @@ $(DEP_GOALS):
 engine-only:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 MOSHID_ENGINE_ONLY=1 BUILD=$(BUILD)/engine-only engine-only-build
 
-test-emu fetch-wheels:
+test-emu gpu-model fetch-wheels:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 $@
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: $(DEP_GOALS) engine-only test-emu fetch-wheels clean
+.PHONY: $(DEP_GOALS) engine-only test-emu gpu-model fetch-wheels clean
 else
 # ---- inner make: the real rules -----------------------------------------
 CC ?= cc

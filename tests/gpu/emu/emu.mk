@@ -14,6 +14,8 @@
 #   $(BUILD)/emu-test          the detectors against faulty kernels, the
 #                              emulated semantics, graphs, the cuBLAS stand-in
 #   make test-emu              build both and run them
+#   make gpu-model             the H200 performance model of the LM step
+#                              (tests/gpu/gpu_model.c; predictions, docs/cuda.md)
 #
 # Kernel files go through cu2emu (launch syntax, __shared__), then the C++
 # compiler with emu_device.h force-included and -fsanitize=kernel-address in
@@ -97,6 +99,17 @@ $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 
+# The H200 performance model of the LM step (tests/gpu/gpu_model.c): the
+# step's launches at the 7B's geometry with the emulator's traffic
+# accounting; prints per-kernel lines and the predicted step times.
+EMU_MODEL := $(BUILD)/gpu-model
+$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
+gpu-model: $(EMU_MODEL)
+	$(Q)$(EMU_MODEL)
+.PHONY: gpu-model
+
 EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh \
 	$(EMU_DIR)/mimi_test_emu.sh
 TEST_SCRIPTS += $(EMU_SCRIPTS)
@@ -108,7 +121,7 @@ test-emu: $(EMU_BINS) $(BUILD)/moshid-mkmodel
 
 -include $(shell find $(EMU_OUT) -name '*.d' 2>/dev/null)
 else
-test-emu:
+test-emu gpu-model:
 	@echo "the CUDA emulator is not built with sanitizers (SAN=1)"
 endif
-.PHONY: test-emu
+.PHONY: test-emu gpu-model

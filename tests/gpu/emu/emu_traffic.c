@@ -10,8 +10,9 @@
  * instruction is the access hook's return address (a code address inside
  * the kernel), or for __ldg and atomics their file:line.
  *
- * Per warp-level global access (a "request"): the bytes its lanes asked
- * for and the 32-byte sectors their bytes lie in (l1tex__t_sectors /
+ * Per warp-level global access (a "request"): the distinct bytes its lanes
+ * asked for (lanes reading one address, a broadcast, count once) and the
+ * 32-byte sectors their bytes lie in (l1tex__t_sectors /
  * l1tex__t_requests); sector efficiency = bytes / (32 * sectors). Per
  * warp-level shared access: the wavefronts it needs, the largest number of
  * distinct 4-byte words any of the 32 banks holds among its lanes, taken
@@ -231,7 +232,7 @@ static void flush_block(void) {
                 if (last != sec[ns - 1]) sec[ns++] = last;
             }
             T.req += 1;
-            T.bytes += (double)w->nl * w->bytes;
+            T.bytes += (double)distinct(w->addr, w->nl) * w->bytes;   /* a broadcast asks for its bytes once */
             T.sect += distinct(sec, ns);
             continue;
         }
