@@ -5,10 +5,14 @@
  *
  * Memory-bandwidth bound: every byte of W is read once per launch (per batch
  * tile), x is small and stays in L1/L2. A block of MV_THREADS threads owns
- * MV_ROWS output rows; its threads stride over K in 16-byte chunks of W
- * (8 bf16), MV_UNROLL chunks per row in flight per thread, and each chunk is
- * used for every vector of the batch tile before the next is loaded. The
- * block then reduces its partial sums (warp shuffles, then shared memory).
+ * MV_ROWS output rows; its threads stride over K in 8-byte chunks of W
+ * (4 bf16) and read the matching 16 bytes of x (one float4), so every
+ * warp-level load, of W and of x, reads contiguous bytes (issue 25: with
+ * 16-byte W chunks each lane needed 32 bytes of x, two float4 loads 32
+ * bytes apart across lanes, half of every sector unused); MV_UNROLL chunks
+ * per row in flight per thread, each used for every vector of the batch
+ * tile before the next is loaded. The block then reduces its partial sums
+ * (warp shuffles, then shared memory).
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  */
 #include "cu_kern.h"
@@ -16,15 +20,13 @@
 
 #define MV_THREADS 128  /* threads per block */
 #define MV_ROWS 2       /* output rows per block */
-#define MV_UNROLL 4     /* 16-byte W chunks per row in flight per thread */
+#define MV_UNROLL 8     /* 8-byte W chunks per row in flight per thread */
 
-/* The 8 bf16 of a 16-byte chunk as floats (little-endian: element 0 is the
+/* The 4 bf16 of an 8-byte chunk as floats (little-endian: element 0 is the
  * low half of .x). */
-__device__ __forceinline__ void bf16x8_to_f32(uint4 v, float f[8]) {
+__device__ __forceinline__ void bf16x4_to_f32(uint2 v, float f[4]) {
     f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xFFFF0000u);
     f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xFFFF0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xFFFF0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xFFFF0000u);
 }
 
 /* Writes the block's MV_ROWS x BT sums; rows past N and vectors past nb are
@@ -51,11 +53,11 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
-    const int K8 = K / 8;   /* 16-byte chunks per row of W */
-    const uint4 *wr[MV_ROWS];
+    const int K4 = K / 4;   /* 8-byte chunks per row of W, float4s per row of x */
+    const uint2 *wr[MV_ROWS];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)   /* rows past N read row N-1, never stored */
-        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(n0 + r, N - 1) * K);
+        wr[r] = reinterpret_cast<const uint2 *>(w + (size_t)min(n0 + r, N - 1) * K);
     const float4 *xb = reinterpret_cast<const float4 *>(x + (size_t)b0 * K);   /* (nb, K/4) */
     const size_t xstride = (size_t)K / 4;
 
@@ -63,32 +65,30 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
 #pragma unroll
     for (int j = 0; j < MV_ROWS * BT; j++) acc[j] = 0.0f;
 
-    for (int c0 = threadIdx.x; c0 < K8; c0 += MV_THREADS * MV_UNROLL) {
-        uint4 wv[MV_UNROLL][MV_ROWS];
+    for (int c0 = threadIdx.x; c0 < K4; c0 += MV_THREADS * MV_UNROLL) {
+        uint2 wv[MV_UNROLL][MV_ROWS];
 #pragma unroll
         for (int u = 0; u < MV_UNROLL; u++) {
             int c = c0 + u * MV_THREADS;
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) wv[u][r] = c < K8 ? __ldg(wr[r] + c) : make_uint4(0, 0, 0, 0);
+            for (int r = 0; r < MV_ROWS; r++) wv[u][r] = c < K4 ? __ldg(wr[r] + c) : make_uint2(0, 0);
         }
 #pragma unroll
         for (int u = 0; u < MV_UNROLL; u++) {
             int c = c0 + u * MV_THREADS;
-            if (c >= K8) break;
-            float wf[MV_ROWS][8];
+            if (c >= K4) break;
+            float wf[MV_ROWS][4];
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) bf16x8_to_f32(wv[u][r], wf[r]);
+            for (int r = 0; r < MV_ROWS; r++) bf16x4_to_f32(wv[u][r], wf[r]);
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
-                float4 xa = __ldg(xb + b * xstride + 2 * c), xc = __ldg(xb + b * xstride + 2 * c + 1);
+                float4 xa = __ldg(xb + b * xstride + c);
 #pragma unroll
                 for (int r = 0; r < MV_ROWS; r++) {
                     float s = acc[r * BT + b];
                     s = fmaf(wf[r][0], xa.x, s); s = fmaf(wf[r][1], xa.y, s);
                     s = fmaf(wf[r][2], xa.z, s); s = fmaf(wf[r][3], xa.w, s);
-                    s = fmaf(wf[r][4], xc.x, s); s = fmaf(wf[r][5], xc.y, s);
-                    s = fmaf(wf[r][6], xc.z, s); s = fmaf(wf[r][7], xc.w, s);
                     acc[r * BT + b] = s;
                 }
             }

@@ -260,7 +260,7 @@ static void test_real_kernels(void) {
         emu_set_order(EMU_ORDER_FORWARD);
         ef_matvec_vec_direct(dy, dx, dw + 1, B, N, K);
         expect_fault("matvec_bf16_vec: W misaligned on the vector path", EMU_FAULT_MISALIGNED, "matvec_bf16_vec<8>",
-                     0, 0, "__ldg load of 16 bytes");
+                     0, 0, "__ldg load of 8 bytes");
 
         /* x allocated but never uploaded */
         dx = gu_dalloc(sizeof x);
