@@ -110,7 +110,7 @@ int cu_attend_splits(int window);
  * consecutive positions of one slot. The ring is written after (cu_kv_store),
  * so a chunk never reads a row it overwrites. */
 cudaError_t cu_attend_ring(float *out,               /* (B, heads * head_dim) */
-                           float *part,              /* (B, heads, splits, CU_ATT_PART_FLOATS) workspace */
+                           float *part,              /* (B, heads, splits * CU_ATT_PART_FLOATS) workspace */
                            const float *q,           /* (B, q_stride) */
                            int q_stride,
                            const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16 */

@@ -18,7 +18,7 @@
 #include "cu_kern.h"
 #include "cu_reduce.cuh"
 extern "C" {
-#include "lm_config.h"   /* LM_MAX_DEP_Q */
+#include "lm_config.h"   /* LM_MAX_DEP_Q, LM_MAX_NQ */
 }
 
 /* bf16 <-> f32, the host's rounding (st_f32_to_bf16: nearest even, NaN
@@ -41,8 +41,10 @@ __device__ __forceinline__ uint16_t cu_f2bf(float f) {
 __global__ void __launch_bounds__(EW_THREADS)
 embed_sum_kernel(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio, const uint16_t *text,
                  int D, int n_q, int card, int text_card) {
+    __shared__ int32_t t[LM_MAX_STREAMS];   /* the row's tokens: one load, not one per element */
     const int b = blockIdx.x;
-    const int32_t *t = tok + (size_t)b * tok_stride;
+    for (int i = threadIdx.x; i < 1 + n_q; i += EW_THREADS) t[i] = tok[(size_t)b * tok_stride + i];
+    __syncthreads();
     for (int d = threadIdx.x; d < D; d += EW_THREADS) {
         float s = 0.0f;
         for (int q = 0; q < n_q; q++) {
@@ -58,7 +60,8 @@ embed_sum_kernel(float *x, const int32_t *tok, int tok_stride, const uint16_t *a
 extern "C" cudaError_t cu_embed_sum(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio_emb,
                                     const uint16_t *text_emb, int B, int D, int n_q, int card, int text_card,
                                     cudaStream_t stream) {
-    if (B < 0 || D <= 0 || n_q < 0 || card <= 0 || text_card <= 0 || tok_stride < 1 + n_q) return cudaErrorInvalidValue;
+    if (B < 0 || D <= 0 || n_q < 0 || n_q > LM_MAX_NQ || card <= 0 || text_card <= 0 || tok_stride < 1 + n_q)
+        return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     embed_sum_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(x, tok, tok_stride, audio_emb, text_emb, D, n_q, card,
                                                             text_card);
@@ -98,17 +101,12 @@ qkv_rope_kernel(float *qkv, uint16_t *kvl, const int64_t *pos, int heads, int he
         float f = expf((float)i * rope_k);
         float a = f * t;
         float cr = cosf(a), ci = sinf(a);
-        size_t o = (size_t)h * head_dim + 2 * i;
-        float re = q[o], im = q[o + 1];
-        q[o] = re * cr - im * ci;
-        q[o + 1] = re * ci + im * cr;
-        re = k[o];
-        im = k[o + 1];
-        float k0 = re * cr - im * ci, k1 = re * ci + im * cr;
-        k[o] = k0;
-        k[o + 1] = k1;
-        ko[o] = cu_f2bf(k0);
-        ko[o + 1] = cu_f2bf(k1);
+        size_t o = (size_t)h * head_dim + 2 * i;   /* even: the pair is one 8-byte (4 packed) access */
+        float2 qv = *reinterpret_cast<const float2 *>(q + o), kv = *reinterpret_cast<const float2 *>(k + o);
+        float k0 = kv.x * cr - kv.y * ci, k1 = kv.x * ci + kv.y * cr;
+        *reinterpret_cast<float2 *>(q + o) = make_float2(qv.x * cr - qv.y * ci, qv.x * ci + qv.y * cr);
+        *reinterpret_cast<float2 *>(k + o) = make_float2(k0, k1);
+        *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
     }
     for (int d = threadIdx.x; d < D; d += EW_THREADS) vo[d] = cu_f2bf(v[d]);
 }
@@ -126,6 +124,12 @@ extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / CU_WARP)
 #define ATT_PART (CU_ATT_MAX_HEAD_DIM + 2)   /* floats of one partial: m, l, acc[head_dim] */
+/* The partials of row b, head h: (m, l) of every split first, contiguous
+ * (the combine reads them with one warp-level load), then each split's
+ * acc (CU_ATT_MAX_HEAD_DIM floats): splits * ATT_PART floats in all. */
+__device__ __forceinline__ float *att_part(float *part, int b, int h, int heads, int splits) {
+    return part + ((size_t)b * heads + h) * splits * ATT_PART;
+}
 /* Elements of a row a lane holds: CU_ATT_MAX_HEAD_DIM over a warp. */
 #define ATT_LANE_ELEMS (CU_ATT_MAX_HEAD_DIM / CU_WARP)
 
@@ -187,6 +191,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *kvl, const uint16_t *kv_layer,
                     size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
                     int window, int prefill, float scale) {
+    __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
     __shared__ float sc[CU_ATT_SPLIT];
     __shared__ float vred[ATT_WARPS][ATT_LANE_ELEMS][CU_WARP];   /* (warp, lane element, lane) */
     __shared__ float red[ATT_WARPS];
@@ -199,17 +204,27 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     const int64_t lo = p + 1 > window ? p + 1 - window : 0;
     const int nk = (int)(p - lo + 1);
     const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
+    float *pb = att_part(part, b, h, gridDim.x, gridDim.z), *ml = pb + 2 * s;
+    float *out = pb + 2 * gridDim.z + (size_t)s * CU_ATT_MAX_HEAD_DIM;
+    if (j0 >= j1) {   /* an empty split (a short window): the whole block leaves, no barrier passed */
+        if (threadIdx.x == 0) {
+            ml[0] = -INFINITY;
+            ml[1] = 0.0f;
+        }
+        return;
+    }
     const uint16_t *ring = kv_layer + (size_t)slot[b] * slot_stride;
-    float *out = part + (((size_t)b * gridDim.x + h) * gridDim.z + s) * ATT_PART;
     const att_geom g = att_geometry(head_dim, VEC);
     const int cl = lane % g.Cp, sub = lane / g.Cp;
-    /* this lane's chunks of q, in registers */
-    float qr[ATT_LANE_ELEMS];
+    /* q through shared memory (one coalesced load), then this lane's chunks in registers */
     const float *qh = q + (size_t)b * q_stride + (size_t)h * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
+    __syncthreads();
+    float qr[ATT_LANE_ELEMS];
     for (int k = 0; k < g.NC; k++) {
         int c = cl + k * g.Cp;
 #pragma unroll
-        for (int e = 0; e < VEC; e++) qr[k * VEC + e] = c < g.C ? qh[c * VEC + e] : 0.0f;
+        for (int e = 0; e < VEC; e++) qr[k * VEC + e] = c < g.C ? qs[c * VEC + e] : 0.0f;
     }
     /* scores: the loop bound is the warp's, so every lane reaches the shuffles */
     for (int base = j0 + warp * g.G; base < j1; base += ATT_WARPS * g.G) {
@@ -284,33 +299,43 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
         const int c = d / VEC, i = (c / g.Cp) * VEC + d % VEC;
         float a = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) a += vred[w][i][c % g.Cp];
-        out[2 + d] = a;
+        out[d] = a;
     }
     if (threadIdx.x == 0) {
-        out[0] = j0 < j1 ? m : -INFINITY;
-        out[1] = j0 < j1 ? stat[1] : 0.0f;
+        ml[0] = m;
+        ml[1] = stat[1];
     }
 }
 
 /* Grid (heads, B), head_dim threads rounded up to a warp: out = sum over
- * the splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. */
+ * the splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. The (m, l)
+ * pairs come in through shared memory (one contiguous load). */
+#define ATT_ML_CHUNK 64   /* (m, l) pairs the combine stages at a time */
 __global__ void __launch_bounds__(CU_ATT_MAX_HEAD_DIM)
-attend_combine_kernel(float *out, int out_stride, const float *part, int splits, int head_dim) {
+attend_combine_kernel(float *out, int out_stride, float *part, int splits, int head_dim) {
+    __shared__ float mls[2 * ATT_ML_CHUNK];
     const int h = blockIdx.x, b = blockIdx.y;
-    const float *pp = part + ((size_t)b * gridDim.x + h) * splits * ATT_PART;
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[(size_t)s * ATT_PART]);
+    const float *pp = att_part(part, b, h, gridDim.x, splits), *acc = pp + 2 * splits;
     const int d = threadIdx.x;
-    if (d >= head_dim) return;   /* no barrier or warp op follows */
-    float L = 0.0f, a = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float *ps = pp + (size_t)s * ATT_PART;
-        if (!(ps[1] > 0.0f)) continue;   /* empty split */
-        float f = expf(ps[0] - M);
-        L += f * ps[1];
-        a += f * ps[2 + d];
-    }
-    out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
+    const bool on = d < head_dim;   /* the others take part in the staging and barriers only */
+    float M = -INFINITY, L = 0.0f, a = 0.0f;
+    for (int pass = 0; pass < 2; pass++)   /* the maximum, then the sums */
+        for (int s0 = 0; s0 < splits; s0 += ATT_ML_CHUNK) {
+            const int n = min(ATT_ML_CHUNK, splits - s0);
+            __syncthreads();   /* the previous chunk is read */
+            for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) mls[i] = pp[2 * s0 + i];
+            __syncthreads();
+            for (int s = 0; s < n; s++) {
+                if (pass == 0) {
+                    M = fmaxf(M, mls[2 * s]);
+                } else if (on && mls[2 * s + 1] > 0.0f) {   /* else an empty split */
+                    float f = expf(mls[2 * s] - M);
+                    L += f * mls[2 * s + 1];
+                    a += f * acc[(size_t)(s0 + s) * CU_ATT_MAX_HEAD_DIM + d];
+                }
+            }
+        }
+    if (on) out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
 }
 
 extern "C" int cu_attend_splits(int window) { return (window + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT; }
@@ -368,7 +393,8 @@ extern "C" cudaError_t cu_kv_store(uint16_t *kv_layer, size_t slot_stride, const
 #define DEP_THREADS 64
 
 /* Grid (heads, B): store sub-step k's key and value of head h (f32, as the
- * CPU keeps them) in the row's cache, then attend over sub-steps lo..k. */
+ * CPU keeps them) in the row's cache, then attend over sub-steps lo..k
+ * (scores: a warp per key, lanes across head_dim). */
 __global__ void __launch_bounds__(DEP_THREADS)
 dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cache_stride, int k, int lo,
                   int head_dim, int D, float scale) {
@@ -383,11 +409,14 @@ dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cac
     }
     __syncthreads();
     const int nk = k + 1 - lo;
-    for (int j = threadIdx.x; j < nk; j += DEP_THREADS) {
+    /* a warp per key, its lanes across head_dim (coalesced), a shuffle sum */
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+    for (int j = warp; j < nk; j += DEP_THREADS / CU_WARP) {
         const float *kr = kb + (size_t)(lo + j) * D + (size_t)h * head_dim;
         float a = 0.0f;
-        for (int d = 0; d < head_dim; d++) a = fmaf(q[d], kr[d], a);
-        sc[j] = a * scale;
+        for (int d = lane; d < head_dim; d += CU_WARP) a = fmaf(q[d], kr[d], a);
+        a = cu_warp_sum(a);
+        if (lane == 0) sc[j] = a * scale;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
