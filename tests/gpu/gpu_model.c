@@ -30,10 +30,19 @@
  * weight matrix it uses once, the K/V of every row's window) at the HBM
  * peak, nothing else. Constants and their sources: docs/cuda.md.
  *
+ * The codec (cuda/cu_mimi.c) at the official Mimi configuration with
+ * random weights, the same sampling: one frame encoded and decoded for
+ * 1, 8 and 64 slots from a fresh state, then its transformer attention
+ * alone at a full context (the steady state: every ring row valid),
+ * replacing the fresh state's. Priced by its bytes only: the codec's
+ * direct float32 convolutions are bound by arithmetic, which the emulator
+ * does not count, so its lines are lower bounds (docs/cuda.md).
+ *
  * Output: per (batch, position), one line per kernel
  *   kernel NAME bytes N sector_efficiency R predicted_us T
  * (GEMM rows: sector_efficiency -, not measured), then the step's
- * prediction; last, exactly one line
+ * prediction; then the codec's lines per slot count (GPU_MODEL_NO_CODEC
+ * set: skipped; 2 of the 3 minutes); last, exactly one line
  *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
  * Exit 0, or 1 when a launch failed.
  */
@@ -49,7 +58,9 @@
 #include "cu_check.h"
 #include "cu_kern.h"
 #include "emu.h"
+#include "cu_mimi.h"
 #include "lm.h"   /* LM_NORM_EPS */
+#include "mimi.h"
 #include "lm_config.h"
 
 /* ---- the H200 (docs/cuda.md, "The performance model", for sources) ------------------- */
@@ -76,6 +87,7 @@
 #define M_ATT_ROWS 2                  /* rows the attention runs at (scaled to B) */
 #define M_DEP_K 4                     /* the depformer sub-step run */
 #define EMU_MODEL_STRIDE 16           /* blocks sampled: one in this many */
+#define EMU_CODEC_STRIDE 64           /* the codec's (its grids are larger, its kernels slower here) */
 #define M_MAX_ROWS 64
 #define M_TABLE 64
 
@@ -340,6 +352,68 @@ static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
     return us / 1e3;
 }
 
+/* ---- the codec --------------------------------------------------------------------------------- */
+
+/* One frame of n slots through the device codec (encode, then decode of
+ * the codes), then the steady-state attention; prints the table. */
+static void codec_point(cu_mimi *g, const mimi_model *mm, const mimi_config *c, int n) {
+    const int F = mimi_frame_samples(mm), K = mimi_num_codebooks(mm);
+    ms_error e = {0};
+    float *pcm = calloc((size_t)n * F, sizeof(float));
+    int *codes = calloc((size_t)n * K, sizeof(int)), slots[M_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        slots[i] = i;
+        if (cu_mimi_reset(g, i, 3, &e)) {
+            fprintf(stderr, "gpu-model: codec reset: %s\n", e.msg);
+            exit(1);
+        }
+    }
+    ntable = 0;
+    emu_traffic_reset();
+    int rc = cu_mimi_encode(g, slots, n, pcm, codes, &e);
+    /* sampled blocks: most codes were never written; the decode's traffic does not depend on them */
+    for (int i = 0; i < n * K; i++) codes[i] = 0;
+    if (rc || cu_mimi_decode(g, slots, n, codes, pcm, &e)) {
+        fprintf(stderr, "gpu-model: codec: %s\n", e.msg);
+        exit(1);
+    }
+    collect(1, 1);
+    /* the fresh state's attention out, the steady state's in: 2 transformers x num_layers launches
+     * of T = resample_stride columns per slot over a full ring */
+    mrow *fresh = row_of("mimi_attend_kernel");
+    memset(fresh, 0, sizeof *fresh);
+    snprintf(fresh->name, sizeof fresh->name, "mimi_attend_kernel");
+    const int D = c->d_model, T = c->resample_stride, ctx = c->context, N = n * T;
+    float *qkv = dz(sizeof(float) * 3 * (size_t)D * N), *att = dz(sizeof(float) * (size_t)D * N);
+    float *kv = dz(sizeof(float) * 2 * (size_t)ctx * D * n);
+    int32_t hs[M_MAX_ROWS];
+    int64_t ho[M_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        hs[i] = i;
+        ho[i] = 10 * (int64_t)ctx;   /* long past the first ring: every row valid */
+    }
+    int32_t *ds = dz(sizeof hs);
+    int64_t *dof = dz(sizeof ho);
+    CU_CHECK_FATAL(cudaMemcpy(ds, hs, sizeof hs, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaMemcpy(dof, ho, sizeof ho, cudaMemcpyHostToDevice));
+    LT(cu_mimi_attend(att, qkv, kv, (size_t)2 * ctx * D, ds, dof, 0, n, T, D, c->num_heads, ctx, 0));
+    collect(2.0 * c->num_layers, 2.0 * c->num_layers);
+    double us = 0, bytes = 0;
+    for (int i = 0; i < ntable; i++) {
+        const mrow *r = &table[i];
+        if (r->launches == 0) continue;
+        printf("kernel %s bytes %.0f sector_efficiency %.3f predicted_us %.1f\n", r->name, r->bytes,
+               r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : 1.0, r->us);
+        us += r->us;
+        bytes += r->bytes;
+    }
+    printf("codec B=%d (encode + decode of one frame, full context): %.3f GB moved, predicted >= %.3f ms "
+           "(bytes only)\n\n", n, bytes / 1e9, us / 1e3);
+    cudaFree(qkv); cudaFree(att); cudaFree(kv); cudaFree(ds); cudaFree(dof);
+    free(pcm);
+    free(codes);
+}
+
 int main(void) {
     g_hidden = lm_gated_hidden(M_DIM, (int)(4.125 * M_DIM));
     g_dhidden = lm_gated_hidden(M_DDIM, M_DFF);
@@ -358,6 +432,22 @@ int main(void) {
     for (int bi = 0; bi < 3; bi++)
         for (int pi = 0; pi < 2; pi++) ms[bi][pi] = model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
     emu_traffic_stop();
+    if (!getenv("GPU_MODEL_NO_CODEC")) {
+        mimi_config mc;
+        mimi_config_default(&mc);
+        mimi_model *mm = NULL;
+        cu_mimi *g = NULL;
+        ms_error e = {0};
+        if (mimi_model_random(&mm, &mc, 11, &e) || cu_mimi_open(&g, mm, M_MAX_ROWS, &e)) {
+            fprintf(stderr, "gpu-model: codec: %s\n", e.msg);
+            return 1;
+        }
+        emu_traffic_start(EMU_CODEC_STRIDE);
+        for (int bi = 0; bi < 3; bi++) codec_point(g, mm, &mc, batches[bi]);
+        emu_traffic_stop();
+        cu_mimi_close(g);
+        mimi_model_free(mm);
+    }
     printf("predicted H200 step: B=1 pos=0 %.2f ms (floor %.2f ms); B=64 pos=3000 %.2f ms (floor %.2f ms)\n", ms[0][0],
            fl[0][0], ms[2][1], fl[2][1]);
     return 0;

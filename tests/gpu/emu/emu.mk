@@ -103,7 +103,8 @@ $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o
 # step's launches at the 7B's geometry with the emulator's traffic
 # accounting; prints per-kernel lines and the predicted step times.
 EMU_MODEL := $(BUILD)/gpu-model
-$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
+$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_OUT)/host/cuda/cu_mimi.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) \
+		$(LIBENGINE)
 	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
 gpu-model: $(EMU_MODEL)

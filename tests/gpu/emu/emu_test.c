@@ -581,6 +581,25 @@ static void test_traffic(void) {
            "attend_split_kernel (hd 128, 512 keys): sector efficiency %.3f (bound 0.85; the thread-per-key loop "
            "before issue 25: 0.120), %.2f shared wavefronts per request", e, sw);
     cudaFree(ring); cudaFree(kvl); cudaFree(q); cudaFree(att); cudaFree(part); cudaFree(slot); cudaFree(pos);
+    /* sampling one block in 4 of the matvec (32 blocks of 2 rows): W's sectors are each block's own
+     * (counted 4 times), x is read by every block (counted once), y is capped at its size */
+    const int MN = 64, MK = 256;
+    float *mx = NULL, *my = NULL;
+    uint16_t *mw = NULL;
+    CU_CHECK_FATAL(cudaMalloc((void **)&mx, sizeof(float) * MK));
+    CU_CHECK_FATAL(cudaMalloc((void **)&my, sizeof(float) * MN));
+    CU_CHECK_FATAL(cudaMalloc((void **)&mw, sizeof(uint16_t) * MN * MK));
+    emu_traffic_start(4);
+    CU_CHECK_FATAL(cu_matvec_bf16(my, mx, mw, 1, MN, MK, 0));
+    n = emu_traffic_get(rows, 8);
+    emu_traffic_stop();
+    r = traffic_row(rows, n, "matvec_bf16_vec");
+    double want = 2.0 * MN * MK + 4.0 * MK + 4.0 * MN;
+    result(r && r->blocks == 32 && r->blocks_run == 8 && r->dram_bytes == want,
+           "traffic: sampled blocks, private and shared data", "matvec %d x %d, 1 block in 4: %llu of %llu blocks run, "
+           "DRAM %.0f bytes (W x 4 + x once + y capped: %.0f)", MN, MK, r ? (unsigned long long)r->blocks_run : 0ull,
+           r ? (unsigned long long)r->blocks : 0ull, r ? r->dram_bytes : -1.0, want);
+    cudaFree(mx); cudaFree(my); cudaFree(mw);
 }
 
 /* Graph capture: nothing runs while capturing; each replay runs again. */

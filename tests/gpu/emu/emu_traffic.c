@@ -20,9 +20,11 @@
  * quarter-warps for 16 bytes, as the hardware splits wide accesses);
  * bank conflicts = wavefronts - phases. DRAM bytes of a launch: the
  * distinct sectors of each device buffer it touched (an L2 as large as the
- * launch's reuse distance: data read by many blocks comes from DRAM once),
- * scaled to every block when only a sample of the blocks runs, and at most
- * the buffer's size.
+ * launch's reuse distance: data read by many blocks comes from DRAM once).
+ * When only a sample of the blocks runs, a sector touched by one sampled
+ * block counts for the blocks it stands for (times the sampling stride), a
+ * sector touched by several (shared data: the matvec's x, a codebook)
+ * once; at most the buffer's size.
  *
  * Sampling (emu_traffic_start(stride)): only blocks whose linear index is
  * a multiple of stride run; counts are scaled by blocks / blocks run. The
@@ -46,6 +48,11 @@
 #define TR_SECTOR 32              /* bytes per sector */
 #define TR_BANKS 32
 #define TR_BUFS 64                /* device buffers touched by one launch */
+/* A sector's entry: buffer index + 1 (7 bits), shared (1 bit), the
+ * ordinal of the first block that touched it (24 bits, modulo). */
+#define TR_SEC_BUF(v) ((int)((v) & 0x7Fu) - 1)
+#define TR_SEC_SHARED 0x80u
+#define TR_SEC_BLOCK(v) ((v) >> 8)
 
 /* ---- open-addressing hash maps of 64-bit keys ------------------------------------------- */
 
@@ -115,9 +122,9 @@ static struct {
     hmap wmap;           /* (warp, instruction, time) -> index into acc */
     wacc *acc;
     size_t nacc, capacc;
-    hmap sectors;        /* this launch's distinct sectors: sector -> buffer index + 1 */
+    hmap sectors;        /* this launch's distinct sectors: sector -> TR_SEC_* packing */
     const emu_alloc *bufs[TR_BUFS];
-    double buf_sectors[TR_BUFS];
+    double buf_private[TR_BUFS], buf_shared[TR_BUFS];   /* sectors of one sampled block, of several */
     int nbufs;
     /* this launch, unscaled */
     double req, bytes, sect, shreq, shwave, shphase;
@@ -192,18 +199,28 @@ void emu_traffic_note(const emu_alloc *a, const void *p, size_t n, uint64_t insn
         w->lane[w->nl] = (uint8_t)f->lane;
         w->addr[w->nl++] = (uintptr_t)p;
     }
-    if (!shared) {   /* the launch's distinct sectors, per buffer */
+    if (!shared) {   /* the launch's distinct sectors, per buffer, private to one block or shared */
+        const uint32_t blk = (uint32_t)(T.blocks_run & 0xFFFFFFu);
         for (uintptr_t s = (uintptr_t)p / TR_SECTOR; s <= ((uintptr_t)p + n - 1) / TR_SECTOR; s++) {
-            uint32_t *b = hmap_get(&T.sectors, s, &fresh);
-            if (!fresh) continue;
+            uint32_t *v = hmap_get(&T.sectors, s, &fresh);
+            if (!fresh) {
+                int bi = TR_SEC_BUF(*v);
+                if (bi >= 0 && !(*v & TR_SEC_SHARED) && TR_SEC_BLOCK(*v) != blk) {   /* a second block */
+                    *v |= TR_SEC_SHARED;
+                    T.buf_private[bi] -= 1;
+                    T.buf_shared[bi] += 1;
+                }
+                continue;
+            }
             int bi = 0;
             while (bi < T.nbufs && T.bufs[bi] != a) bi++;
             if (bi == T.nbufs && T.nbufs < TR_BUFS) {
                 T.bufs[T.nbufs] = a;
-                T.buf_sectors[T.nbufs++] = 0;
+                T.buf_private[T.nbufs] = T.buf_shared[T.nbufs] = 0;
+                T.nbufs++;
             }
-            if (bi < T.nbufs) T.buf_sectors[bi] += 1;
-            *b = (uint32_t)bi + 1;
+            if (bi < T.nbufs) T.buf_private[bi] += 1;
+            *v = (bi < T.nbufs ? (uint32_t)bi + 1 : 0u) | blk << 8;
         }
     }
 }
@@ -302,7 +319,7 @@ void emu_traffic_launch_end(const emu_call *c) {
     r->sh_wavefronts += T.shwave * k;
     r->sh_conflicts += (T.shwave - T.shphase) * k;
     for (int i = 0; i < T.nbufs; i++) {
-        double b = T.buf_sectors[i] * TR_SECTOR * k, size = (double)T.bufs[i]->size;
+        double b = (T.buf_private[i] * k + T.buf_shared[i]) * TR_SECTOR, size = (double)T.bufs[i]->size;
         r->dram_bytes += b < size ? b : size;
     }
 }
