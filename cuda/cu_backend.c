@@ -375,50 +375,56 @@ static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, in
     return MS_OK;
 }
 
-/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)). */
+/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
+ * Each residual add is fused with the norm after it (cu_add_rmsnorm: the
+ * next layer's norm1, or out_norm after the last layer, in place). */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, H = g->hidden, ctx = g->context;
     float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
+    ETRY(cu_rmsnorm(c->xn, c->x, c->layers[0].norm1, n, D, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
         uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
-        ETRY(cu_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
         ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
         ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
                             g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
         ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
         WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
-        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
-        ETRY(cu_rmsnorm(c->xn, c->x, L->norm2, n, D, LM_NORM_EPS, c->st));
+        ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
         ETRY(cu_silu_gate(c->h, c->u, n, H, c->st));
         WTRY(lin(c, c->o, c->h, L->ffn_out, n, D, H, err));
-        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
+        if (l + 1 < g->num_layers)
+            ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, c->layers[l + 1].norm1, n, D, LM_NORM_EPS, c->st));
+        else
+            ETRY(cu_add_rmsnorm(c->x, c->x, c->o, c->out_norm, n, D, LM_NORM_EPS, c->st));
     }
-    ETRY(cu_rmsnorm(c->x, c->x, c->out_norm, n, D, LM_NORM_EPS, c->st));
     return MS_OK;
 }
 
-/* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k]. */
+/* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
+ * Residual adds fused with the next norm (cu_add_rmsnorm) but the last. */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
+    ETRY(cu_rmsnorm(c->dyn, c->dy, c->dep_layers[0].norm1, B, dd, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const cu_dep_layer *L = &c->dep_layers[l];
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
-        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm1, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->dqkv, c->dyn, L->attn_in[k], B, 3 * dd, dd, err));
         ETRY(cu_dep_attend(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B, g->depformer_num_heads,
                            g->dep_head_dim, c->st));
         WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
-        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
-        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm2, B, dd, LM_NORM_EPS, c->st));
+        ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, L->norm2, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
         ETRY(cu_silu_gate(c->dh, c->du, B, Hd, c->st));
         WTRY(lin(c, c->dout, c->dh, L->ffn_out[k], B, dd, Hd, err));
-        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
+        if (l + 1 < g->depformer_num_layers)
+            ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, c->dep_layers[l + 1].norm1, B, dd, LM_NORM_EPS, c->st));
+        else
+            ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
     }
     WTRY(lin(c, c->alog + (size_t)k * B * g->card, c->dy, c->linears[k], B, g->card, dd, err));
     return MS_OK;

@@ -4,6 +4,7 @@
  * has its CPU resource (thread pool, scratch):
  *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
  *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
+ *     cu_add_rmsnorm     kern_add, then kern_rmsnorm
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
  * CPU backend's kernels applied row by row:
@@ -54,6 +55,14 @@ cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
                        const float *x,      /* (B, C) */
                        const float *alpha,  /* (C) */
                        int B, int C, float eps, cudaStream_t stream);
+
+/* cu_add_rmsnorm: x += r, then y = rmsnorm(x) * alpha per row (the
+ * residual add and the next norm in one launch); y may alias x. */
+cudaError_t cu_add_rmsnorm(float *y,            /* (B, C) */
+                           float *x,            /* (B, C) in and out */
+                           const float *r,      /* (B, C) */
+                           const float *alpha,  /* (C) */
+                           int B, int C, float eps, cudaStream_t stream);
 
 /* cu_samp_topk_rows: one token per row, the same index as samp_topk_rows
  * for the same inputs (samp.h; cuda/samp_core.h). stream_id is the RNG

@@ -288,12 +288,66 @@ static void rmsnorm_case(int B, int C, double scale, int inplace, uint64_t seed)
     free(x); free(y); free(yr); free(a);
 }
 
+/* cu_add_rmsnorm against kern_add then kern_rmsnorm: x after the add
+ * exactly, y within rmsnorm's tolerance; inplace: y is x. */
+static void add_rmsnorm_case(int B, int C, int inplace, uint64_t seed) {
+    char name[96];
+    snprintf(name, sizeof name, "add_rmsnorm B=%d C=%d%s", B, C, inplace ? " in-place" : "");
+    if (!begin(name, 1, (double)B * C)) return;
+    const float eps = 1e-8f;
+    gu_rng r = {seed};
+    size_t n = (size_t)B * C;
+    float *x = malloc(n * sizeof *x), *o = malloc(n * sizeof *o), *y = malloc(n * sizeof *y);
+    float *xr = malloc(n * sizeof *xr), *yr = malloc(n * sizeof *yr), *xg = malloc(n * sizeof *xg);
+    float *a = malloc((size_t)C * sizeof *a);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)gu_normal(&r);
+        o[i] = (float)(0.5 * gu_normal(&r));
+    }
+    for (int c = 0; c < C; c++) a[c] = (float)(1.0 + 0.5 * gu_normal(&r));
+    memcpy(xr, x, n * sizeof *x);
+    kern_add(xr, o, (int)n);
+    kern_rmsnorm(yr, xr, a, B, C, eps);
+    float *dx = gu_dalloc(n * sizeof *x), *dout = gu_dalloc(n * sizeof *o), *da = gu_dalloc((size_t)C * sizeof *a);
+    float *dy = inplace ? dx : gu_dalloc(n * sizeof *y);
+    gu_h2d(dx, x, n * sizeof *x);
+    gu_h2d(dout, o, n * sizeof *o);
+    gu_h2d(da, a, (size_t)C * sizeof *a);
+    CU_CHECK_FATAL(cu_add_rmsnorm(dy, dx, dout, da, B, C, eps, 0));
+    gu_sync();
+    gu_d2h(y, dy, n * sizeof *y);
+    gu_d2h(xg, dx, n * sizeof *xg);
+    double worst = 0.0, tol = 64.0;
+    long bad = -1, badx = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!inplace && xg[i] != xr[i] && badx < 0) badx = (long)i;
+        double d = fabs((double)y[i] - yr[i]);
+        double e = d == 0.0 ? 0.0 : d / (fabs((double)yr[i]) * ldexp(1.0, -24) + 1e-300);
+        if (e != e) e = INFINITY;
+        if (e > worst) worst = e;
+        if (e > tol && bad < 0) bad = (long)i;
+    }
+    if (badx >= 0)
+        result(0, name, "x after the add differs at (b=%ld, c=%ld): gpu %.9g ref %.9g", badx / C, badx % C, xg[badx],
+               xr[badx]);
+    else if (bad >= 0)
+        result(0, name, "first mismatch at (b=%ld, c=%ld): gpu %.9g ref %.9g", bad / C, bad % C, y[bad], yr[bad]);
+    else
+        result(1, name, "x exact%s; y max normalised error %.3g (tolerance %.3g)", inplace ? " (y is x)" : "", worst,
+               tol);
+    gu_dfree(dx); gu_dfree(dout); gu_dfree(da);
+    if (!inplace) gu_dfree(dy);
+    free(x); free(o); free(y); free(xr); free(yr); free(xg); free(a);
+}
+
 static void test_rmsnorm(void) {
     rmsnorm_case(1, 4096, 1.0, 0, 1);
     rmsnorm_case(3, 1024, 3.0, 0, 2);
     rmsnorm_case(2, 7, 1.0, 0, 3);
     rmsnorm_case(4, 4096, 1e-4, 0, 4);   /* mean(x^2) ~ eps: eps placement matters */
     rmsnorm_case(5, 1000, 1.0, 1, 5);
+    add_rmsnorm_case(3, 4096, 0, 6);
+    add_rmsnorm_case(2, 1000, 1, 7);   /* the step's last norm: in place */
 }
 
 /* ---- sampler ------------------------------------------------------------- */

@@ -11,7 +11,8 @@
  * counts multiplied by how often the step repeats it:
  *   - the temporal layer: 32 times;
  *   - the depformer layer: 6 layers x dep_q (8) sub-steps, run at sub-step
- *     4 (its attention over 5 sub-steps; the others differ by a few rows);
+ *     4 (its attention over 5 sub-steps; the others differ by a few rows),
+ *     and the add + norm between two of them, 5 x 8 times;
  *   - the depformer sub-step's own launches (input projection, embedding,
  *     head, sampler, feed-back): 8 times;
  *   - the attention over the ring at 2 rows (slots 0 and 1) scaled to B:
@@ -243,17 +244,15 @@ static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int
 
 static void temporal_layer(mbuf *m, int B) {
     const int D = M_DIM, H = g_hidden;
-    LT(cu_rmsnorm(m->xn, m->x, m->norm, B, D, LM_NORM_EPS, 0));
     lin(m, m->qkv, m->xn, m->attn_in, B, 3 * D, D);
     LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
     /* (the attention and the K/V store: attend(), scaled separately) */
     lin(m, m->o, m->att, m->attn_out, B, D, D);
-    LT(cu_add(m->x, m->o, (size_t)B * D, 0));
-    LT(cu_rmsnorm(m->xn, m->x, m->norm, B, D, LM_NORM_EPS, 0));
+    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));
     lin(m, m->u, m->xn, m->ffn_in, B, 2 * H, D);
     LT(cu_silu_gate(m->h, m->u, B, H, 0));
     lin(m, m->o, m->h, m->ffn_out, B, D, H);
-    LT(cu_add(m->x, m->o, (size_t)B * D, 0));
+    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));   /* next norm1, or out_norm */
 }
 
 static void attend(mbuf *m, int rows) {
@@ -265,10 +264,10 @@ static void attend(mbuf *m, int rows) {
 
 static void step_once(mbuf *m, int B) {   /* before the layers, and the text head */
     LT(cu_embed_sum(m->x, m->tok, 1 + M_NQ, m->emb, m->text_emb, B, M_DIM, M_NQ, M_CARD, M_TEXT, 0));
+    LT(cu_rmsnorm(m->xn, m->x, m->norm, B, M_DIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
 }
 
 static void step_head(mbuf *m, int B) {
-    LT(cu_rmsnorm(m->x, m->x, m->norm, B, M_DIM, LM_NORM_EPS, 0));
     lin(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM);
     LT(cu_samp_topk_rows(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, 0));
     LT(cu_dep_feed(m->prev, m->out, m->tgt, 1 + M_DEPQ, NULL, 0, B, 0));
@@ -277,6 +276,8 @@ static void step_head(mbuf *m, int B) {
 static void dep_substep_own(mbuf *m, int B) {
     lin(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM);
     LT(cu_embed_add_rows(m->dy, m->prev, m->dep_emb, B, M_DDIM, M_CARD + 1, 0));
+    LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
+    LT(cu_add(m->dy, m->dout, (size_t)B * M_DDIM, 0));                     /* the last layer's add */
     lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
     LT(cu_samp_topk_rows(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), 0));
     LT(cu_dep_feed(m->prev, m->out + B, m->tgt + 1, 1 + M_DEPQ, m->dsteps, 0, B, 0));
@@ -284,17 +285,19 @@ static void dep_substep_own(mbuf *m, int B) {
 
 static void dep_layer(mbuf *m, int B) {
     const int dd = M_DDIM, Hd = g_dhidden;
-    LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, dd, LM_NORM_EPS, 0));
     lin(m, m->dqkv, m->dyn, m->d_attn_in, B, 3 * dd, dd);
     LT(cu_dep_attend(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K, M_DEPQ, B, M_DHEADS,
                      dd / M_DHEADS, 0));
     lin(m, m->dout, m->datt, m->d_attn_out, B, dd, dd);
-    LT(cu_add(m->dy, m->dout, (size_t)B * dd, 0));
-    LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, dd, LM_NORM_EPS, 0));
+    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, dd, LM_NORM_EPS, 0));
     lin(m, m->du, m->dyn, m->d_ffn_in, B, 2 * Hd, dd);
     LT(cu_silu_gate(m->dh, m->du, B, Hd, 0));
     lin(m, m->dout, m->dh, m->d_ffn_out, B, dd, Hd);
-    LT(cu_add(m->dy, m->dout, (size_t)B * dd, 0));
+}
+
+/* Between two depformer layers: the residual add and the next norm1. */
+static void dep_between(mbuf *m, int B) {
+    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));
 }
 
 /* The bytes a step must read: every weight matrix it uses once, the text
@@ -334,6 +337,8 @@ static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
     collect(M_DEPQ, M_DEPQ);
     dep_layer(m, B);
     collect(M_DEPQ * M_DLAYERS, M_DEPQ * M_DLAYERS);
+    dep_between(m, B);
+    collect(M_DEPQ * (M_DLAYERS - 1), M_DEPQ * (M_DLAYERS - 1));
     double us = 0, bytes = 0, launches = 0;
     for (int i = 0; i < ntable; i++) {
         const mrow *r = &table[i];
