@@ -181,7 +181,8 @@ __device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
 /* Grid (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
  * (s + 1) * CU_ATT_SPLIT) of row b's nk keys and writes its partial
  * softmax: the maximum m, the sum l of exp(score - m) and the unnormalised
- * sum of exp(score - m) v (an empty split writes m = -inf, l = 0).
+ * sum of exp(score - m) v. An empty split (past the row's nk keys) writes
+ * nothing: the combine reads the first ceil(nk / CU_ATT_SPLIT) only.
  * Scores: each warp segment (att_geom) takes one key at a time, its lanes
  * across head_dim, and sums its lanes with shuffles. Values: the same
  * segments, the block's ATT_THREADS / Cp segments each summing every
@@ -197,29 +198,31 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     __shared__ float red[ATT_WARPS];
     __shared__ float lsum[ATT_WARPS];
     __shared__ float stat[2];
+    __shared__ int64_t row_pos[2];   /* pos[b], pos[0]: read once, not by every thread */
+    __shared__ int32_t row_slot;
     const int h = blockIdx.x, b = blockIdx.y, s = blockIdx.z;
     const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
-    const int64_t p = pos[b];
-    const int64_t c0 = prefill ? pos[0] : p;
+    if (threadIdx.x == 0) {
+        row_pos[0] = pos[b];
+        row_pos[1] = prefill ? pos[0] : row_pos[0];
+    }
+    __syncthreads();
+    const int64_t p = row_pos[0];
+    const int64_t c0 = row_pos[1];
     const int64_t lo = p + 1 > window ? p + 1 - window : 0;
     const int nk = (int)(p - lo + 1);
     const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
     float *pb = att_part(part, b, h, gridDim.x, gridDim.z), *ml = pb + 2 * s;
     float *out = pb + 2 * gridDim.z + (size_t)s * CU_ATT_MAX_HEAD_DIM;
-    if (j0 >= j1) {   /* an empty split (a short window): the whole block leaves, no barrier passed */
-        if (threadIdx.x == 0) {
-            ml[0] = -INFINITY;
-            ml[1] = 0.0f;
-        }
-        return;
-    }
-    const uint16_t *ring = kv_layer + (size_t)slot[b] * slot_stride;
+    if (j0 >= j1) return;   /* an empty split (a short window): the combine does not read it */
+    if (threadIdx.x == 0) row_slot = slot[b];   /* read after the barrier below */
     const att_geom g = att_geometry(head_dim, VEC);
     const int cl = lane % g.Cp, sub = lane / g.Cp;
     /* q through shared memory (one coalesced load), then this lane's chunks in registers */
     const float *qh = q + (size_t)b * q_stride + (size_t)h * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
-    __syncthreads();
+    __syncthreads();   /* qs, row_slot */
+    const uint16_t *ring = kv_layer + (size_t)row_slot * slot_stride;
     float qr[ATT_LANE_ELEMS];
     for (int k = 0; k < g.NC; k++) {
         int c = cl + k * g.Cp;
@@ -308,27 +311,36 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
 }
 
 /* Grid (heads, B), head_dim threads rounded up to a warp: out = sum over
- * the splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. The (m, l)
- * pairs come in through shared memory (one contiguous load). */
+ * the row's non-empty splits (ceil(nk / CU_ATT_SPLIT) of them, the others
+ * wrote nothing) of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. The (m,
+ * l) pairs come in through shared memory (one contiguous load). */
 #define ATT_ML_CHUNK 64   /* (m, l) pairs the combine stages at a time */
 __global__ void __launch_bounds__(CU_ATT_MAX_HEAD_DIM)
-attend_combine_kernel(float *out, int out_stride, float *part, int splits, int head_dim) {
+attend_combine_kernel(float *out, int out_stride, float *part, const int64_t *pos, int splits, int window,
+                      int head_dim) {
     __shared__ float mls[2 * ATT_ML_CHUNK];
+    __shared__ int used_s;
     const int h = blockIdx.x, b = blockIdx.y;
     const float *pp = att_part(part, b, h, gridDim.x, splits), *acc = pp + 2 * splits;
+    if (threadIdx.x == 0) {
+        const int64_t p = pos[b], lo = p + 1 > window ? p + 1 - window : 0;
+        used_s = (int)((p - lo + 1 + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT);
+    }
+    __syncthreads();
+    const int used = used_s;
     const int d = threadIdx.x;
     const bool on = d < head_dim;   /* the others take part in the staging and barriers only */
     float M = -INFINITY, L = 0.0f, a = 0.0f;
     for (int pass = 0; pass < 2; pass++)   /* the maximum, then the sums */
-        for (int s0 = 0; s0 < splits; s0 += ATT_ML_CHUNK) {
-            const int n = min(ATT_ML_CHUNK, splits - s0);
+        for (int s0 = 0; s0 < used; s0 += ATT_ML_CHUNK) {
+            const int n = min(ATT_ML_CHUNK, used - s0);
             __syncthreads();   /* the previous chunk is read */
             for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) mls[i] = pp[2 * s0 + i];
             __syncthreads();
             for (int s = 0; s < n; s++) {
                 if (pass == 0) {
                     M = fmaxf(M, mls[2 * s]);
-                } else if (on && mls[2 * s + 1] > 0.0f) {   /* else an empty split */
+                } else if (on && mls[2 * s + 1] > 0.0f) {
                     float f = expf(mls[2 * s] - M);
                     L += f * mls[2 * s + 1];
                     a += f * acc[(size_t)(s0 + s) * CU_ATT_MAX_HEAD_DIM + d];
@@ -362,7 +374,8 @@ extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, i
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
-    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, splits, head_dim);
+    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
+                                                                            head_dim);
     return cudaGetLastError();
 }
 
