@@ -442,16 +442,16 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
                       c->st));
     WTRY(temporal(c, B, &r, 0, err));
     WTRY(lin(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, err));
-    ETRY(cu_samp_topk_rows(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->st));
-    ETRY(cu_dep_feed(c->prev, c->out, r.tgt, nt, NULL, 0, B, c->st));
+    ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL, 0,
+                           c->st));
     for (int k = 0; k < ndep; k++) {
         WTRY(lin(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, err));   /* reads out_norm(h) */
         ETRY(cu_embed_add_rows(c->dy, c->prev, k == 0 ? c->dep_text_emb : c->dep_emb[k - 1], B, g->depformer_dim,
                                k == 0 ? g->text_card + 1 : g->card + 1, c->st));
         WTRY(dep_substep(c, B, k, err));
         int32_t *o = c->out + (size_t)(1 + k) * B;
-        ETRY(cu_samp_topk_rows(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->st));
-        ETRY(cu_dep_feed(c->prev, o, r.tgt + 1 + k, nt, r.dsteps, k, B, c->st));
+        ETRY(cu_samp_topk_feed(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev,
+                               r.tgt + 1 + k, nt, r.dsteps, k, c->st));
     }
     return MS_OK;
 }

@@ -16,7 +16,7 @@
  *     cu_silu_gate       kern_silu_gate
  *     cu_add             kern_add
  *     cu_f32_to_bf16     st_f32_to_bf16
- * (cu_kv_store, cu_dep_feed and cu_rand_bf16 only move or generate data;
+ * (cu_kv_store and cu_rand_bf16 only move or generate data;
  * tests/gpu/backend_test.c covers them through the whole step).
  * (kern_X <-> cu_X: kern_ only says "CPU kernel"; samp_X <-> cu_samp_X).
  * tests/gpu/engine_test.c compares each launcher against its twin.
@@ -150,11 +150,21 @@ cudaError_t cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
 /* cu_f32_to_bf16: y = bf16(x) (n), nearest even: the GEMMs' activations. */
 cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream);
 
-/* cu_dep_feed: prev[b] = target[b * t_stride] where >= 0 (forced), else
- * sampled[b]; with dep_steps (non-NULL), sampled[b] = -1 afterwards where
- * k >= dep_steps[b] (a sub-step the row did not ask for). */
-cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
-                        const int32_t *dep_steps, int k, int B, cudaStream_t stream);
+/* cu_samp_topk_feed: cu_samp_topk_rows, then the depformer's token
+ * feed-back in the same launch (by the thread that writes a row's token):
+ * prev[b] = target[b * t_stride] where >= 0 (forced), else the sampled
+ * token; with dep_steps (non-NULL) the token becomes -1 where k >=
+ * dep_steps[b] (a sub-step the row did not ask for). One graph node per
+ * sub-step fewer than a separate feed-back kernel (issue 25). */
+cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
+                              const float *logits,     /* (B, N) */
+                              const samp_row *rows,    /* (B) */
+                              int B, int N, uint32_t stream_id,
+                              int32_t *prev,           /* (B) */
+                              const int32_t *target,   /* (B, t_stride): column 0 read */
+                              int t_stride,
+                              const int32_t *dep_steps,/* (B) or NULL */
+                              int k, cudaStream_t stream);
 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);

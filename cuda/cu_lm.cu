@@ -2,8 +2,8 @@
  * sampler: embeddings, RoPE with the K/V packing, attention over a slot's
  * ring (split over the ring, then a combine), the K/V store through the
  * slot-index array, the depformer's attention, SiLU gating, residual adds,
- * bf16 rounding for the GEMMs, the depformer's token feed-back and the
- * random-weight generator. C twins (cuda/cu_kern.h): kern_embed_add,
+ * bf16 rounding for the GEMMs and the random-weight generator (the
+ * depformer's token feed-back is the sampler's: cu_samp_topk_feed). C twins (cuda/cu_kern.h): kern_embed_add,
  * kern_rope, kern_attend_ring, kern_attend, kern_silu_gate, kern_add
  * (engine/cpu/kern_cpu.h), st_f32_to_bf16 (engine/base/st.h).
  *
@@ -498,31 +498,6 @@ __global__ void __launch_bounds__(EW_THREADS) to_bf16_kernel(uint16_t *y, const 
 extern "C" cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     to_bf16_kernel<<<(unsigned)((n + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(y, x, n);
-    return cudaGetLastError();
-}
-
-/* ---- the depformer's token feed-back ------------------------------------------ */
-
-/* prev[b] = target[b * t_stride] when provided (>= 0), else sampled[b];
- * with mask (sub-step k, dep_steps) the sampled token of a row asked for
- * at most k sub-steps becomes -1 afterwards (its feed-back is never used:
- * every later sub-step of that row is dropped too). */
-__global__ void __launch_bounds__(EW_THREADS)
-dep_feed_kernel(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride, const int32_t *dep_steps, int k,
-                int B) {
-    int b = blockIdx.x * EW_THREADS + threadIdx.x;
-    if (b >= B) return;
-    int t = target[(size_t)b * t_stride];
-    prev[b] = t >= 0 ? t : sampled[b];
-    if (dep_steps && k >= dep_steps[b]) sampled[b] = -1;
-}
-
-extern "C" cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
-                                   const int32_t *dep_steps, int k, int B, cudaStream_t stream) {
-    if (B < 0 || t_stride < 1) return cudaErrorInvalidValue;
-    if (B == 0) return cudaSuccess;
-    dep_feed_kernel<<<(unsigned)((B + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(prev, sampled, target,
-                                                                                           t_stride, dep_steps, k, B);
     return cudaGetLastError();
 }
 

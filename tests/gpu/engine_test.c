@@ -517,8 +517,57 @@ static void sample_case(const sample_spec *c) {
     free(l); free(rows); free(got); free(want); free(scratch);
 }
 
+/* cu_samp_topk_feed on the mixed case's rows (sampled and greedy): the
+ * twin's tokens, then the feed-back rule in C (prev = the forced target
+ * where >= 0, else the token; the token -1 where k >= dep_steps), with a
+ * target on every third row and dep_steps below k on every fourth. */
+static void sample_feed_case(void) {
+    const char *name = "samp_topk_feed B=16 N=2048 (+ feed-back, dep_steps)";
+    if (!begin(name, 1, 16.0 * 2048 * 4)) return;
+    sample_spec c = {16, 2048, 0, 0.0f, SK_MIXED, 77};
+    float *l;
+    samp_row *rows;
+    sample_inputs(&c, &l, &rows);
+    const int B = c.B, N = c.N, ts = 3, k = 2;
+    int32_t tok[16], want_out[16], want_prev[16], got_out[16], got_prev[16], tgt[16 * 3], steps[16];
+    int *scratch = malloc((size_t)N * sizeof *scratch);
+    samp_topk_rows(tok, l, rows, B, N, SAMPLE_STREAM, scratch);
+    for (int b = 0; b < B; b++) {
+        tgt[b * ts] = b % 3 == 0 ? 100 + b : -1;
+        tgt[b * ts + 1] = tgt[b * ts + 2] = 7;   /* other columns: never read */
+        steps[b] = b % 4 == 0 ? k : k + 1;       /* k >= steps: masked */
+        want_prev[b] = tgt[b * ts] >= 0 ? tgt[b * ts] : tok[b];
+        want_out[b] = k >= steps[b] ? -1 : tok[b];
+    }
+    float *dl = gu_dalloc((size_t)B * N * sizeof *l);
+    samp_row *drows = gu_dalloc((size_t)B * sizeof *rows);
+    int32_t *dout = gu_dalloc(sizeof got_out), *dprev = gu_dalloc(sizeof got_prev), *dtgt = gu_dalloc(sizeof tgt);
+    int32_t *dsteps = gu_dalloc(sizeof steps);
+    gu_h2d(dl, l, (size_t)B * N * sizeof *l);
+    gu_h2d(drows, rows, (size_t)B * sizeof *rows);
+    gu_h2d(dtgt, tgt, sizeof tgt);
+    gu_h2d(dsteps, steps, sizeof steps);
+    CU_CHECK_FATAL(cudaMemset(dout, 0xFF, sizeof got_out));
+    CU_CHECK_FATAL(cudaMemset(dprev, 0xFF, sizeof got_prev));
+    CU_CHECK_FATAL(cu_samp_topk_feed(dout, dl, drows, B, N, SAMPLE_STREAM, dprev, dtgt, ts, dsteps, k, 0));
+    gu_sync();
+    gu_d2h(got_out, dout, sizeof got_out);
+    gu_d2h(got_prev, dprev, sizeof got_prev);
+    int bad = -1;
+    for (int b = 0; b < B && bad < 0; b++)
+        if (got_out[b] != want_out[b] || got_prev[b] != want_prev[b]) bad = b;
+    if (bad >= 0)
+        result(0, name, "row %d: token %d prev %d, want token %d prev %d", bad, got_out[bad], got_prev[bad],
+               want_out[bad], want_prev[bad]);
+    else
+        result(1, name, "%d rows: tokens, forced and sampled feed-back, masks as the twin", B);
+    gu_dfree(dl); gu_dfree(drows); gu_dfree(dout); gu_dfree(dprev); gu_dfree(dtgt); gu_dfree(dsteps);
+    free(l); free(rows); free(scratch);
+}
+
 static void test_sample(void) {
     for (int c = 0; c < n_sample_cases; c++) sample_case(&sample_cases[c]);
+    sample_feed_case();
 }
 
 /* ---- the LM step's kernels (cuda/cu_lm.cu) ----------------------------- */

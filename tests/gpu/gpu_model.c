@@ -269,8 +269,8 @@ static void step_once(mbuf *m, int B) {   /* before the layers, and the text hea
 
 static void step_head(mbuf *m, int B) {
     lin(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM);
-    LT(cu_samp_topk_rows(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, 0));
-    LT(cu_dep_feed(m->prev, m->out, m->tgt, 1 + M_DEPQ, NULL, 0, B, 0));
+    LT(cu_samp_topk_feed(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL, 0,
+                         0));
 }
 
 static void dep_substep_own(mbuf *m, int B) {
@@ -279,8 +279,8 @@ static void dep_substep_own(mbuf *m, int B) {
     LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
     LT(cu_add(m->dy, m->dout, (size_t)B * M_DDIM, 0));                     /* the last layer's add */
     lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
-    LT(cu_samp_topk_rows(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), 0));
-    LT(cu_dep_feed(m->prev, m->out + B, m->tgt + 1, 1 + M_DEPQ, m->dsteps, 0, B, 0));
+    LT(cu_samp_topk_feed(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
+                         1 + M_DEPQ, m->dsteps, 0, 0));
 }
 
 static void dep_layer(mbuf *m, int B) {
