@@ -375,6 +375,27 @@ static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, in
     return MS_OK;
 }
 
+/* y (n, N) = silu_gate(u) (n, K) W^T, u (n, 2K): the gated FFN's output
+ * product with the gate fused into it (the gated matvec, or the gate and
+ * the bf16 rounding in one launch before the GEMM); two launches where the
+ * gated matvec's vector path does not apply. */
+static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16_t *w, int n, int N, int K,
+                     ms_error *err) {
+    if (n < c->gemm_min) {
+        if (cu_matvec_gated_ok(u, w, K)) {
+            ETRY(cu_matvec_bf16_gated(y, u, w, n, N, K, c->st));
+            return MS_OK;
+        }
+        ETRY(cu_silu_gate(h, u, n, K, c->st));
+        return lin(c, y, h, w, n, N, K, err);
+    }
+    ETRY(cu_silu_gate_bf16(c->xb, u, n, K, c->st));
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
+                                   CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return MS_OK;
+}
+
 /* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
  * Each residual add is fused with the norm after it (cu_add_rmsnorm: the
  * next layer's norm1, or out_norm after the last layer, in place). */
@@ -394,8 +415,7 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
         WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
         ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
-        ETRY(cu_silu_gate(c->h, c->u, n, H, c->st));
-        WTRY(lin(c, c->o, c->h, L->ffn_out, n, D, H, err));
+        WTRY(lin_gated(c, c->o, c->h, c->u, L->ffn_out, n, D, H, err));
         if (l + 1 < g->num_layers)
             ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, c->layers[l + 1].norm1, n, D, LM_NORM_EPS, c->st));
         else
@@ -419,8 +439,7 @@ static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
         WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
         ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, L->norm2, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
-        ETRY(cu_silu_gate(c->dh, c->du, B, Hd, c->st));
-        WTRY(lin(c, c->dout, c->dh, L->ffn_out[k], B, dd, Hd, err));
+        WTRY(lin_gated(c, c->dout, c->dh, c->du, L->ffn_out[k], B, dd, Hd, err));
         if (l + 1 < g->depformer_num_layers)
             ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, c->dep_layers[l + 1].norm1, B, dd, LM_NORM_EPS, c->st));
         else

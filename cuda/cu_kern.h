@@ -50,6 +50,17 @@ cudaError_t cu_matvec_bf16(float *y,          /* (B, N) */
                            const uint16_t *w, /* (N, K) bf16 */
                            int B, int N, int K, cudaStream_t stream);
 
+/* cu_matvec_bf16_gated: y = silu_gate(u) . W^T, the gated FFN's output
+ * product with the gate computed as cu_silu_gate does, in the matvec's
+ * launch: bit for bit cu_silu_gate then cu_matvec_bf16, one launch fewer.
+ * Vector path only: cu_matvec_gated_ok(u, w, K) must hold (K % 8 == 0,
+ * u and w 16-byte aligned), else cudaErrorInvalidValue. */
+int cu_matvec_gated_ok(const float *u, const uint16_t *w, int K);
+cudaError_t cu_matvec_bf16_gated(float *y,          /* (B, N) */
+                                 const float *u,    /* (B, 2K): gate | up */
+                                 const uint16_t *w, /* (N, K) bf16 */
+                                 int B, int N, int K, cudaStream_t stream);
+
 /* cu_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row; y may alias x. */
 cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
                        const float *x,      /* (B, C) */
@@ -145,6 +156,9 @@ cudaError_t cu_dep_attend(float *out,         /* (B, D) */
 
 /* cu_silu_gate: h = silu(u[:, :H]) * u[:, H:]. */
 cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cudaStream_t stream);   /* h (B, H), u (B, 2H) */
+/* cu_silu_gate_bf16: hb = bf16(silu(u[:, :H]) * u[:, H:]): cu_silu_gate then
+ * cu_f32_to_bf16 in one launch (the GEMM path's input). */
+cudaError_t cu_silu_gate_bf16(uint16_t *hb, const float *u, int B, int H, cudaStream_t stream);   /* hb (B, H) */
 /* cu_add: y += x (n). */
 cudaError_t cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
 /* cu_f32_to_bf16: y = bf16(x) (n), nearest even: the GEMMs' activations. */

@@ -479,6 +479,24 @@ extern "C" cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cuda
     return cudaGetLastError();
 }
 
+/* hb = bf16(silu(u[:, :H]) * u[:, H:]): the gate and the GEMM's rounding in one launch. */
+__global__ void __launch_bounds__(EW_THREADS) silu_gate_bf16_kernel(uint16_t *hb, const float *u, int H) {
+    const int b = blockIdx.y;
+    const int i = blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= H) return;
+    const float *ub = u + (size_t)b * 2 * H;
+    float g = ub[i];
+    hb[(size_t)b * H + i] = cu_f2bf(g / (1.0f + expf(-g)) * ub[H + i]);
+}
+
+extern "C" cudaError_t cu_silu_gate_bf16(uint16_t *hb, const float *u, int B, int H, cudaStream_t stream) {
+    if (B < 0 || H <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    silu_gate_bf16_kernel<<<dim3((unsigned)((H + EW_THREADS - 1) / EW_THREADS), (unsigned)B), EW_THREADS, 0,
+                            stream>>>(hb, u, H);
+    return cudaGetLastError();
+}
+
 __global__ void __launch_bounds__(EW_THREADS) add_kernel(float *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) y[i] += x[i];

@@ -42,14 +42,26 @@ __device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], i
     }
 }
 
+/* The float4 of x at chunk c of row b: x itself, or (GATED, x = u of
+ * (B, 2K)) silu(u[:K]) * u[K:] computed as silu_gate_kernel does
+ * (cuda/cu_lm.cu, kern_silu_gate), so the gated product equals the two
+ * launches bit for bit. */
+template <bool GATED>
+__device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, int c, int K4) {
+    if constexpr (!GATED) {
+        return __ldg(xb + b * xstride + c);
+    } else {
+        float4 g = __ldg(xb + b * xstride + c), up = __ldg(xb + b * xstride + K4 + c);
+        return make_float4(g.x / (1.0f + expf(-g.x)) * up.x, g.y / (1.0f + expf(-g.y)) * up.y,
+                           g.z / (1.0f + expf(-g.z)) * up.z, g.w / (1.0f + expf(-g.w)) * up.w);
+    }
+}
+
 /* Fast path: K % 8 == 0, x and w 16-byte aligned. Grid (ceil(N / MV_ROWS),
- * ceil(B / BT)). */
-template <int BT>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
-                const float *__restrict__ x,    /* (B, K) */
-                const uint16_t *__restrict__ w, /* (N, K) bf16 */
-                int B, int N, int K) {
+ * ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K). */
+template <int BT, bool GATED>
+__device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
+                                            const uint16_t *__restrict__ w, int B, int N, int K) {
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
@@ -58,8 +70,8 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)   /* rows past N read row N-1, never stored */
         wr[r] = reinterpret_cast<const uint2 *>(w + (size_t)min(n0 + r, N - 1) * K);
-    const float4 *xb = reinterpret_cast<const float4 *>(x + (size_t)b0 * K);   /* (nb, K/4) */
-    const size_t xstride = (size_t)K / 4;
+    const size_t xstride = (size_t)K / 4 * (GATED ? 2 : 1);   /* float4s per row of x (u) */
+    const float4 *xb = reinterpret_cast<const float4 *>(x) + (size_t)b0 * xstride;
 
     float acc[MV_ROWS * BT];
 #pragma unroll
@@ -83,7 +95,7 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
-                float4 xa = __ldg(xb + b * xstride + c);
+                float4 xa = mv_x<GATED>(xb, xstride, b, c, K4);
 #pragma unroll
                 for (int r = 0; r < MV_ROWS; r++) {
                     float s = acc[r * BT + b];
@@ -95,6 +107,24 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
         }
     }
     mv_store<BT>(y, acc, n0, b0, nb, N);
+}
+
+template <int BT>
+__global__ void __launch_bounds__(MV_THREADS)
+matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
+                const float *__restrict__ x,    /* (B, K) */
+                const uint16_t *__restrict__ w, /* (N, K) bf16 */
+                int B, int N, int K) {
+    mv_vec_body<BT, false>(y, x, w, B, N, K);
+}
+
+template <int BT>
+__global__ void __launch_bounds__(MV_THREADS)
+matvec_bf16_gated(float *__restrict__ y,          /* (B, N) */
+                  const float *__restrict__ u,    /* (B, 2K): gate | up */
+                  const uint16_t *__restrict__ w, /* (N, K) bf16 */
+                  int B, int N, int K) {
+    mv_vec_body<BT, true>(y, u, w, B, N, K);
 }
 
 /* Any K and alignment: one element at a time. Grid (ceil(N / MV_ROWS),
@@ -127,6 +157,29 @@ template <int BT>
 static void launch_vec(float *y, const float *x, const uint16_t *w, int B, int N, int K, cudaStream_t stream) {
     dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
     matvec_bf16_vec<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, B, N, K);
+}
+
+template <int BT>
+static void launch_gated(float *y, const float *u, const uint16_t *w, int B, int N, int K, cudaStream_t stream) {
+    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
+    matvec_bf16_gated<BT><<<grid, MV_THREADS, 0, stream>>>(y, u, w, B, N, K);
+}
+
+extern "C" int cu_matvec_gated_ok(const float *u, const uint16_t *w, int K) {
+    return K % 8 == 0 && ((uintptr_t)u % 16) == 0 && ((uintptr_t)w % 16) == 0;
+}
+
+extern "C" cudaError_t cu_matvec_bf16_gated(float *y, const float *u, const uint16_t *w, int B, int N, int K,
+                                            cudaStream_t stream) {
+    if (B < 0 || N < 0 || K < 0 || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535 ||
+        !cu_matvec_gated_ok(u, w, K))
+        return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    if (B == 1) launch_gated<1>(y, u, w, B, N, K, stream);
+    else if (B == 2) launch_gated<2>(y, u, w, B, N, K, stream);
+    else if (B <= 4) launch_gated<4>(y, u, w, B, N, K, stream);
+    else launch_gated<CU_MATVEC_BATCH_TILE>(y, u, w, B, N, K, stream);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t cu_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K,

@@ -851,6 +851,47 @@ static void elementwise_case(int B, int H) {
     free(u); free(h); free(hr); free(mag); free(y); free(yr); free(bb);
 }
 
+/* The gated FFN's fusions against the two launches they replace, bit for
+ * bit: cu_matvec_bf16_gated = cu_silu_gate then cu_matvec_bf16 (batch tiles
+ * 1, 4 and 8, an odd N), cu_silu_gate_bf16 = cu_silu_gate then
+ * cu_f32_to_bf16. */
+static void gated_case(int B, int N, int K) {
+    char name[96];
+    snprintf(name, sizeof name, "matvec_bf16_gated B=%d N=%d K=%d (+ silu_gate_bf16)", B, N, K);
+    if (!begin(name, 1, (double)B * N * K)) return;
+    gu_rng r = {40 + (uint64_t)B};
+    size_t nu = (size_t)B * 2 * K;
+    float *u = malloc(nu * sizeof *u), *y1 = malloc((size_t)B * N * sizeof *y1), *y2 = malloc((size_t)B * N * sizeof *y2);
+    uint16_t *hb1 = malloc((size_t)B * K * 2), *hb2 = malloc((size_t)B * K * 2);
+    for (size_t i = 0; i < nu; i++) u[i] = (float)(2.0 * gu_normal(&r));
+    uint16_t *w = bf16_table(&r, (size_t)N * K);
+    float *du = gu_dalloc(nu * 4), *dh = gu_dalloc((size_t)B * K * 4), *dy1 = gu_dalloc((size_t)B * N * 4),
+          *dy2 = gu_dalloc((size_t)B * N * 4);
+    uint16_t *dw = gu_dalloc((size_t)N * K * 2), *dhb1 = gu_dalloc((size_t)B * K * 2), *dhb2 = gu_dalloc((size_t)B * K * 2);
+    gu_h2d(du, u, nu * 4);
+    gu_h2d(dw, w, (size_t)N * K * 2);
+    CU_CHECK_FATAL(cu_silu_gate(dh, du, B, K, 0));
+    CU_CHECK_FATAL(cu_matvec_bf16(dy1, dh, dw, B, N, K, 0));
+    CU_CHECK_FATAL(cu_f32_to_bf16(dhb1, dh, (size_t)B * K, 0));
+    CU_CHECK_FATAL(cu_matvec_bf16_gated(dy2, du, dw, B, N, K, 0));
+    CU_CHECK_FATAL(cu_silu_gate_bf16(dhb2, du, B, K, 0));
+    gu_sync();
+    gu_d2h(y1, dy1, (size_t)B * N * 4);
+    gu_d2h(y2, dy2, (size_t)B * N * 4);
+    gu_d2h(hb1, dhb1, (size_t)B * K * 2);
+    gu_d2h(hb2, dhb2, (size_t)B * K * 2);
+    long bad = -1, badh = -1;
+    for (long i = 0; i < (long)B * N && bad < 0; i++)
+        if (memcmp(&y1[i], &y2[i], 4)) bad = i;
+    for (long i = 0; i < (long)B * K && badh < 0; i++)
+        if (hb1[i] != hb2[i]) badh = i;
+    if (bad >= 0) result(0, name, "y differs at (b=%ld, n=%ld): gated %.9g, two launches %.9g", bad / N, bad % N, y2[bad], y1[bad]);
+    else if (badh >= 0) result(0, name, "bf16 gate differs at %ld: 0x%04x vs 0x%04x", badh, hb2[badh], hb1[badh]);
+    else result(1, name, "bit for bit the two launches (y and the bf16 gate)");
+    gu_dfree(du); gu_dfree(dh); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(dhb1); gu_dfree(dhb2);
+    free(u); free(y1); free(y2); free(hb1); free(hb2); free(w);
+}
+
 static void test_lm_kernels(void) {
     embed_case(3, 40, 4, 10, 12);
     embed_case(2, 4096, 3, 300, 500);      /* the 7B's width, strided over 128 threads */
@@ -873,6 +914,9 @@ static void test_lm_kernels(void) {
     dep_attend_case(3, 2, 8, 8, 8);
     dep_attend_case(2, 4, 16, 16, 15);         /* PersonaPlex's dep_window */
     elementwise_case(3, 300);
+    gated_case(1, 65, 1024);
+    gated_case(3, 64, 512);
+    gated_case(8, 33, 256);
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */

@@ -242,6 +242,19 @@ static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int
                                     CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+/* lin_gated(): the gated matvec below M_GEMM_MIN_ROWS rows, else the gate
+ * and bf16 rounding in one launch + GEMM. */
+static void lin_gated(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K) {
+    if (n < M_GEMM_MIN_ROWS) {
+        LT(cu_matvec_bf16_gated(y, u, w, n, N, K, 0));
+        return;
+    }
+    LT(cu_silu_gate_bf16(m->xb, u, n, K, 0));
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
+                                    CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 static void temporal_layer(mbuf *m, int B) {
     const int D = M_DIM, H = g_hidden;
     lin(m, m->qkv, m->xn, m->attn_in, B, 3 * D, D);
@@ -250,8 +263,7 @@ static void temporal_layer(mbuf *m, int B) {
     lin(m, m->o, m->att, m->attn_out, B, D, D);
     LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));
     lin(m, m->u, m->xn, m->ffn_in, B, 2 * H, D);
-    LT(cu_silu_gate(m->h, m->u, B, H, 0));
-    lin(m, m->o, m->h, m->ffn_out, B, D, H);
+    lin_gated(m, m->o, m->u, m->ffn_out, B, D, H);
     LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));   /* next norm1, or out_norm */
 }
 
@@ -291,8 +303,7 @@ static void dep_layer(mbuf *m, int B) {
     lin(m, m->dout, m->datt, m->d_attn_out, B, dd, dd);
     LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, dd, LM_NORM_EPS, 0));
     lin(m, m->du, m->dyn, m->d_ffn_in, B, 2 * Hd, dd);
-    LT(cu_silu_gate(m->dh, m->du, B, Hd, 0));
-    lin(m, m->dout, m->dh, m->d_ffn_out, B, dd, Hd);
+    lin_gated(m, m->dout, m->du, m->d_ffn_out, B, dd, Hd);
 }
 
 /* Between two depformer layers: the residual add and the next norm1. */
