@@ -9,6 +9,7 @@
 #   make test-emu   the CUDA kernels on the host emulator (C and C++ compilers only)
 #   make test-fresh make test in a fresh minimal Debian 12 root (root only;
 #                   tests/tools/test_fresh.sh); make run-fresh: make run there
+#   make gpu-model  the H200 performance model of the LM step, from the emulator (predictions)
 #   make install    PREFIX=/usr/local DESTDIR=: binaries, plugin, units, man page, docs
 #                   (systemd/systemd.mk)
 #   make clean
@@ -42,13 +43,13 @@ $(DEP_GOALS):
 engine-only:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 MOSHID_ENGINE_ONLY=1 BUILD=$(BUILD)/engine-only engine-only-build
 
-test-emu fetch-wheels test-fresh run-fresh:
+test-emu gpu-model fetch-wheels test-fresh run-fresh:
 	$(Q)$(MAKE) --no-print-directory MOSHID_DEPS_OK=1 $@
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: $(DEP_GOALS) engine-only test-emu fetch-wheels test-fresh run-fresh clean
+.PHONY: $(DEP_GOALS) engine-only test-emu gpu-model fetch-wheels test-fresh run-fresh clean
 else
 # ---- inner make: the real rules -----------------------------------------
 CC ?= cc

@@ -103,8 +103,17 @@ typedef struct cu_dep_layer {
 
 struct lm_kv_snap {
     int P, num_layers, dim;
-    uint16_t *kv;       /* device: (num_layers, 2, P, dim) bf16 */
+    uint16_t *kv;       /* device: (num_layers, 2, P, dim) bf16, in a buffer of cap bytes */
+    size_t cap;
 };
+
+/* Snapshot buffers are cudaMalloc'd in whole multiples of CU_SNAP_GRAIN
+ * positions and, when freed, kept (up to CU_SNAP_POOL of them) for the
+ * next snapshot that fits: cudaMalloc and cudaFree may synchronise the
+ * whole device, stalling every session's frame, so a persona cache that
+ * takes and evicts snapshots in its steady state makes none. */
+#define CU_SNAP_GRAIN 64
+#define CU_SNAP_POOL 8
 
 typedef struct cu_ctx {
     lm_config cfg;
@@ -149,6 +158,8 @@ typedef struct cu_ctx {
     int graph_dep;               /* sub-steps captured */
     /* snapshots and state */
     size_t snap_bytes;
+    struct { uint16_t *kv; size_t cap; } snap_pool[CU_SNAP_POOL];   /* freed snapshot buffers, for reuse */
+    int snap_pool_n;
     int gemm_min;                /* CU_GEMM_MIN_ROWS, or MOSHID_CU_GEMM_MIN_ROWS */
     int dead;
     ms_error dead_err;
@@ -181,6 +192,26 @@ static int kill_ctx(cu_ctx *c, ms_error *err) {
     }
     return MS_ERR_DEVICE;
 }
+
+/* cu_bind: make c's device current on the calling thread. The current
+ * device is per host thread, and the thread that calls a backend entry
+ * (the engine thread) is not the one that opened it: without this, with
+ * opts.device != 0, its work would go to device 0 (a launch into c's
+ * stream then fails with an invalid handle). Every entry point that
+ * touches the device starts here; when the device is already current this
+ * is a thread-local check in the runtime. MS_OK, or the context is dead. */
+static int kill_ctx(cu_ctx *c, ms_error *err);
+static int cu_bind(cu_ctx *c, ms_error *err) {
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) return MS_OK;
+    cu_err_set(err, e, "cudaSetDevice(c->device)", __FILE__, __LINE__);
+    return kill_ctx(c, err);
+}
+#define CU_BIND(c, err)                       \
+    do {                                      \
+        int bind_rc_ = cu_bind((c), (err));   \
+        if (bind_rc_ != MS_OK) return bind_rc_; \
+    } while (0)
 
 static int dead_answer(cu_ctx *c, ms_error *err) {
     return ms_err_set(err, MS_ERR_DEVICE, "cuda backend unusable after an earlier device error: %s", c->dead_err.msg);
@@ -344,50 +375,75 @@ static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, in
     return MS_OK;
 }
 
-/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)). */
+/* y (n, N) = silu_gate(u) (n, K) W^T, u (n, 2K): the gated FFN's output
+ * product with the gate fused into it (the gated matvec, or the gate and
+ * the bf16 rounding in one launch before the GEMM); two launches where the
+ * gated matvec's vector path does not apply. */
+static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16_t *w, int n, int N, int K,
+                     ms_error *err) {
+    if (n < c->gemm_min) {
+        if (cu_matvec_gated_ok(u, w, K)) {
+            ETRY(cu_matvec_bf16_gated(y, u, w, n, N, K, c->st));
+            return MS_OK;
+        }
+        ETRY(cu_silu_gate(h, u, n, K, c->st));
+        return lin(c, y, h, w, n, N, K, err);
+    }
+    ETRY(cu_silu_gate_bf16(c->xb, u, n, K, c->st));
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
+                                   CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return MS_OK;
+}
+
+/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
+ * Each residual add is fused with the norm after it (cu_add_rmsnorm: the
+ * next layer's norm1, or out_norm after the last layer, in place). */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, H = g->hidden, ctx = g->context;
     float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
+    ETRY(cu_rmsnorm(c->xn, c->x, c->layers[0].norm1, n, D, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
         uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
-        ETRY(cu_rmsnorm(c->xn, c->x, L->norm1, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
         ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
         ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
                             g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
         ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
         WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
-        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
-        ETRY(cu_rmsnorm(c->xn, c->x, L->norm2, n, D, LM_NORM_EPS, c->st));
+        ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
-        ETRY(cu_silu_gate(c->h, c->u, n, H, c->st));
-        WTRY(lin(c, c->o, c->h, L->ffn_out, n, D, H, err));
-        ETRY(cu_add(c->x, c->o, (size_t)n * D, c->st));
+        WTRY(lin_gated(c, c->o, c->h, c->u, L->ffn_out, n, D, H, err));
+        if (l + 1 < g->num_layers)
+            ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, c->layers[l + 1].norm1, n, D, LM_NORM_EPS, c->st));
+        else
+            ETRY(cu_add_rmsnorm(c->x, c->x, c->o, c->out_norm, n, D, LM_NORM_EPS, c->st));
     }
-    ETRY(cu_rmsnorm(c->x, c->x, c->out_norm, n, D, LM_NORM_EPS, c->st));
     return MS_OK;
 }
 
-/* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k]. */
+/* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
+ * Residual adds fused with the next norm (cu_add_rmsnorm) but the last. */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
+    ETRY(cu_rmsnorm(c->dyn, c->dy, c->dep_layers[0].norm1, B, dd, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const cu_dep_layer *L = &c->dep_layers[l];
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
-        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm1, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->dqkv, c->dyn, L->attn_in[k], B, 3 * dd, dd, err));
         ETRY(cu_dep_attend(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B, g->depformer_num_heads,
                            g->dep_head_dim, c->st));
         WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
-        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
-        ETRY(cu_rmsnorm(c->dyn, c->dy, L->norm2, B, dd, LM_NORM_EPS, c->st));
+        ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, L->norm2, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
-        ETRY(cu_silu_gate(c->dh, c->du, B, Hd, c->st));
-        WTRY(lin(c, c->dout, c->dh, L->ffn_out[k], B, dd, Hd, err));
-        ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
+        WTRY(lin_gated(c, c->dout, c->dh, c->du, L->ffn_out[k], B, dd, Hd, err));
+        if (l + 1 < g->depformer_num_layers)
+            ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, c->dep_layers[l + 1].norm1, B, dd, LM_NORM_EPS, c->st));
+        else
+            ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
     }
     WTRY(lin(c, c->alog + (size_t)k * B * g->card, c->dy, c->linears[k], B, g->card, dd, err));
     return MS_OK;
@@ -405,16 +461,16 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
                       c->st));
     WTRY(temporal(c, B, &r, 0, err));
     WTRY(lin(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, err));
-    ETRY(cu_samp_topk_rows(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->st));
-    ETRY(cu_dep_feed(c->prev, c->out, r.tgt, nt, NULL, 0, B, c->st));
+    ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL, 0,
+                           c->st));
     for (int k = 0; k < ndep; k++) {
         WTRY(lin(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, err));   /* reads out_norm(h) */
         ETRY(cu_embed_add_rows(c->dy, c->prev, k == 0 ? c->dep_text_emb : c->dep_emb[k - 1], B, g->depformer_dim,
                                k == 0 ? g->text_card + 1 : g->card + 1, c->st));
         WTRY(dep_substep(c, B, k, err));
         int32_t *o = c->out + (size_t)(1 + k) * B;
-        ETRY(cu_samp_topk_rows(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->st));
-        ETRY(cu_dep_feed(c->prev, o, r.tgt + 1 + k, nt, r.dsteps, k, B, c->st));
+        ETRY(cu_samp_topk_feed(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev,
+                               r.tgt + 1 + k, nt, r.dsteps, k, c->st));
     }
     return MS_OK;
 }
@@ -424,6 +480,7 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
 static void cu_close(void *vctx) {
     cu_ctx *c = vctx;
     if (!c) return;
+    if (cudaSetDevice(c->device) != cudaSuccess) cudaGetLastError();   /* this thread may not be the opener (cu_bind) */
     cu_mimi_close(c->gm);   /* borrows c->mimi */
     for (int i = 0; c->streams && i < c->nslots; i++) mimi_stream_free(c->streams[i]);
     free(c->streams);
@@ -439,6 +496,7 @@ static void cu_close(void *vctx) {
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
+    for (int i = 0; i < c->snap_pool_n; i++) cudaFree(c->snap_pool[i].kv);
     if (c->hup) cudaFreeHost(c->hup);
     if (c->hout) cudaFreeHost(c->hout);
     if (c->hlog) cudaFreeHost(c->hlog);
@@ -741,6 +799,7 @@ static int bucket_of(const cu_ctx *c, int n) {
 static int cu_step(void *vctx, lm_step_slot *slots, int n, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     if (n == 0) return MS_OK;
     double t0 = now_s();
     const lm_config *g = &c->cfg;
@@ -805,6 +864,7 @@ dead:
 static int cu_prefill(void *vctx, int slot, int64_t pos0, int P, const int *tokens, const float *embs, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     const lm_config *g = &c->cfg;
     /* a chunk never holds two positions of one ring row (see cu_attend_ring) */
     int chunk = g->context < CU_PREFILL_CHUNK ? g->context : CU_PREFILL_CHUNK;
@@ -839,18 +899,57 @@ dead:
 
 static size_t snap_bytes(const lm_kv_snap *s) { return 2 * (size_t)s->num_layers * s->P * s->dim * sizeof(uint16_t); }
 
+/* snap_take: s->kv = a buffer of at least bytes: the smallest pooled one
+ * that fits and is at most twice the size a new one would have, else a new
+ * cudaMalloc of whole CU_SNAP_GRAIN positions. cudaSuccess or cudaMalloc's
+ * error (left as the thread's last error). Engine thread. */
+static cudaError_t snap_take(cu_ctx *c, lm_kv_snap *s, size_t bytes) {
+    size_t per_pos = 2 * (size_t)s->num_layers * s->dim * sizeof(uint16_t);
+    size_t grains = ((size_t)s->P + CU_SNAP_GRAIN - 1) / CU_SNAP_GRAIN;
+    size_t cap = (grains ? grains : 1) * CU_SNAP_GRAIN * per_pos;
+    int best = -1;
+    for (int i = 0; i < c->snap_pool_n; i++)
+        if (c->snap_pool[i].cap >= bytes && c->snap_pool[i].cap <= 2 * cap &&
+            (best < 0 || c->snap_pool[i].cap < c->snap_pool[best].cap))
+            best = i;
+    if (best >= 0) {
+        s->kv = c->snap_pool[best].kv;
+        s->cap = c->snap_pool[best].cap;
+        c->snap_pool[best] = c->snap_pool[--c->snap_pool_n];
+        return cudaSuccess;
+    }
+    s->cap = cap;
+    cudaError_t e = cudaMalloc((void **)&s->kv, s->cap);
+    if (e != cudaSuccess) s->kv = NULL;
+    return e;
+}
+
+/* snap_give: s's buffer back to the pool (or cudaFree'd when the pool is
+ * full), then s freed. Engine thread. */
+static void snap_give(cu_ctx *c, lm_kv_snap *s) {
+    if (s->kv && c->snap_pool_n < CU_SNAP_POOL) {
+        c->snap_pool[c->snap_pool_n].kv = s->kv;
+        c->snap_pool[c->snap_pool_n++].cap = s->cap;
+    } else if (s->kv) {
+        cudaFree(s->kv);
+    }
+    free(s);
+}
+
 static int cu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     const lm_config *g = &c->cfg;
     lm_kv_snap *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, MS_ERR_NOMEM, "kv_snapshot: out of memory");
     *s = (lm_kv_snap){.P = P, .num_layers = g->num_layers, .dim = g->dim};
     size_t bytes = snap_bytes(s);
-    cudaError_t e = cudaMalloc((void **)&s->kv, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
+    if (snap_take(c, s, bytes) != cudaSuccess) {
+        /* out of memory is not sticky, and this thread's last error is
+         * left clean: cudaMalloc's error is answered here */
+        cudaError_t e = cudaGetLastError();
         free(s);
-        cudaGetLastError();   /* out of memory is not sticky */
         return ms_err_set(err, e == cudaErrorMemoryAllocation ? MS_ERR_NOMEM : MS_ERR_DEVICE,
                           "kv_snapshot: cudaMalloc of %.1f MiB for %d positions: %s", bytes / 1048576.0, P,
                           cudaGetErrorString(e));
@@ -866,14 +965,14 @@ static int cu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_erro
     *out = s;
     return MS_OK;
 fail:
-    cudaFree(s->kv);
-    free(s);
+    snap_give(c, s);
     return kill_ctx(c, err);
 }
 
 static int cu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, int l0, int l1, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     const lm_config *g = &c->cfg;
     if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
         return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
@@ -894,8 +993,8 @@ static void cu_kv_snap_free(void *vctx, lm_kv_snap *s) {
     cu_ctx *c = vctx;
     if (!s) return;
     c->snap_bytes -= snap_bytes(s);
-    cudaFree(s->kv);
-    free(s);
+    cudaSetDevice(c->device);   /* for a cudaFree past the pool (cu_bind) */
+    snap_give(c, s);
 }
 
 static int cu_kv_snap_info(void *vctx, const lm_kv_snap *s, lm_snap_info *info) {
@@ -914,6 +1013,7 @@ static int cu_kv_snap_len(void *vctx, const lm_kv_snap *s) {
 static int cu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int which, float *dst, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     size_t n = (size_t)s->P * s->dim;
     uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
     if (!tmp) return ms_err_set(err, MS_ERR_NOMEM, "kv_snap_read: out of memory");
@@ -933,9 +1033,11 @@ static int cu_stats(void *vctx, lm_backend_stats *st) {
     *st = c->st_;
     st->snap_bytes = c->snap_bytes;
     st->where = LM_MEM_DEVICE;
-    st->mem_used = c->wbytes + c->st_.kv_bytes + c->ws_bytes + c->snap_bytes;
+    size_t pooled = 0;   /* freed snapshot buffers kept for reuse */
+    for (int i = 0; i < c->snap_pool_n; i++) pooled += c->snap_pool[i].cap;
+    st->mem_used = c->wbytes + c->st_.kv_bytes + c->ws_bytes + c->snap_bytes + pooled;
     size_t fr = 0, tot = 0;
-    if (!c->dead && cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+    if (!c->dead && (cudaSetDevice(c->device) != cudaSuccess || cudaMemGetInfo(&fr, &tot) != cudaSuccess)) {
         cudaGetLastError();
         fr = 0;
     }
@@ -954,6 +1056,7 @@ static int cu_codec_reset(void *vctx, int slot, int which, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->gm) {
         if (c->dead) return dead_answer(c, err);
+        CU_BIND(c, err);
         int rc = cu_mimi_reset(c->gm, slot, (which & LM_CODEC_ENCODER ? 1 : 0) | (which & LM_CODEC_DECODER ? 2 : 0), err);
         return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
     }
@@ -966,6 +1069,7 @@ static int cu_codec_encode(void *vctx, const int *slots, int n, const float *pcm
     cu_ctx *c = vctx;
     if (c->gm) {
         if (c->dead) return dead_answer(c, err);
+        CU_BIND(c, err);
         int rc = cu_mimi_encode(c->gm, slots, n, pcm, codes, err);
         return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
     }
@@ -977,6 +1081,7 @@ static int cu_codec_decode(void *vctx, const int *slots, int n, const int *codes
     cu_ctx *c = vctx;
     if (c->gm) {
         if (c->dead) return dead_answer(c, err);
+        CU_BIND(c, err);
         int rc = cu_mimi_decode(c->gm, slots, n, codes, pcm, err);
         return rc == MS_ERR_DEVICE ? kill_ctx(c, err) : rc;
     }
@@ -1002,6 +1107,7 @@ static int cu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
     if (c->fq_n == LM_MAX_INFLIGHT) return ms_err_set(err, MS_ERR_STATE, "frame_submit: %d frames in flight", c->fq_n);
+    CU_BIND(c, err);
     int rc, t = -1;
     if (!c->gm || !c->pipeline) {
         rc = lm_frame_run(b, f, err);
@@ -1027,6 +1133,7 @@ static int cu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) 
     c->fq_n--;
     if (t < 0) return MS_OK;
     if (c->dead) return dead_answer(c, err);
+    CU_BIND(c, err);
     if (cu_mimi_decode_finish(c->gm, t, f->dec_pcm, err) != MS_OK) return kill_ctx(c, err);
     for (int j = 0, d = 0; j < f->n; j++)
         if (f->has_out[j])

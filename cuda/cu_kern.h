@@ -4,6 +4,7 @@
  * has its CPU resource (thread pool, scratch):
  *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
  *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
+ *     cu_add_rmsnorm     kern_add, then kern_rmsnorm
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
  * CPU backend's kernels applied row by row:
@@ -15,7 +16,7 @@
  *     cu_silu_gate       kern_silu_gate
  *     cu_add             kern_add
  *     cu_f32_to_bf16     st_f32_to_bf16
- * (cu_kv_store, cu_dep_feed and cu_rand_bf16 only move or generate data;
+ * (cu_kv_store and cu_rand_bf16 only move or generate data;
  * tests/gpu/backend_test.c covers them through the whole step).
  * (kern_X <-> cu_X: kern_ only says "CPU kernel"; samp_X <-> cu_samp_X).
  * tests/gpu/engine_test.c compares each launcher against its twin.
@@ -49,11 +50,30 @@ cudaError_t cu_matvec_bf16(float *y,          /* (B, N) */
                            const uint16_t *w, /* (N, K) bf16 */
                            int B, int N, int K, cudaStream_t stream);
 
+/* cu_matvec_bf16_gated: y = silu_gate(u) . W^T, the gated FFN's output
+ * product with the gate computed as cu_silu_gate does, in the matvec's
+ * launch: bit for bit cu_silu_gate then cu_matvec_bf16, one launch fewer.
+ * Vector path only: cu_matvec_gated_ok(u, w, K) must hold (K % 8 == 0,
+ * u and w 16-byte aligned), else cudaErrorInvalidValue. */
+int cu_matvec_gated_ok(const float *u, const uint16_t *w, int K);
+cudaError_t cu_matvec_bf16_gated(float *y,          /* (B, N) */
+                                 const float *u,    /* (B, 2K): gate | up */
+                                 const uint16_t *w, /* (N, K) bf16 */
+                                 int B, int N, int K, cudaStream_t stream);
+
 /* cu_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row; y may alias x. */
 cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
                        const float *x,      /* (B, C) */
                        const float *alpha,  /* (C) */
                        int B, int C, float eps, cudaStream_t stream);
+
+/* cu_add_rmsnorm: x += r, then y = rmsnorm(x) * alpha per row (the
+ * residual add and the next norm in one launch); y may alias x. */
+cudaError_t cu_add_rmsnorm(float *y,            /* (B, C) */
+                           float *x,            /* (B, C) in and out */
+                           const float *r,      /* (B, C) */
+                           const float *alpha,  /* (C) */
+                           int B, int C, float eps, cudaStream_t stream);
 
 /* cu_samp_topk_rows: one token per row, the same index as samp_topk_rows
  * for the same inputs (samp.h; cuda/samp_core.h). stream_id is the RNG
@@ -110,7 +130,7 @@ int cu_attend_splits(int window);
  * consecutive positions of one slot. The ring is written after (cu_kv_store),
  * so a chunk never reads a row it overwrites. */
 cudaError_t cu_attend_ring(float *out,               /* (B, heads * head_dim) */
-                           float *part,              /* (B, heads, splits, CU_ATT_PART_FLOATS) workspace */
+                           float *part,              /* (B, heads, splits * CU_ATT_PART_FLOATS) workspace */
                            const float *q,           /* (B, q_stride) */
                            int q_stride,
                            const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16 */
@@ -136,16 +156,29 @@ cudaError_t cu_dep_attend(float *out,         /* (B, D) */
 
 /* cu_silu_gate: h = silu(u[:, :H]) * u[:, H:]. */
 cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cudaStream_t stream);   /* h (B, H), u (B, 2H) */
+/* cu_silu_gate_bf16: hb = bf16(silu(u[:, :H]) * u[:, H:]): cu_silu_gate then
+ * cu_f32_to_bf16 in one launch (the GEMM path's input). */
+cudaError_t cu_silu_gate_bf16(uint16_t *hb, const float *u, int B, int H, cudaStream_t stream);   /* hb (B, H) */
 /* cu_add: y += x (n). */
 cudaError_t cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
 /* cu_f32_to_bf16: y = bf16(x) (n), nearest even: the GEMMs' activations. */
 cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream);
 
-/* cu_dep_feed: prev[b] = target[b * t_stride] where >= 0 (forced), else
- * sampled[b]; with dep_steps (non-NULL), sampled[b] = -1 afterwards where
- * k >= dep_steps[b] (a sub-step the row did not ask for). */
-cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
-                        const int32_t *dep_steps, int k, int B, cudaStream_t stream);
+/* cu_samp_topk_feed: cu_samp_topk_rows, then the depformer's token
+ * feed-back in the same launch (by the thread that writes a row's token):
+ * prev[b] = target[b * t_stride] where >= 0 (forced), else the sampled
+ * token; with dep_steps (non-NULL) the token becomes -1 where k >=
+ * dep_steps[b] (a sub-step the row did not ask for). One graph node per
+ * sub-step fewer than a separate feed-back kernel (issue 25). */
+cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
+                              const float *logits,     /* (B, N) */
+                              const samp_row *rows,    /* (B) */
+                              int B, int N, uint32_t stream_id,
+                              int32_t *prev,           /* (B) */
+                              const int32_t *target,   /* (B, t_stride): column 0 read */
+                              int t_stride,
+                              const int32_t *dep_steps,/* (B) or NULL */
+                              int k, cudaStream_t stream);
 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);

@@ -2,8 +2,8 @@
  * sampler: embeddings, RoPE with the K/V packing, attention over a slot's
  * ring (split over the ring, then a combine), the K/V store through the
  * slot-index array, the depformer's attention, SiLU gating, residual adds,
- * bf16 rounding for the GEMMs, the depformer's token feed-back and the
- * random-weight generator. C twins (cuda/cu_kern.h): kern_embed_add,
+ * bf16 rounding for the GEMMs and the random-weight generator (the
+ * depformer's token feed-back is the sampler's: cu_samp_topk_feed). C twins (cuda/cu_kern.h): kern_embed_add,
  * kern_rope, kern_attend_ring, kern_attend, kern_silu_gate, kern_add
  * (engine/cpu/kern_cpu.h), st_f32_to_bf16 (engine/base/st.h).
  *
@@ -18,7 +18,7 @@
 #include "cu_kern.h"
 #include "cu_reduce.cuh"
 extern "C" {
-#include "lm_config.h"   /* LM_MAX_DEP_Q */
+#include "lm_config.h"   /* LM_MAX_DEP_Q, LM_MAX_NQ */
 }
 
 /* bf16 <-> f32, the host's rounding (st_f32_to_bf16: nearest even, NaN
@@ -41,8 +41,10 @@ __device__ __forceinline__ uint16_t cu_f2bf(float f) {
 __global__ void __launch_bounds__(EW_THREADS)
 embed_sum_kernel(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio, const uint16_t *text,
                  int D, int n_q, int card, int text_card) {
+    __shared__ int32_t t[LM_MAX_STREAMS];   /* the row's tokens: one load, not one per element */
     const int b = blockIdx.x;
-    const int32_t *t = tok + (size_t)b * tok_stride;
+    for (int i = threadIdx.x; i < 1 + n_q; i += EW_THREADS) t[i] = tok[(size_t)b * tok_stride + i];
+    __syncthreads();
     for (int d = threadIdx.x; d < D; d += EW_THREADS) {
         float s = 0.0f;
         for (int q = 0; q < n_q; q++) {
@@ -58,7 +60,8 @@ embed_sum_kernel(float *x, const int32_t *tok, int tok_stride, const uint16_t *a
 extern "C" cudaError_t cu_embed_sum(float *x, const int32_t *tok, int tok_stride, const uint16_t *audio_emb,
                                     const uint16_t *text_emb, int B, int D, int n_q, int card, int text_card,
                                     cudaStream_t stream) {
-    if (B < 0 || D <= 0 || n_q < 0 || card <= 0 || text_card <= 0 || tok_stride < 1 + n_q) return cudaErrorInvalidValue;
+    if (B < 0 || D <= 0 || n_q < 0 || n_q > LM_MAX_NQ || card <= 0 || text_card <= 0 || tok_stride < 1 + n_q)
+        return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     embed_sum_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(x, tok, tok_stride, audio_emb, text_emb, D, n_q, card,
                                                             text_card);
@@ -98,17 +101,12 @@ qkv_rope_kernel(float *qkv, uint16_t *kvl, const int64_t *pos, int heads, int he
         float f = expf((float)i * rope_k);
         float a = f * t;
         float cr = cosf(a), ci = sinf(a);
-        size_t o = (size_t)h * head_dim + 2 * i;
-        float re = q[o], im = q[o + 1];
-        q[o] = re * cr - im * ci;
-        q[o + 1] = re * ci + im * cr;
-        re = k[o];
-        im = k[o + 1];
-        float k0 = re * cr - im * ci, k1 = re * ci + im * cr;
-        k[o] = k0;
-        k[o + 1] = k1;
-        ko[o] = cu_f2bf(k0);
-        ko[o + 1] = cu_f2bf(k1);
+        size_t o = (size_t)h * head_dim + 2 * i;   /* even: the pair is one 8-byte (4 packed) access */
+        float2 qv = *reinterpret_cast<const float2 *>(q + o), kv = *reinterpret_cast<const float2 *>(k + o);
+        float k0 = kv.x * cr - kv.y * ci, k1 = kv.x * ci + kv.y * cr;
+        *reinterpret_cast<float2 *>(q + o) = make_float2(qv.x * cr - qv.y * ci, qv.x * ci + qv.y * cr);
+        *reinterpret_cast<float2 *>(k + o) = make_float2(k0, k1);
+        *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
     }
     for (int d = threadIdx.x; d < D; d += EW_THREADS) vo[d] = cu_f2bf(v[d]);
 }
@@ -124,7 +122,16 @@ extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos
 /* ---- attention over a slot's ring ------------------------------------------ */
 
 #define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / CU_WARP)
 #define ATT_PART (CU_ATT_MAX_HEAD_DIM + 2)   /* floats of one partial: m, l, acc[head_dim] */
+/* The partials of row b, head h: (m, l) of every split first, contiguous
+ * (the combine reads them with one warp-level load), then each split's
+ * acc (CU_ATT_MAX_HEAD_DIM floats): splits * ATT_PART floats in all. */
+__device__ __forceinline__ float *att_part(float *part, int b, int h, int heads, int splits) {
+    return part + ((size_t)b * heads + h) * splits * ATT_PART;
+}
+/* Elements of a row a lane holds: CU_ATT_MAX_HEAD_DIM over a warp. */
+#define ATT_LANE_ELEMS (CU_ATT_MAX_HEAD_DIM / CU_WARP)
 
 /* The key of position x for row b (query position p, chunk start c0):
  * positions before c0 come from the ring (row x % ctx), the chunk's own
@@ -135,46 +142,122 @@ __device__ __forceinline__ const uint16_t *att_row(const uint16_t *ring, const u
     return kvl + (size_t)(b - (int)(p - x)) * 2 * D + (size_t)which * D;
 }
 
+/* VEC consecutive bf16 of a row as floats: one 16-byte load for VEC 8
+ * (the caller checked the alignment), one 2-byte load for VEC 1. */
+template <int VEC>
+__device__ __forceinline__ void att_load(const uint16_t *p, float f[VEC]) {
+    if constexpr (VEC == 8) {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    } else {
+        static_assert(VEC == 1, "att_load: VEC 8 or 1");
+        f[0] = cu_bf2f(p[0]);
+    }
+}
+
+/* How a warp covers the rows of one head: a row is C = head_dim / VEC
+ * chunks of VEC elements; a segment of Cp lanes (C rounded up to a power of
+ * two, at most a warp) reads one row, lane cl taking chunks cl, cl + Cp, ..
+ * (NC of them), so each load instruction of a warp reads 32 / Cp whole rows
+ * of contiguous chunks: every sector it touches is used. */
+struct att_geom {
+    int C, Cp, NC, G;
+};
+__device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
+    att_geom g;
+    g.C = head_dim / vec;
+    g.Cp = 1;
+    while (g.Cp < g.C && g.Cp < CU_WARP) g.Cp <<= 1;
+    g.NC = (g.C + g.Cp - 1) / g.Cp;
+    g.G = CU_WARP / g.Cp;
+    return g;
+}
+
 /* Grid (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
  * (s + 1) * CU_ATT_SPLIT) of row b's nk keys and writes its partial
  * softmax: the maximum m, the sum l of exp(score - m) and the unnormalised
- * sum of exp(score - m) v (an empty split writes m = -inf, l = 0). */
+ * sum of exp(score - m) v. An empty split (past the row's nk keys) writes
+ * nothing: the combine reads the first ceil(nk / CU_ATT_SPLIT) only.
+ * Scores: each warp segment (att_geom) takes one key at a time, its lanes
+ * across head_dim, and sums its lanes with shuffles. Values: the same
+ * segments, the block's ATT_THREADS / Cp segments each summing every
+ * (ATT_THREADS / Cp)-th key, then shuffles and shared memory sum them. */
+template <int VEC>
 __global__ void __launch_bounds__(ATT_THREADS)
 attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *kvl, const uint16_t *kv_layer,
                     size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
                     int window, int prefill, float scale) {
     __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
     __shared__ float sc[CU_ATT_SPLIT];
-    __shared__ float red[ATT_THREADS / CU_WARP];
-    __shared__ float lsum[ATT_THREADS / CU_WARP];
+    __shared__ float vred[ATT_WARPS][ATT_LANE_ELEMS][CU_WARP];   /* (warp, lane element, lane) */
+    __shared__ float red[ATT_WARPS];
+    __shared__ float lsum[ATT_WARPS];
     __shared__ float stat[2];
+    __shared__ int64_t row_pos[2];   /* pos[b], pos[0]: read once, not by every thread */
+    __shared__ int32_t row_slot;
     const int h = blockIdx.x, b = blockIdx.y, s = blockIdx.z;
-    const int64_t p = pos[b];
-    const int64_t c0 = prefill ? pos[0] : p;
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+    if (threadIdx.x == 0) {
+        row_pos[0] = pos[b];
+        row_pos[1] = prefill ? pos[0] : row_pos[0];
+    }
+    __syncthreads();
+    const int64_t p = row_pos[0];
+    const int64_t c0 = row_pos[1];
     const int64_t lo = p + 1 > window ? p + 1 - window : 0;
     const int nk = (int)(p - lo + 1);
     const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
-    const uint16_t *ring = kv_layer + (size_t)slot[b] * slot_stride;
-    float *out = part + (((size_t)b * gridDim.x + h) * gridDim.z + s) * ATT_PART;
-    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = q[(size_t)b * q_stride + (size_t)h * head_dim + d];
+    float *pb = att_part(part, b, h, gridDim.x, gridDim.z), *ml = pb + 2 * s;
+    float *out = pb + 2 * gridDim.z + (size_t)s * CU_ATT_MAX_HEAD_DIM;
+    if (j0 >= j1) return;   /* an empty split (a short window): the combine does not read it */
+    if (threadIdx.x == 0) row_slot = slot[b];   /* read after the barrier below */
+    const att_geom g = att_geometry(head_dim, VEC);
+    const int cl = lane % g.Cp, sub = lane / g.Cp;
+    /* q through shared memory (one coalesced load), then this lane's chunks in registers */
+    const float *qh = q + (size_t)b * q_stride + (size_t)h * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
+    __syncthreads();   /* qs, row_slot */
+    const uint16_t *ring = kv_layer + (size_t)row_slot * slot_stride;
+    float qr[ATT_LANE_ELEMS];
+    for (int k = 0; k < g.NC; k++) {
+        int c = cl + k * g.Cp;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) qr[k * VEC + e] = c < g.C ? qs[c * VEC + e] : 0.0f;
+    }
+    /* scores: the loop bound is the warp's, so every lane reaches the shuffles */
+    for (int base = j0 + warp * g.G; base < j1; base += ATT_WARPS * g.G) {
+        const int j = base + sub;
+        float a = 0.0f;
+        if (j < j1) {
+            const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
+            for (int k = 0; k < g.NC; k++) {
+                int c = cl + k * g.Cp;
+                if (c >= g.C) break;
+                float f[VEC];
+                att_load<VEC>(kr + c * VEC, f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) a = fmaf(qr[k * VEC + e], f[e], a);
+            }
+        }
+        for (int o = g.Cp / 2; o > 0; o >>= 1) a += __shfl_xor_sync(CU_FULL_MASK, a, o);
+        if (cl == 0 && j < j1) sc[j - j0] = a * scale;
+    }
     __syncthreads();
     float mx = -INFINITY;
-    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) {
-        const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
-        float a = 0.0f;
-        for (int d = 0; d < head_dim; d++) a = fmaf(qs[d], cu_bf2f(kr[d]), a);
-        a *= scale;
-        sc[j - j0] = a;
-        mx = fmaxf(mx, a);
-    }
+    for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) mx = fmaxf(mx, sc[j - j0]);
     /* block maximum */
 #pragma unroll
     for (int o = CU_WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(CU_FULL_MASK, mx, o));
-    if (threadIdx.x % CU_WARP == 0) red[threadIdx.x / CU_WARP] = mx;
+    if (lane == 0) red[warp] = mx;
     __syncthreads();
     if (threadIdx.x == 0) {
         float m = red[0];
-        for (int w = 1; w < ATT_THREADS / CU_WARP; w++) m = fmaxf(m, red[w]);
+        for (int w = 1; w < ATT_WARPS; w++) m = fmaxf(m, red[w]);
         stat[0] = m;
     }
     __syncthreads();
@@ -188,39 +271,83 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     float L = cu_block_sum<ATT_THREADS, 1>(l, lsum);
     if (threadIdx.x == 0) stat[1] = L;
     __syncthreads();   /* sc[] complete, stat[1] written */
-    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
-        float a = 0.0f;
-        for (int j = j0; j < j1; j++) {
-            const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
-            a = fmaf(sc[j - j0], cu_bf2f(vr[d]), a);
+    /* values: segment t / Cp of the block sums keys j0 + t / Cp, step ATT_THREADS / Cp */
+    float acc[ATT_LANE_ELEMS];
+#pragma unroll
+    for (int i = 0; i < ATT_LANE_ELEMS; i++) acc[i] = 0.0f;
+    const int nseg = ATT_THREADS / g.Cp;
+    for (int j = j0 + (int)threadIdx.x / g.Cp; j < j1; j += nseg) {
+        const float w = sc[j - j0];
+        const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
+        for (int k = 0; k < g.NC; k++) {
+            int c = cl + k * g.Cp;
+            if (c >= g.C) break;
+            float f[VEC];
+            att_load<VEC>(vr + c * VEC, f);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[k * VEC + e] = fmaf(w, f[e], acc[k * VEC + e]);
         }
-        out[2 + d] = a;
+    }
+    /* the warp's segments, then the warps */
+    for (int o = g.Cp; o < CU_WARP; o <<= 1) {
+#pragma unroll
+        for (int i = 0; i < ATT_LANE_ELEMS; i++) acc[i] += __shfl_xor_sync(CU_FULL_MASK, acc[i], o);
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int i = 0; i < ATT_LANE_ELEMS; i++) vred[warp][i][cl] = acc[i];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
+        const int c = d / VEC, i = (c / g.Cp) * VEC + d % VEC;
+        float a = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) a += vred[w][i][c % g.Cp];
+        out[d] = a;
     }
     if (threadIdx.x == 0) {
-        out[0] = j0 < j1 ? m : -INFINITY;
-        out[1] = j0 < j1 ? stat[1] : 0.0f;
+        ml[0] = m;
+        ml[1] = stat[1];
     }
 }
 
 /* Grid (heads, B), head_dim threads rounded up to a warp: out = sum over
- * the splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. */
+ * the row's non-empty splits (ceil(nk / CU_ATT_SPLIT) of them, the others
+ * wrote nothing) of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. The (m,
+ * l) pairs come in through shared memory (one contiguous load). */
+#define ATT_ML_CHUNK 64   /* (m, l) pairs the combine stages at a time */
 __global__ void __launch_bounds__(CU_ATT_MAX_HEAD_DIM)
-attend_combine_kernel(float *out, int out_stride, const float *part, int splits, int head_dim) {
+attend_combine_kernel(float *out, int out_stride, float *part, const int64_t *pos, int splits, int window,
+                      int head_dim) {
+    __shared__ float mls[2 * ATT_ML_CHUNK];
+    __shared__ int used_s;
     const int h = blockIdx.x, b = blockIdx.y;
-    const float *pp = part + ((size_t)b * gridDim.x + h) * splits * ATT_PART;
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[(size_t)s * ATT_PART]);
-    const int d = threadIdx.x;
-    if (d >= head_dim) return;   /* no barrier or warp op follows */
-    float L = 0.0f, a = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float *ps = pp + (size_t)s * ATT_PART;
-        if (!(ps[1] > 0.0f)) continue;   /* empty split */
-        float f = expf(ps[0] - M);
-        L += f * ps[1];
-        a += f * ps[2 + d];
+    const float *pp = att_part(part, b, h, gridDim.x, splits), *acc = pp + 2 * splits;
+    if (threadIdx.x == 0) {
+        const int64_t p = pos[b], lo = p + 1 > window ? p + 1 - window : 0;
+        used_s = (int)((p - lo + 1 + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT);
     }
-    out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
+    __syncthreads();
+    const int used = used_s;
+    const int d = threadIdx.x;
+    const bool on = d < head_dim;   /* the others take part in the staging and barriers only */
+    float M = -INFINITY, L = 0.0f, a = 0.0f;
+    for (int pass = 0; pass < 2; pass++)   /* the maximum, then the sums */
+        for (int s0 = 0; s0 < used; s0 += ATT_ML_CHUNK) {
+            const int n = min(ATT_ML_CHUNK, used - s0);
+            __syncthreads();   /* the previous chunk is read */
+            for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) mls[i] = pp[2 * s0 + i];
+            __syncthreads();
+            for (int s = 0; s < n; s++) {
+                if (pass == 0) {
+                    M = fmaxf(M, mls[2 * s]);
+                } else if (on && mls[2 * s + 1] > 0.0f) {
+                    float f = expf(mls[2 * s] - M);
+                    L += f * mls[2 * s + 1];
+                    a += f * acc[(size_t)(s0 + s) * CU_ATT_MAX_HEAD_DIM + d];
+                }
+            }
+        }
+    if (on) out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
 }
 
 extern "C" int cu_attend_splits(int window) { return (window + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT; }
@@ -235,13 +362,20 @@ extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, i
     if (B == 0) return cudaSuccess;
     int splits = cu_attend_splits(window);
     int D = heads * head_dim;
-    attend_split_kernel<<<dim3((unsigned)heads, (unsigned)B, (unsigned)splits), ATT_THREADS, 0, stream>>>(
-        part, q, q_stride, kvl, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill,
-        1.0f / sqrtf((float)head_dim));
+    dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    /* 16-byte loads when every row of the ring and of kvl starts on 16 bytes */
+    if (head_dim % 8 == 0 && (uintptr_t)kvl % 16 == 0 && (uintptr_t)kv_layer % 16 == 0 && slot_stride % 8 == 0)
+        attend_split_kernel<8><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
+                                                                 pos, head_dim, D, ctx, window, prefill, scale);
+    else
+        attend_split_kernel<1><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
+                                                                 pos, head_dim, D, ctx, window, prefill, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
-    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, splits, head_dim);
+    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
+                                                                            head_dim);
     return cudaGetLastError();
 }
 
@@ -272,7 +406,8 @@ extern "C" cudaError_t cu_kv_store(uint16_t *kv_layer, size_t slot_stride, const
 #define DEP_THREADS 64
 
 /* Grid (heads, B): store sub-step k's key and value of head h (f32, as the
- * CPU keeps them) in the row's cache, then attend over sub-steps lo..k. */
+ * CPU keeps them) in the row's cache, then attend over sub-steps lo..k
+ * (scores: a warp per key, lanes across head_dim). */
 __global__ void __launch_bounds__(DEP_THREADS)
 dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cache_stride, int k, int lo,
                   int head_dim, int D, float scale) {
@@ -287,11 +422,14 @@ dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cac
     }
     __syncthreads();
     const int nk = k + 1 - lo;
-    for (int j = threadIdx.x; j < nk; j += DEP_THREADS) {
+    /* a warp per key, its lanes across head_dim (coalesced), a shuffle sum */
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+    for (int j = warp; j < nk; j += DEP_THREADS / CU_WARP) {
         const float *kr = kb + (size_t)(lo + j) * D + (size_t)h * head_dim;
         float a = 0.0f;
-        for (int d = 0; d < head_dim; d++) a = fmaf(q[d], kr[d], a);
-        sc[j] = a * scale;
+        for (int d = lane; d < head_dim; d += CU_WARP) a = fmaf(q[d], kr[d], a);
+        a = cu_warp_sum(a);
+        if (lane == 0) sc[j] = a * scale;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -341,6 +479,24 @@ extern "C" cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cuda
     return cudaGetLastError();
 }
 
+/* hb = bf16(silu(u[:, :H]) * u[:, H:]): the gate and the GEMM's rounding in one launch. */
+__global__ void __launch_bounds__(EW_THREADS) silu_gate_bf16_kernel(uint16_t *hb, const float *u, int H) {
+    const int b = blockIdx.y;
+    const int i = blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= H) return;
+    const float *ub = u + (size_t)b * 2 * H;
+    float g = ub[i];
+    hb[(size_t)b * H + i] = cu_f2bf(g / (1.0f + expf(-g)) * ub[H + i]);
+}
+
+extern "C" cudaError_t cu_silu_gate_bf16(uint16_t *hb, const float *u, int B, int H, cudaStream_t stream) {
+    if (B < 0 || H <= 0) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    silu_gate_bf16_kernel<<<dim3((unsigned)((H + EW_THREADS - 1) / EW_THREADS), (unsigned)B), EW_THREADS, 0,
+                            stream>>>(hb, u, H);
+    return cudaGetLastError();
+}
+
 __global__ void __launch_bounds__(EW_THREADS) add_kernel(float *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) y[i] += x[i];
@@ -360,31 +516,6 @@ __global__ void __launch_bounds__(EW_THREADS) to_bf16_kernel(uint16_t *y, const 
 extern "C" cudaError_t cu_f32_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     to_bf16_kernel<<<(unsigned)((n + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(y, x, n);
-    return cudaGetLastError();
-}
-
-/* ---- the depformer's token feed-back ------------------------------------------ */
-
-/* prev[b] = target[b * t_stride] when provided (>= 0), else sampled[b];
- * with mask (sub-step k, dep_steps) the sampled token of a row asked for
- * at most k sub-steps becomes -1 afterwards (its feed-back is never used:
- * every later sub-step of that row is dropped too). */
-__global__ void __launch_bounds__(EW_THREADS)
-dep_feed_kernel(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride, const int32_t *dep_steps, int k,
-                int B) {
-    int b = blockIdx.x * EW_THREADS + threadIdx.x;
-    if (b >= B) return;
-    int t = target[(size_t)b * t_stride];
-    prev[b] = t >= 0 ? t : sampled[b];
-    if (dep_steps && k >= dep_steps[b]) sampled[b] = -1;
-}
-
-extern "C" cudaError_t cu_dep_feed(int32_t *prev, int32_t *sampled, const int32_t *target, int t_stride,
-                                   const int32_t *dep_steps, int k, int B, cudaStream_t stream) {
-    if (B < 0 || t_stride < 1) return cudaErrorInvalidValue;
-    if (B == 0) return cudaSuccess;
-    dep_feed_kernel<<<(unsigned)((B + EW_THREADS - 1) / EW_THREADS), EW_THREADS, 0, stream>>>(prev, sampled, target,
-                                                                                           t_stride, dep_steps, k, B);
     return cudaGetLastError();
 }
 

@@ -89,6 +89,7 @@ typedef struct side {
 struct cu_mimi {
     const mimi_model *m;
     int nslots;
+    int device;                   /* current at open; made current by every entry (gm_bind) */
     side es, ds;                  /* encode, decode */
     gop *enc, *dec;
     glayer *enc_tr, *dec_tr;
@@ -286,8 +287,14 @@ static void plan(cu_mimi *g) {
 
 /* ---- open / close --------------------------------------------------------- */
 
+/* gm_bind: make g's device current on the calling thread (the current
+ * device is per host thread; the caller may not be the thread that opened
+ * g). */
+#define GM_BIND(g, err) CU_CHECK(err, cudaSetDevice((g)->device))
+
 void cu_mimi_close(cu_mimi *g) {
     if (!g) return;
+    if (cudaSetDevice(g->device) != cudaSuccess) cudaGetLastError();
     side *sd[2] = {&g->es, &g->ds};
     for (int k = 0; k < 2; k++)
         if (sd[k]->st) cudaStreamSynchronize(sd[k]->st);
@@ -331,6 +338,10 @@ int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *er
     if (!g) return ms_err_set(err, MS_ERR_NOMEM, "cuda mimi: out of host memory");
     g->m = m;
     g->nslots = max_slots;
+    if (cudaGetDevice(&g->device) != cudaSuccess) {
+        free(g);
+        return ms_err_set(err, MS_ERR_DEVICE, "cuda mimi: cudaGetDevice: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     int rc = MS_ERR_NOMEM;
     g->enc_steps = calloc((size_t)max_slots, sizeof *g->enc_steps);
     g->dec_steps = calloc((size_t)max_slots, sizeof *g->dec_steps);
@@ -415,6 +426,7 @@ fail:
 int cu_mimi_reset(cu_mimi *g, int slot, int which, ms_error *err) {
     const mimi_model *m = g->m;
     if (slot < 0 || slot >= g->nslots) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: slot %d of %d", slot, g->nslots);
+    GM_BIND(g, err);
     if ((which & 1) && m->enc_state)
         CU_CHECK(err, cudaMemsetAsync(g->enc_state + (size_t)slot * m->enc_state, 0, m->enc_state * sizeof(float), g->es.st));
     if ((which & 2) && m->dec_state)
@@ -615,6 +627,7 @@ int cu_mimi_encode(cu_mimi *g, const int *slots, int n, const float *pcm, int *c
     const mimi_config *c = &g->m->cfg;
     const int F = c->frame_samples, K = c->num_codebooks;
     if (!pcm || !codes) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: no pcm or codes");
+    GM_BIND(g, err);
     side *w = &g->es;
     unsigned char *hup = w->hup[0], *dup = w->dup[0];
     int rc = begin(g, hup, slots, n, g->enc_steps, 1, err);
@@ -679,6 +692,7 @@ int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes,
     const int F = c->frame_samples, K = c->num_codebooks;
     side *w = &g->ds;
     if (!codes || !ticket) return ms_err_set(err, MS_ERR_ARG, "cuda mimi: no codes or ticket");
+    GM_BIND(g, err);
     int t = 0;
     while (t < CU_MIMI_TICKETS && w->busy[t]) t++;
     if (t == CU_MIMI_TICKETS)
@@ -713,6 +727,7 @@ int cu_mimi_decode_finish(cu_mimi *g, int ticket, float *pcm, ms_error *err) {
     if (ticket < 0 || ticket >= CU_MIMI_TICKETS || !w->busy[ticket])
         return ms_err_set(err, MS_ERR_ARG, "cuda mimi: decode ticket %d not in flight", ticket);
     w->busy[ticket] = 0;
+    GM_BIND(g, err);
     CU_CHECK(err, cudaEventSynchronize(w->done[ticket]));
     if (pcm)
         memcpy(pcm, w->hup[ticket] + g->lay.payload, (size_t)w->n[ticket] * g->m->cfg.frame_samples * sizeof(float));

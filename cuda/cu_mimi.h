@@ -18,7 +18,9 @@
  * decode runs on the device while the next encode and LM step do (the
  * backend's frame_submit / frame_wait). Calls on one side run in call
  * order; a slot's encoder and decoder state are disjoint. Threads: one
- * at a time (the engine thread). Every device failure is MS_ERR_DEVICE with
+ * at a time (the engine thread); each entry first makes the device that was
+ * current at cu_mimi_open current on the calling thread (the current
+ * device is per host thread). Every device failure is MS_ERR_DEVICE with
  * the call's text; after one the device state is unknown (the caller
  * decides: the backend marks itself dead).
  */

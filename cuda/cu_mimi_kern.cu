@@ -26,9 +26,12 @@
 #include <math.h>
 
 #include "cu_kern.h"
+#include "cu_reduce.cuh"
 #include "mimi_elu.h" /* the CPU's ELU, the same operations */
 
 #define MM_THREADS 128
+/* Dynamic shared memory a launch may take without opting in (48 KiB). */
+#define CU_MIMI_ATT_MAX_SMEM (48 * 1024)
 #define RVQ_THREADS 256
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + MM_THREADS - 1) / MM_THREADS); }
@@ -325,57 +328,107 @@ extern "C" cudaError_t cu_mimi_rope_store(float *qkv, float *kv, size_t kv_slot,
 }
 
 /* att[h*hd + d, j] = softmax over the valid ring rows of q . k / sqrt(hd),
- * times v: one thread per (column, head, channel d), three passes over the
- * ring as the C (max, sum of exponentials, then the weighted sum with
- * weight e * (1 / sum)). A row is valid when its implied position p (see
- * the header) satisfies 0 <= p <= pos and pos - p < ctx. */
-__global__ void __launch_bounds__(MM_THREADS) mimi_attend_kernel(float *att, const float *qkv, const float *kv,
+ * times v, as the C's three passes (max, sum of exponentials, then the
+ * weighted sum with weight e * (1 / sum)), each score computed once. A row
+ * is valid when its implied position p (see the header) satisfies
+ * 0 <= p <= pos and pos - p < ctx. Grid (N columns, heads), MA_THREADS
+ * threads; dynamic shared memory (mimi_attend_smem): the scores (ctx), q
+ * (hd) and the value partial sums (max(MA_THREADS, hd)).
+ * Scores: a warp per ring row, its lanes across the head's channels
+ * (coalesced), a shuffle sum. Values: thread t takes channel t % hd over
+ * every (MA_THREADS / hd)-th row, then the partial sums are added. */
+#define MA_THREADS 128
+#define MA_WARPS (MA_THREADS / CU_WARP)
+
+static size_t mimi_attend_smem(int hd, int ctx) {
+    return sizeof(float) * ((size_t)ctx + (size_t)hd + (size_t)(hd > MA_THREADS ? hd : MA_THREADS));
+}
+
+__global__ void __launch_bounds__(MA_THREADS) mimi_attend_kernel(float *att, const float *qkv, const float *kv,
                                                                   size_t kv_slot, const int32_t *slot,
                                                                   const int64_t *offset, int layer, int n, int T,
                                                                   int D, int hd, int ctx) {
-    const int N = n * T;
-    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    if (i >= (size_t)N * D) return;
-    int j = (int)(i % N), c = (int)(i / N), h = c / hd, s = j / T;
-    long last = (long)offset[s] + T - 1, pos = (long)offset[s] + j % T;
-    const float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D, *vr = kr + (size_t)ctx * D;
+    extern __shared__ float ma_smem[];
+    __shared__ float red[MA_WARPS];
+    __shared__ float stat[2];
+    float *sc = ma_smem, *qs = sc + ctx, *acc = qs + hd;
+    const int N = n * T, j = blockIdx.x, h = blockIdx.y, s = j / T;
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+    const long last = (long)offset[s] + T - 1, pos = (long)offset[s] + j % T;
+    const float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D + (size_t)h * hd;
+    const float *vr = kr + (size_t)ctx * D;
     const float scale = 1.f / sqrtf((float)hd);
+    for (int d = threadIdx.x; d < hd; d += MA_THREADS) qs[d] = qkv[(size_t)(h * hd + d) * N + j];
+    __syncthreads();
+    /* scores; the validity test is the warp's, so the shuffles run full */
+    for (int k = warp; k < ctx; k += MA_WARPS) {
+        long pk = last - ((last - k) % ctx + ctx) % ctx;
+        if (pk < 0 || pk > pos || pos - pk >= ctx) {
+            if (lane == 0) sc[k] = -INFINITY;
+            continue;
+        }
+        float a = 0.f;
+        for (int d = lane; d < hd; d += CU_WARP) a = fmaf(qs[d], kr[(size_t)k * D + d], a);
+        a = cu_warp_sum(a);
+        if (lane == 0) sc[k] = a * scale;
+    }
+    __syncthreads();
     float mx = -FLT_MAX;
-    for (int k = 0; k < ctx; k++) {
-        long pk = last - ((last - k) % ctx + ctx) % ctx;
-        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
-        float sc = 0.f;
-        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
-        sc *= scale;
-        if (sc > mx) mx = sc;
+    for (int k = threadIdx.x; k < ctx; k += MA_THREADS) mx = fmaxf(mx, sc[k]);
+#pragma unroll
+    for (int o = CU_WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(CU_FULL_MASK, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = red[0];
+        for (int w = 1; w < MA_WARPS; w++) m = fmaxf(m, red[w]);
+        stat[0] = m;
     }
-    float sum = 0.f;
-    for (int k = 0; k < ctx; k++) {
-        long pk = last - ((last - k) % ctx + ctx) % ctx;
-        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
-        float sc = 0.f;
-        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
-        sum += expf(sc * scale - mx);
+    __syncthreads();
+    const float m = stat[0];
+    float l = 0.f;
+    for (int k = threadIdx.x; k < ctx; k += MA_THREADS) {
+        float e = sc[k] == -INFINITY ? 0.f : expf(sc[k] - m);
+        sc[k] = e;
+        l += e;
     }
-    float inv = 1.f / sum, acc = 0.f;
-    for (int k = 0; k < ctx; k++) {
-        long pk = last - ((last - k) % ctx + ctx) % ctx;
-        if (pk < 0 || pk > pos || pos - pk >= ctx) continue;
-        float sc = 0.f;
-        for (int d = 0; d < hd; d++) sc += qkv[(size_t)(h * hd + d) * N + j] * kr[(size_t)k * D + h * hd + d];
-        float e = expf(sc * scale - mx);
-        if (e == 0.f) continue;
-        acc += e * inv * vr[(size_t)k * D + c];
+    l = cu_warp_sum(l);
+    if (lane == 0) red[warp] = l;   /* thread 0 read the maxima before the barrier above */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float L = 0.f;
+        for (int w = 0; w < MA_WARPS; w++) L += red[w];
+        stat[1] = 1.f / L;
     }
-    att[(size_t)c * N + j] = acc;
+    __syncthreads();
+    const float inv = stat[1];
+    const int G = hd < MA_THREADS ? MA_THREADS / hd : 1;   /* row groups */
+    for (int i = threadIdx.x; i < G * hd; i += MA_THREADS) {
+        const int d = i % hd, g = i / hd;
+        float a = 0.f;
+        for (int k = g; k < ctx; k += G) {
+            float e = sc[k];
+            if (e == 0.f) continue;
+            a = fmaf(e * inv, vr[(size_t)k * D + d], a);
+        }
+        acc[i] = a;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += MA_THREADS) {
+        float a = 0.f;
+        for (int g = 0; g < G; g++) a += acc[g * hd + d];
+        att[(size_t)(h * hd + d) * N + j] = a;
+    }
 }
 
 extern "C" cudaError_t cu_mimi_attend(float *att, const float *qkv, const float *kv, size_t kv_slot,
                                       const int32_t *slot, const int64_t *offset, int layer, int n, int T, int D,
                                       int heads, int ctx, cudaStream_t stream) {
     if (n <= 0 || T <= 0 || heads <= 0 || D % heads || ctx < T) return cudaErrorInvalidValue;
-    mimi_attend_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(att, qkv, kv, kv_slot, slot, offset,
-                                                                                  layer, n, T, D, D / heads, ctx);
+    size_t smem = mimi_attend_smem(D / heads, ctx);
+    if (smem > CU_MIMI_ATT_MAX_SMEM) return cudaErrorInvalidValue;
+    mimi_attend_kernel<<<dim3((unsigned)(n * T), (unsigned)heads), MA_THREADS, smem, stream>>>(
+        att, qkv, kv, kv_slot, slot, offset, layer, n, T, D, D / heads, ctx);
     return cudaGetLastError();
 }
 

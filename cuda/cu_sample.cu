@@ -83,11 +83,32 @@ __device__ uint64_t sp_kth_key(const float *l, int N, int k) {
     return s_prefix;
 }
 
+/* The depformer's token feed-back, done by the thread that writes a row's
+ * token (cu_samp_topk_feed): prev[b] = target[b * t_stride] where >= 0,
+ * else the token; then the token becomes -1 where k >= dep_steps[b]. prev
+ * NULL: none (cu_samp_topk_rows). */
+typedef struct sp_feed {
+    int32_t *prev;
+    const int32_t *target;
+    int t_stride;
+    const int32_t *dep_steps;
+    int k;
+} sp_feed;
+
+__device__ __forceinline__ void sp_emit(int32_t *out, int b, int32_t tok, const sp_feed &f) {
+    if (f.prev) {
+        int32_t t = f.target[(size_t)b * f.t_stride];
+        f.prev[b] = t >= 0 ? t : tok;
+        if (f.dep_steps && f.k >= f.dep_steps[b]) tok = -1;
+    }
+    out[b] = tok;
+}
+
 __global__ void __launch_bounds__(SP_THREADS)
 sample_topk_kernel(int32_t *out,          /* (B) */
                    const float *logits,   /* (B, N) */
                    const samp_row *rows,  /* (B) */
-                   int N, uint32_t stream_id) {
+                   int N, uint32_t stream_id, sp_feed feed) {
     __shared__ double ss[SP_WARPS];
     __shared__ int si[SP_WARPS];
     __shared__ unsigned long long sk[SP_WARPS];
@@ -109,7 +130,7 @@ sample_topk_kernel(int32_t *out,          /* (B) */
         __syncthreads();
         if (threadIdx.x == 0) {
             for (int w = 1; w < SP_WARPS; w++) best = sk[w] > best ? sk[w] : best;
-            out[blockIdx.x] = (int32_t)(0xFFFFFFFFu - (uint32_t)best);
+            sp_emit(out, blockIdx.x, (int32_t)(0xFFFFFFFFu - (uint32_t)best), feed);
         }
         return;
     }
@@ -126,13 +147,24 @@ sample_topk_kernel(int32_t *out,          /* (B) */
         if (samp_better(s, i, bs, bi)) { bs = s; bi = i; }
     }
     sp_block_best(bs, bi, ss, si);
-    if (threadIdx.x == 0) out[blockIdx.x] = bi;
+    if (threadIdx.x == 0) sp_emit(out, blockIdx.x, bi, feed);
 }
 
 extern "C" cudaError_t cu_samp_topk_rows(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
                                          uint32_t stream_id, cudaStream_t stream) {
     if (B < 0 || N <= 0) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id);
+    sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id,
+                                                               sp_feed{NULL, NULL, 0, NULL, 0});
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_samp_topk_feed(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
+                                         uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
+                                         const int32_t *dep_steps, int k, cudaStream_t stream) {
+    if (B < 0 || N <= 0 || !prev || !target || t_stride < 1) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id,
+                                                               sp_feed{prev, target, t_stride, dep_steps, k});
     return cudaGetLastError();
 }

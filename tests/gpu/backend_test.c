@@ -81,6 +81,17 @@
  *    CUDA backend with the fixture Mimi (tests/fixtures/mimi/tiny), greedy,
  *    on the matvec path: the same codes in, the same tokens and frames out,
  *    the PCM bit for bit (host codec) or within FRAME_PCM_TOL (device);
+ *  - snapshot_steady (emulator only: it counts the runtime's allocation
+ *    calls, emu_alloc_calls): after one warm-up snapshot, four rounds of
+ *    what a persona start does (snapshot a primed slot, restore it into
+ *    another, step both, free the snapshot) make no cudaMalloc or cudaFree
+ *    (each may synchronise the whole device, stalling every session);
+ *  - device1_thread (emulator only, two emulated devices, emu_set_devices):
+ *    a backend opened on device 1 by the main thread, with the device
+ *    codec when $MKMODEL is there, then driven from another host thread
+ *    that never calls cudaSetDevice (as the daemon's engine thread):
+ *    prefill, steps, a snapshot and restore, an encode and a decode all
+ *    succeed (the backend makes its device current on the calling thread);
  *  - device_error (emulator only: it injects a fault, emu_inject_fault):
  *    a kernel of a graph replay faults (cudaErrorIllegalAddress, sticky);
  *    that step answers MS_ERR_DEVICE naming the call, file:line and the
@@ -112,6 +123,7 @@
  * 0.96-0.97 besides breaking the logit bound.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +148,8 @@ extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
 const char *emu_last_kernel(void) __attribute__((weak));
 void emu_inject_fault(unsigned n) __attribute__((weak));
 void emu_set_quiet(int quiet) __attribute__((weak));
+void emu_set_devices(int n) __attribute__((weak));
+unsigned long long emu_alloc_calls(void) __attribute__((weak));
 
 #define LOGIT_TOL 0.03
 #define AGREE_MIN 0.99
@@ -921,6 +935,148 @@ static void test_snapshot(void) {
     lm_backend_close(gpu);
 }
 
+/* ---- steady state: no allocation calls ------------------------------------------------------------ */
+
+/* One persona start on slot 1 from slot 0's first P positions: snapshot,
+ * restore, a step of both, free; slot 0 primed again with its Pfull
+ * positions. */
+static void persona_round(lm_backend *b, int P, int Pfull, const int *tok, int t) {
+    const lm_config *g = &b->cfg;
+    ms_error e = {0};
+    lm_kv_snap *snap = NULL;
+    if (lm_backend_kv_snapshot(b, 0, P, &snap, &e) || lm_backend_kv_restore_layers(b, 1, snap, 0, g->num_layers, &e))
+        die("persona round", &e);
+    lm_step_slot s[2];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 2; i++) {
+        s[i].slot = i;
+        memcpy(s[i].tokens, tok, sizeof(int) * g->n_streams);
+        lm_samp_defaults(&s[i].samp, 7);
+        s[i].step = (uint64_t)t;
+        s[i].dep_steps = -1;
+    }
+    step_or_die(b, s, 2);
+    lm_backend_reset_slot(b, 0, &e);
+    if (lm_backend_prefill(b, 0, 0, Pfull, tok, NULL, &e)) die("prefill", &e);
+    lm_backend_kv_snap_free(b, snap);
+}
+
+static void test_snapshot_steady(void) {
+    const char *name = "snapshot_steady";
+    if (!begin(name)) return;
+    if (!emu_alloc_calls) {
+        printf("skip %-36s the emulator counts allocation calls; a device has no such counter\n", name);
+        return;
+    }
+    const char *dir = make_model("steady", 8, 24, 1);
+    knobs(1, 1);   /* graphs on: the warm-up round captures them */
+    lm_backend *gpu = open_b(&lm_cuda_backend, dir, 2, 0);
+    const lm_config *g = &gpu->cfg;
+    int P = 10;
+    int *tok = malloc(sizeof(int) * P * g->n_streams);
+    rand_tokens(tok, P, g, 5);
+    ms_error e = {0};
+    if (lm_backend_prefill(gpu, 0, 0, P, tok, NULL, &e)) die("prime", &e);
+    persona_round(gpu, P, P, tok, 0);   /* warm-up: the first snapshot buffer, the graphs */
+    unsigned long long a0 = emu_alloc_calls();
+    for (int t = 1; t <= 4; t++) persona_round(gpu, t == 3 ? P - 1 : P, P, tok, t);   /* one shorter snapshot */
+    unsigned long long calls = emu_alloc_calls() - a0;
+    result(calls == 0, name, "4 persona rounds (snapshot, restore, step, free) after a warm-up: %llu allocation calls "
+           "(cudaMalloc/cudaFree/host allocations; 0 expected)", calls);
+    free(tok);
+    lm_backend_close(gpu);
+}
+
+/* ---- a device other than 0, used from another host thread --------------------------------------- */
+
+typedef struct dev1_job {
+    lm_backend *b;
+    int has_codec;
+    int rc;
+    char msg[512];
+} dev1_job;
+
+static void *dev1_thread(void *arg) {
+    dev1_job *j = arg;
+    lm_backend *b = j->b;
+    const lm_config *g = &b->cfg;
+    ms_error e = {0};
+    int P = 6;
+    int *tok = malloc(sizeof(int) * P * g->n_streams);
+    rand_tokens(tok, P, g, 9);
+    lm_kv_snap *snap = NULL;
+    j->rc = lm_backend_prefill(b, 0, 0, P, tok, NULL, &e);
+    if (!j->rc) j->rc = lm_backend_kv_snapshot(b, 0, P, &snap, &e);
+    if (!j->rc) j->rc = lm_backend_kv_restore_layers(b, 1, snap, 0, g->num_layers, &e);
+    for (int t = 0; t < 3 && !j->rc; t++) {
+        lm_step_slot s[2];
+        memset(s, 0, sizeof s);
+        for (int i = 0; i < 2; i++) {
+            s[i].slot = i;
+            memcpy(s[i].tokens, tok, sizeof(int) * g->n_streams);
+            lm_samp_defaults(&s[i].samp, 3);
+            s[i].step = (uint64_t)t;
+            s[i].dep_steps = -1;
+        }
+        j->rc = lm_backend_step(b, s, 2, &e);
+    }
+    if (snap) lm_backend_kv_snap_free(b, snap);
+    if (!j->rc && j->has_codec) {
+        float *pcm = calloc(2 * MS_FRAME_SAMPLES, sizeof(float)), *out = malloc(sizeof(float) * 2 * MS_FRAME_SAMPLES);
+        int codes[2 * 32], slots[2] = {0, 1};
+        for (int i = 0; i < 2 * MS_FRAME_SAMPLES; i++) pcm[i] = 0.2f * sinf(0.02f * (float)i);
+        j->rc = lm_backend_mimi_encode(b, slots, 2, pcm, codes, &e);
+        if (!j->rc) j->rc = lm_backend_mimi_decode(b, slots, 2, codes, out, &e);
+        free(pcm);
+        free(out);
+    }
+    snprintf(j->msg, sizeof j->msg, "%s", j->rc ? e.msg : "");
+    free(tok);
+    return NULL;
+}
+
+static void test_device1_thread(void) {
+    const char *name = "device1_thread";
+    if (!begin(name)) return;
+    if (!emu_set_devices) {
+        printf("skip %-36s needs two devices: the emulator's two-device mode\n", name);
+        return;
+    }
+    char dir[600], cmd[1400], lm[640], mimi[640], mcfg[640];
+    const char *mk = getenv("MKMODEL");
+    int has_codec = mk && access(mk, X_OK) == 0;
+    lm_backend_opts o = {.max_slots = 2, .threads = 1, .variant = LM_VARIANT_AUTO, .device = 1};
+    if (has_codec) {
+        snprintf(dir, sizeof dir, "%s/mk1", tmpdir);
+        snprintf(cmd, sizeof cmd, "'%s' --out '%s' --text-card 48 --dep-q 8 --context 16 >/dev/null", mk, dir);
+        if (system(cmd) != 0) {
+            result(0, name, "%s failed", cmd);
+            return;
+        }
+        snprintf(lm, sizeof lm, "%s/lm", dir);
+        snprintf(mimi, sizeof mimi, "%s/mimi.safetensors", dir);
+        snprintf(mcfg, sizeof mcfg, "%s/mimi.json", dir);
+        o.mimi = mimi;
+        o.mimi_config = mcfg;
+    } else {
+        snprintf(lm, sizeof lm, "%s", make_model("dev1", 8, 24, 1));
+    }
+    knobs(0, 1);
+    emu_set_devices(2);
+    ms_error e = {0};
+    lm_backend *b = lm_backend_open(&lm_cuda_backend, lm, &o, &e);
+    if (!b) die("open on device 1", &e);
+    dev1_job j = {.b = b, .has_codec = has_codec};
+    pthread_t t;
+    if (pthread_create(&t, NULL, dev1_thread, &j) != 0 || pthread_join(t, NULL) != 0) die("pthread_create", NULL);
+    lm_backend_close(b);
+    cudaSetDevice(0);
+    emu_set_devices(1);
+    result(j.rc == MS_OK, name, "opened on device 1, driven from a thread that never set it: prefill, 3 steps, "
+           "snapshot, restore%s: %s", has_codec ? ", device codec encode + decode" : " (no $MKMODEL: no codec)",
+           j.rc ? j.msg : "ok");
+}
+
 /* ---- graphs ------------------------------------------------------------------------------------ */
 
 /* The same schedule on b: returns a hash of every sampled token. */
@@ -1646,6 +1802,8 @@ int main(int argc, char **argv) {
     test_invalid();
     test_max_slots();
     test_frame();
+    test_snapshot_steady();
+    test_device1_thread();
     test_device_error();               /* last: leaves the emulated device faulted until its reset */
     printf("%d passed, %d failed in %.1f s\n", n_pass, n_fail, (now_ms() - t0) / 1e3);
     return n_fail ? 1 : 0;

@@ -288,12 +288,66 @@ static void rmsnorm_case(int B, int C, double scale, int inplace, uint64_t seed)
     free(x); free(y); free(yr); free(a);
 }
 
+/* cu_add_rmsnorm against kern_add then kern_rmsnorm: x after the add
+ * exactly, y within rmsnorm's tolerance; inplace: y is x. */
+static void add_rmsnorm_case(int B, int C, int inplace, uint64_t seed) {
+    char name[96];
+    snprintf(name, sizeof name, "add_rmsnorm B=%d C=%d%s", B, C, inplace ? " in-place" : "");
+    if (!begin(name, 1, (double)B * C)) return;
+    const float eps = 1e-8f;
+    gu_rng r = {seed};
+    size_t n = (size_t)B * C;
+    float *x = malloc(n * sizeof *x), *o = malloc(n * sizeof *o), *y = malloc(n * sizeof *y);
+    float *xr = malloc(n * sizeof *xr), *yr = malloc(n * sizeof *yr), *xg = malloc(n * sizeof *xg);
+    float *a = malloc((size_t)C * sizeof *a);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)gu_normal(&r);
+        o[i] = (float)(0.5 * gu_normal(&r));
+    }
+    for (int c = 0; c < C; c++) a[c] = (float)(1.0 + 0.5 * gu_normal(&r));
+    memcpy(xr, x, n * sizeof *x);
+    kern_add(xr, o, (int)n);
+    kern_rmsnorm(yr, xr, a, B, C, eps);
+    float *dx = gu_dalloc(n * sizeof *x), *dout = gu_dalloc(n * sizeof *o), *da = gu_dalloc((size_t)C * sizeof *a);
+    float *dy = inplace ? dx : gu_dalloc(n * sizeof *y);
+    gu_h2d(dx, x, n * sizeof *x);
+    gu_h2d(dout, o, n * sizeof *o);
+    gu_h2d(da, a, (size_t)C * sizeof *a);
+    CU_CHECK_FATAL(cu_add_rmsnorm(dy, dx, dout, da, B, C, eps, 0));
+    gu_sync();
+    gu_d2h(y, dy, n * sizeof *y);
+    gu_d2h(xg, dx, n * sizeof *xg);
+    double worst = 0.0, tol = 64.0;
+    long bad = -1, badx = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!inplace && xg[i] != xr[i] && badx < 0) badx = (long)i;
+        double d = fabs((double)y[i] - yr[i]);
+        double e = d == 0.0 ? 0.0 : d / (fabs((double)yr[i]) * ldexp(1.0, -24) + 1e-300);
+        if (e != e) e = INFINITY;
+        if (e > worst) worst = e;
+        if (e > tol && bad < 0) bad = (long)i;
+    }
+    if (badx >= 0)
+        result(0, name, "x after the add differs at (b=%ld, c=%ld): gpu %.9g ref %.9g", badx / C, badx % C, xg[badx],
+               xr[badx]);
+    else if (bad >= 0)
+        result(0, name, "first mismatch at (b=%ld, c=%ld): gpu %.9g ref %.9g", bad / C, bad % C, y[bad], yr[bad]);
+    else
+        result(1, name, "x exact%s; y max normalised error %.3g (tolerance %.3g)", inplace ? " (y is x)" : "", worst,
+               tol);
+    gu_dfree(dx); gu_dfree(dout); gu_dfree(da);
+    if (!inplace) gu_dfree(dy);
+    free(x); free(o); free(y); free(xr); free(yr); free(xg); free(a);
+}
+
 static void test_rmsnorm(void) {
     rmsnorm_case(1, 4096, 1.0, 0, 1);
     rmsnorm_case(3, 1024, 3.0, 0, 2);
     rmsnorm_case(2, 7, 1.0, 0, 3);
     rmsnorm_case(4, 4096, 1e-4, 0, 4);   /* mean(x^2) ~ eps: eps placement matters */
     rmsnorm_case(5, 1000, 1.0, 1, 5);
+    add_rmsnorm_case(3, 4096, 0, 6);
+    add_rmsnorm_case(2, 1000, 1, 7);   /* the step's last norm: in place */
 }
 
 /* ---- sampler ------------------------------------------------------------- */
@@ -463,8 +517,57 @@ static void sample_case(const sample_spec *c) {
     free(l); free(rows); free(got); free(want); free(scratch);
 }
 
+/* cu_samp_topk_feed on the mixed case's rows (sampled and greedy): the
+ * twin's tokens, then the feed-back rule in C (prev = the forced target
+ * where >= 0, else the token; the token -1 where k >= dep_steps), with a
+ * target on every third row and dep_steps below k on every fourth. */
+static void sample_feed_case(void) {
+    const char *name = "samp_topk_feed B=16 N=2048 (+ feed-back, dep_steps)";
+    if (!begin(name, 1, 16.0 * 2048 * 4)) return;
+    sample_spec c = {16, 2048, 0, 0.0f, SK_MIXED, 77};
+    float *l;
+    samp_row *rows;
+    sample_inputs(&c, &l, &rows);
+    const int B = c.B, N = c.N, ts = 3, k = 2;
+    int32_t tok[16], want_out[16], want_prev[16], got_out[16], got_prev[16], tgt[16 * 3], steps[16];
+    int *scratch = malloc((size_t)N * sizeof *scratch);
+    samp_topk_rows(tok, l, rows, B, N, SAMPLE_STREAM, scratch);
+    for (int b = 0; b < B; b++) {
+        tgt[b * ts] = b % 3 == 0 ? 100 + b : -1;
+        tgt[b * ts + 1] = tgt[b * ts + 2] = 7;   /* other columns: never read */
+        steps[b] = b % 4 == 0 ? k : k + 1;       /* k >= steps: masked */
+        want_prev[b] = tgt[b * ts] >= 0 ? tgt[b * ts] : tok[b];
+        want_out[b] = k >= steps[b] ? -1 : tok[b];
+    }
+    float *dl = gu_dalloc((size_t)B * N * sizeof *l);
+    samp_row *drows = gu_dalloc((size_t)B * sizeof *rows);
+    int32_t *dout = gu_dalloc(sizeof got_out), *dprev = gu_dalloc(sizeof got_prev), *dtgt = gu_dalloc(sizeof tgt);
+    int32_t *dsteps = gu_dalloc(sizeof steps);
+    gu_h2d(dl, l, (size_t)B * N * sizeof *l);
+    gu_h2d(drows, rows, (size_t)B * sizeof *rows);
+    gu_h2d(dtgt, tgt, sizeof tgt);
+    gu_h2d(dsteps, steps, sizeof steps);
+    CU_CHECK_FATAL(cudaMemset(dout, 0xFF, sizeof got_out));
+    CU_CHECK_FATAL(cudaMemset(dprev, 0xFF, sizeof got_prev));
+    CU_CHECK_FATAL(cu_samp_topk_feed(dout, dl, drows, B, N, SAMPLE_STREAM, dprev, dtgt, ts, dsteps, k, 0));
+    gu_sync();
+    gu_d2h(got_out, dout, sizeof got_out);
+    gu_d2h(got_prev, dprev, sizeof got_prev);
+    int bad = -1;
+    for (int b = 0; b < B && bad < 0; b++)
+        if (got_out[b] != want_out[b] || got_prev[b] != want_prev[b]) bad = b;
+    if (bad >= 0)
+        result(0, name, "row %d: token %d prev %d, want token %d prev %d", bad, got_out[bad], got_prev[bad],
+               want_out[bad], want_prev[bad]);
+    else
+        result(1, name, "%d rows: tokens, forced and sampled feed-back, masks as the twin", B);
+    gu_dfree(dl); gu_dfree(drows); gu_dfree(dout); gu_dfree(dprev); gu_dfree(dtgt); gu_dfree(dsteps);
+    free(l); free(rows); free(scratch);
+}
+
 static void test_sample(void) {
     for (int c = 0; c < n_sample_cases; c++) sample_case(&sample_cases[c]);
+    sample_feed_case();
 }
 
 /* ---- the LM step's kernels (cuda/cu_lm.cu) ----------------------------- */
@@ -748,6 +851,47 @@ static void elementwise_case(int B, int H) {
     free(u); free(h); free(hr); free(mag); free(y); free(yr); free(bb);
 }
 
+/* The gated FFN's fusions against the two launches they replace, bit for
+ * bit: cu_matvec_bf16_gated = cu_silu_gate then cu_matvec_bf16 (batch tiles
+ * 1, 4 and 8, an odd N), cu_silu_gate_bf16 = cu_silu_gate then
+ * cu_f32_to_bf16. */
+static void gated_case(int B, int N, int K) {
+    char name[96];
+    snprintf(name, sizeof name, "matvec_bf16_gated B=%d N=%d K=%d (+ silu_gate_bf16)", B, N, K);
+    if (!begin(name, 1, (double)B * N * K)) return;
+    gu_rng r = {40 + (uint64_t)B};
+    size_t nu = (size_t)B * 2 * K;
+    float *u = malloc(nu * sizeof *u), *y1 = malloc((size_t)B * N * sizeof *y1), *y2 = malloc((size_t)B * N * sizeof *y2);
+    uint16_t *hb1 = malloc((size_t)B * K * 2), *hb2 = malloc((size_t)B * K * 2);
+    for (size_t i = 0; i < nu; i++) u[i] = (float)(2.0 * gu_normal(&r));
+    uint16_t *w = bf16_table(&r, (size_t)N * K);
+    float *du = gu_dalloc(nu * 4), *dh = gu_dalloc((size_t)B * K * 4), *dy1 = gu_dalloc((size_t)B * N * 4),
+          *dy2 = gu_dalloc((size_t)B * N * 4);
+    uint16_t *dw = gu_dalloc((size_t)N * K * 2), *dhb1 = gu_dalloc((size_t)B * K * 2), *dhb2 = gu_dalloc((size_t)B * K * 2);
+    gu_h2d(du, u, nu * 4);
+    gu_h2d(dw, w, (size_t)N * K * 2);
+    CU_CHECK_FATAL(cu_silu_gate(dh, du, B, K, 0));
+    CU_CHECK_FATAL(cu_matvec_bf16(dy1, dh, dw, B, N, K, 0));
+    CU_CHECK_FATAL(cu_f32_to_bf16(dhb1, dh, (size_t)B * K, 0));
+    CU_CHECK_FATAL(cu_matvec_bf16_gated(dy2, du, dw, B, N, K, 0));
+    CU_CHECK_FATAL(cu_silu_gate_bf16(dhb2, du, B, K, 0));
+    gu_sync();
+    gu_d2h(y1, dy1, (size_t)B * N * 4);
+    gu_d2h(y2, dy2, (size_t)B * N * 4);
+    gu_d2h(hb1, dhb1, (size_t)B * K * 2);
+    gu_d2h(hb2, dhb2, (size_t)B * K * 2);
+    long bad = -1, badh = -1;
+    for (long i = 0; i < (long)B * N && bad < 0; i++)
+        if (memcmp(&y1[i], &y2[i], 4)) bad = i;
+    for (long i = 0; i < (long)B * K && badh < 0; i++)
+        if (hb1[i] != hb2[i]) badh = i;
+    if (bad >= 0) result(0, name, "y differs at (b=%ld, n=%ld): gated %.9g, two launches %.9g", bad / N, bad % N, y2[bad], y1[bad]);
+    else if (badh >= 0) result(0, name, "bf16 gate differs at %ld: 0x%04x vs 0x%04x", badh, hb2[badh], hb1[badh]);
+    else result(1, name, "bit for bit the two launches (y and the bf16 gate)");
+    gu_dfree(du); gu_dfree(dh); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(dhb1); gu_dfree(dhb2);
+    free(u); free(y1); free(y2); free(hb1); free(hb2); free(w);
+}
+
 static void test_lm_kernels(void) {
     embed_case(3, 40, 4, 10, 12);
     embed_case(2, 4096, 3, 300, 500);      /* the 7B's width, strided over 128 threads */
@@ -758,12 +902,21 @@ static void test_lm_kernels(void) {
     attend_case(3, 2, 32, 40, 40, 0, a1);      /* ring not yet full, full */
     attend_case(3, 2, 32, 40, 39, 0, a2);      /* past the wrap, PersonaPlex's window */
     attend_case(2, 4, 128, 3000, 3000, 0, a3); /* the 7B's ring: 12 splits, one past its wrap */
+    /* the load shapes of attend_split_kernel (a segment of lanes per key row) */
+    const int64_t a4[3] = {299, 10, 400};
+    attend_case(3, 2, 8, 300, 300, 0, a4);     /* one 16-byte chunk a row: 32 rows a warp load, 2 splits */
+    attend_case(3, 3, 24, 40, 39, 0, a2);      /* 3 chunks a row in segments of 4 lanes */
+    attend_case(3, 2, 12, 40, 40, 0, a1);      /* head_dim % 8 != 0: 2-byte loads */
+    attend_case(2, 1, 256, 40, 40, 0, a1);     /* the largest head_dim: a warp a row */
     const int64_t s1[1] = {30}, s2[1] = {0};
     attend_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap: ring + chunk keys */
     attend_case(6, 2, 16, 8, 7, 1, s2);        /* a first chunk, window < chunk */
     dep_attend_case(3, 2, 8, 8, 8);
     dep_attend_case(2, 4, 16, 16, 15);         /* PersonaPlex's dep_window */
     elementwise_case(3, 300);
+    gated_case(1, 65, 1024);
+    gated_case(3, 64, 512);
+    gated_case(8, 33, 256);
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */

@@ -94,6 +94,46 @@ void emu_inject_fault(unsigned n);
  * before any. */
 const char *emu_last_kernel(void);
 
+/* emu_set_devices: 1 or 2 emulated devices (also EMU_DEVICES=2). With 2, a
+ * host thread that never called cudaSetDevice works on device 0, as on a
+ * machine with two GPUs: a kernel launched into another device's stream
+ * fails (cudaErrorInvalidResourceHandle), a kernel touching another
+ * device's memory faults (out-of-bounds kind: an illegal address). The
+ * current device and the last error are per host thread in every mode. */
+void emu_set_devices(int n);
+/* emu_alloc_calls: cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc and
+ * cudaFreeHost calls so far (each may synchronise the device): a steady
+ * state makes none. */
+uint64_t emu_alloc_calls(void);
+
+/* ---- traffic accounting (emu_traffic.c; the performance model) ------------- */
+
+/* One kernel's (or one cuBLAS GEMM shape's) traffic, summed over its
+ * launches since emu_traffic_start, scaled to every block of each grid. */
+typedef struct emu_traffic {
+    char kernel[EMU_NAME_LEN];
+    uint64_t launches, blocks, blocks_run;
+    double gl_requests;     /* warp-level global loads and stores */
+    double gl_bytes;        /* bytes the lanes of those asked for */
+    double gl_sectors;      /* 32-byte sectors they touched, per request (Nsight's sectors) */
+    double dram_bytes;      /* distinct bytes per launch (capped at each buffer's size): the DRAM traffic */
+    double sh_requests;     /* warp-level shared loads and stores */
+    double sh_wavefronts;   /* the wavefronts they need (bank conflicts serialise) */
+    double sh_conflicts;    /* wavefronts beyond one per phase */
+    int gemm_m, gemm_n, gemm_k;   /* a cuBLAS row: its shape (column-major m x n, depth k) */
+    double gemm_flops;
+} emu_traffic;
+/* emu_traffic_start: count from now on, the table emptied; only blocks
+ * whose linear index is a multiple of stride run (1: all), and while
+ * stride > 1 device memory's "never written" check is off and the cuBLAS
+ * stand-in records its GEMMs without computing them. */
+void emu_traffic_start(unsigned stride);
+void emu_traffic_stop(void);
+/* emu_traffic_reset: empty the table (counting goes on). */
+void emu_traffic_reset(void);
+/* emu_traffic_get: copies up to max rows, returns how many were copied. */
+int emu_traffic_get(emu_traffic *rows, int max);
+
 typedef struct emu_stats {
     uint64_t launches, blocks, threads;   /* kernels run, blocks, GPU threads */
     uint64_t switches;                    /* fiber switches */

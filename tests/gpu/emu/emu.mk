@@ -14,6 +14,8 @@
 #   $(BUILD)/emu-test          the detectors against faulty kernels, the
 #                              emulated semantics, graphs, the cuBLAS stand-in
 #   make test-emu              build both and run them
+#   make gpu-model             the H200 performance model of the LM step
+#                              (tests/gpu/gpu_model.c; predictions, docs/cuda.md)
 #
 # Kernel files go through cu2emu (launch syntax, __shared__), then the C++
 # compiler with emu_device.h force-included and -fsanitize=kernel-address in
@@ -25,7 +27,7 @@ ifneq ($(SAN),1)
 EMU_DIR := tests/gpu/emu
 EMU_OUT := $(BUILD)/emu
 EMU_CU2EMU := $(EMU_OUT)/cu2emu
-EMU_RT_OBJS := $(patsubst %,$(EMU_OUT)/$(EMU_DIR)/%.o,emu_fiber emu_mem emu_rt emu_stream emu_blas)
+EMU_RT_OBJS := $(patsubst %,$(EMU_OUT)/$(EMU_DIR)/%.o,emu_fiber emu_mem emu_rt emu_stream emu_blas emu_traffic)
 EMU_KERNEL_OBJS := $(CU_SRCS:%.cu=$(EMU_OUT)/%.o)
 EMU_TEST := $(BUILD)/emu-test
 EMU_ENGINE_TEST := $(BUILD)/engine-test-emu
@@ -95,7 +97,19 @@ $(EMU_MIMI_TEST): $(EMU_OUT)/tests/gpu/mimi_test.o $(EMU_OUT)/tests/gpu/gpu_util
 $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o $(EMU_OUT)/tests/gpu/gpu_util.o \
 		$(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
+
+# The H200 performance model of the LM step (tests/gpu/gpu_model.c): the
+# step's launches at the 7B's geometry with the emulator's traffic
+# accounting; prints per-kernel lines and the predicted step times.
+EMU_MODEL := $(BUILD)/gpu-model
+$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_OUT)/host/cuda/cu_mimi.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) \
+		$(LIBENGINE)
+	@echo "  LD      $@"
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
+gpu-model: $(EMU_MODEL)
+	$(Q)$(EMU_MODEL)
+.PHONY: gpu-model
 
 EMU_SCRIPTS := $(EMU_DIR)/emu_test.sh $(EMU_DIR)/engine_test_emu.sh $(EMU_DIR)/backend_test_emu.sh \
 	$(EMU_DIR)/mimi_test_emu.sh
@@ -108,7 +122,7 @@ test-emu: $(EMU_BINS) $(BUILD)/moshid-mkmodel
 
 -include $(shell find $(EMU_OUT) -name '*.d' 2>/dev/null)
 else
-test-emu:
+test-emu gpu-model:
 	@echo "the CUDA emulator is not built with sanitizers (SAN=1)"
 endif
-.PHONY: test-emu
+.PHONY: test-emu gpu-model

@@ -388,3 +388,36 @@ extern "C" cudaError_t es_config_run(float *d, unsigned threads, unsigned gy) {
     es_add_one<<<dim3(1, gy), threads, 0, 0>>>(d, 1);
     return cudaGetLastError();
 }
+
+/* ---- traffic accounting (emu_traffic.c) ------------------------------------------------------- */
+
+/* mode 0: lane i reads d[i] (a warp: 128 contiguous bytes, 4 sectors);
+ * 1: d[8 i] (32 bytes apart: a sector per lane); 2: 16-byte loads of
+ * contiguous float4s; 3: shared s[32 t] (every lane in bank 0: 32
+ * wavefronts); 4: shared s[t] (one wavefront). 64 threads, one block; out
+ * gets one float per thread. */
+__global__ void et_traffic(float *out, const float *d, int mode) {
+    __shared__ float s[32 * 64];
+    const int t = threadIdx.x;
+    float v = 0.0f;
+    if (mode == 0) v = d[t];
+    else if (mode == 1) v = d[8 * t];
+    else if (mode == 2) {
+        float4 q = reinterpret_cast<const float4 *>(d)[t];
+        v = q.x + q.y + q.z + q.w;
+    } else if (mode == 3) {
+        s[32 * t] = (float)t;
+        __syncthreads();
+        v = s[32 * ((t + 1) % 64)];
+    } else {
+        s[t] = (float)t;
+        __syncthreads();
+        v = s[(t + 1) % 64];
+    }
+    out[t] = v;
+}
+
+extern "C" cudaError_t es_traffic_run(float *out, const float *d, int mode) {
+    et_traffic<<<1, 64, 0, 0>>>(out, d, mode);
+    return cudaGetLastError();
+}

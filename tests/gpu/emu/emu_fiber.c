@@ -134,7 +134,7 @@ void emu_vfault_note(emu_fault_kind k, const emu_fiber *f, const char *fmt, va_l
     }
     vsnprintf(r->msg, sizeof r->msg, fmt, ap);
     E.sticky = emu_fault_error(k);
-    E.last = E.sticky;
+    emu_t_last = E.sticky;
     E.stats.faults++;
     if (!E.quiet) {
         fprintf(stderr, "emu: FAULT %s in %s block (%u,%u,%u) thread (%u,%u,%u) (warp %d, lane %d): %s\n",
@@ -578,17 +578,24 @@ int emu_run_grid(const emu_call *c) {
     int rc = 0;
     uint64_t no = 0;
     if (E.timeout_ms) timer_arm(E.timeout_ms);
+    emu_traffic_launch_begin();
     for (unsigned z = 0; z < c->grid.z && !rc; z++)
         for (unsigned y = 0; y < c->grid.y && !rc; y++)
             for (unsigned x = 0; x < c->grid.x && !rc; x++) {
                 uint3 b = {x, y, z};
+                if (emu_traffic_skip_block(no)) {   /* sampling for the performance model */
+                    no++;
+                    continue;
+                }
                 rc = run_block(c, b, no++, &fresh);
+                if (!rc) emu_traffic_block_done();
                 if (!rc && E.timed_out) {   /* the alarm came between two blocks */
                     emu_fault_note(EMU_FAULT_TIMEOUT, NULL, "the grid ran longer than %u ms", E.timeout_ms);
                     rc = -1;
                 }
             }
     if (E.timeout_ms) timer_arm(0);
+    emu_traffic_launch_end(c);
     if (E.dyn) emu_alloc_free(E.dyn);
     E.dyn = NULL;
     E.call = NULL;

@@ -55,6 +55,7 @@ typedef struct emu_alloc {
     size_t size;
     emu_akind kind;
     int freed, id;
+    int dev;                /* device memory: the device current when it was allocated */
     unsigned char *shadow;  /* (size) 1 = written; NULL for pinned host memory */
     const char *name;       /* shared variables: their name */
     size_t elem;            /* and element size */
@@ -71,7 +72,10 @@ typedef struct emu_state {
     unsigned timeout_ms;
     unsigned inject_after;  /* emu_inject_fault: kernel runs left before the injected fault (0: none) */
     /* errors */
-    cudaError_t last, sticky;
+    cudaError_t sticky;     /* device-wide: a fault; the last error is per host thread (emu_t_last) */
+    int ndev;               /* emulated devices (EMU_DEVICES, emu_set_devices; 0: not read yet) */
+    int run_dev;            /* the device of the kernel being run (its stream's) */
+    uint64_t alloc_calls;   /* cudaMalloc/cudaFree/cudaMallocHost/cudaHostAlloc/cudaFreeHost calls */
     emu_fault fault;
     /* the grid being run */
     const emu_call *call;
@@ -97,6 +101,10 @@ typedef struct emu_state {
 } emu_state;
 
 extern emu_state emu_g;
+/* Per host thread, as the runtime keeps them: the last error and the
+ * current device (0 on a thread that never called cudaSetDevice). */
+extern __thread cudaError_t emu_t_last;
+extern __thread int emu_t_dev;
 
 /* emu_fiber.c */
 void emu_init(void);
@@ -137,6 +145,17 @@ void emu_shadow_copy(void *dst, const void *src, size_t n);
 void emu_check(const void *p, size_t n, int flags, emu_site site, const void *pc);
 int emu_in_stack(const void *p, int *guard);
 
+/* emu_traffic.c (see emu.h): the hooks of emu_check, emu_run_grid and the
+ * cuBLAS stand-in. insn: the access's instruction (code address or site). */
+void emu_traffic_note(const emu_alloc *a, const void *p, size_t n, uint64_t insn);
+int emu_traffic_on(void);
+unsigned emu_traffic_stride(void);
+int emu_traffic_skip_block(uint64_t block_no);
+void emu_traffic_block_done(void);
+void emu_traffic_launch_begin(void);
+void emu_traffic_launch_end(const emu_call *c);
+void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es);
+
 /* emu_rt.c */
 /* emu_note: "emu: ..." on stderr unless quiet (argument problems a device
  * reports only as an error code). emu_ret: record e as the last error
@@ -148,10 +167,15 @@ cudaError_t emu_ret(cudaError_t e);
 #define EMU_ENTER()                                 \
     do {                                            \
         emu_init();                                 \
-        if (emu_g.sticky) return emu_g.last = emu_g.sticky; \
+        if (emu_g.sticky) return emu_t_last = emu_g.sticky; \
     } while (0)
 
 /* emu_stream.c */
+/* emu_stream_dev: the device of stream s (the calling thread's current one
+ * for the default streams), -1 for a bad handle. */
+int emu_stream_dev(cudaStream_t s);
+/* emu_rt.c: the number of emulated devices. */
+int emu_devices(void);
 typedef void (*emu_host_fn)(const void *arg);
 /* One piece of stream work: a launch, a copy, a memset or a host function
  * (the cuBLAS stand-ins); a graph is a list of these in stream order. */

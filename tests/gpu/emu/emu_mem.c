@@ -288,6 +288,13 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
             return;
         }
     }
+    if (a->kind == EMU_A_DEVICE && a->dev != E.run_dev) {
+        char where[256];
+        emu_where(where, sizeof where, site, pc);
+        emu_fault_raise(EMU_FAULT_OOB,
+                        "%s of %zu bytes at %p: memory of device %d, the kernel runs on device %d (no peer access) (%s)",
+                        flags & EMU_STORE ? "store" : "load", n, vp, a->dev, E.run_dev, where);
+    }
     if ((n == 2 || n == 4 || n == 8 || n == 16) && ((uintptr_t)p & (n - 1))) {
         char where[256];
         emu_where(where, sizeof where, site, pc);
@@ -302,6 +309,11 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
         emu_where(where, sizeof where, site, pc);
         emu_fault_raise(EMU_FAULT_SPACE, "__ldg of %s: __ldg reads global memory only (%s)", a->name ? a->name :
                         "dynamic shared memory", where);
+    }
+    if (emu_traffic_on()) {
+        emu_traffic_note(a, p, n, site.file ? (uint64_t)(uintptr_t)site.file * 131u + (uint64_t)site.line
+                                            : (uint64_t)(uintptr_t)pc);
+        if (a->kind == EMU_A_DEVICE && emu_traffic_stride() > 1) return;   /* sampled: skipped blocks wrote nothing */
     }
     if (!a->shadow) return;
     unsigned char *sh = a->shadow + (p - a->ptr);

@@ -27,6 +27,9 @@ static struct { const void *func; int dyn_max; } func_attrs[EMU_FUNC_ATTRS];
 static int nfunc_attrs;
 static size_t device_used;
 
+__thread cudaError_t emu_t_last;
+__thread int emu_t_dev;
+
 void emu_note(const char *fmt, ...) {
     if (E.quiet) return;
     va_list ap;
@@ -38,7 +41,7 @@ void emu_note(const char *fmt, ...) {
 }
 
 cudaError_t emu_ret(cudaError_t e) {
-    if (e != cudaSuccess) E.last = e;
+    if (e != cudaSuccess) emu_t_last = e;
     return e;
 }
 
@@ -101,14 +104,14 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 cudaError_t cudaGetLastError(void) {
     emu_init();
-    cudaError_t e = E.last;
-    E.last = E.sticky;
+    cudaError_t e = emu_t_last;
+    emu_t_last = E.sticky;
     return e;
 }
 
 cudaError_t cudaPeekAtLastError(void) {
     emu_init();
-    return E.last;
+    return emu_t_last;
 }
 
 /* ---- device ------------------------------------------------------------------------------ */
@@ -118,31 +121,53 @@ static int no_device(void) {
     return v && v[0] == '1';
 }
 
+/* Emulated devices: EMU_DEVICES (1 or 2, read at the first use) or
+ * emu_set_devices. They share one arena; what tells them apart is the
+ * device each allocation, stream and event was made on (the calling host
+ * thread's current device), checked where a device would fail: a kernel
+ * launched into a stream of another device (cudaErrorInvalidResourceHandle,
+ * as the programming guide's "Stream and Event Behavior" says), an event
+ * recorded on a stream of another device (the same), and a kernel touching
+ * another device's memory (an illegal address: no peer access is enabled). */
+int emu_devices(void) {
+    if (!E.ndev) {
+        const char *v = getenv("EMU_DEVICES");
+        E.ndev = v && v[0] == '2' ? 2 : 1;
+    }
+    return E.ndev;
+}
+
+void emu_set_devices(int n) { E.ndev = n == 2 ? 2 : 1; }
+
+uint64_t emu_alloc_calls(void) { return E.alloc_calls; }
+
 cudaError_t cudaGetDeviceCount(int *count) {
     emu_init();
     if (no_device()) {
         *count = 0;
         return emu_ret(cudaErrorNoDevice);
     }
-    *count = 1;
+    *count = emu_devices();
     return E.sticky;
 }
 
 cudaError_t cudaSetDevice(int device) {
     EMU_ENTER();
     if (no_device()) return emu_ret(cudaErrorNoDevice);
-    return device == 0 ? cudaSuccess : emu_ret(cudaErrorInvalidDevice);
+    if (device < 0 || device >= emu_devices()) return emu_ret(cudaErrorInvalidDevice);
+    emu_t_dev = device;
+    return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
     EMU_ENTER();
-    *device = 0;
+    *device = emu_t_dev;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     EMU_ENTER();
-    if (device != 0 || no_device()) return emu_ret(cudaErrorInvalidDevice);
+    if (device < 0 || device >= emu_devices() || no_device()) return emu_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "moshid CUDA emulator (host fibers)");
     p->totalGlobalMem = EMU_DEVICE_BYTES;
@@ -205,7 +230,7 @@ cudaError_t cudaDeviceReset(void) {
     device_used = 0;
     emu_streams_reset();
     memset(&E.fault, 0, sizeof E.fault);
-    E.sticky = E.last = cudaSuccess;
+    E.sticky = emu_t_last = cudaSuccess;
     return cudaSuccess;
 }
 
@@ -254,13 +279,20 @@ static cudaError_t check_config(const emu_call *c) {
 void emu_launch(const emu_call *c) {
     emu_init();
     if (E.sticky) {
-        E.last = E.sticky;
+        emu_t_last = E.sticky;
         return;
     }
     emu_kernel_name(E.kname, sizeof E.kname, c->pretty);
     cudaError_t e = check_config(c);
     if (e) {
-        E.last = e;
+        emu_t_last = e;
+        return;
+    }
+    int sdev = emu_stream_dev(c->stream);
+    if (sdev >= 0 && sdev != emu_t_dev) {
+        emu_note("launch at %s:%d into a stream of device %d from a host thread whose current device is %d "
+                 "(cudaSetDevice missing on this thread?)", c->site.file, c->site.line, sdev, emu_t_dev);
+        emu_t_last = cudaErrorInvalidResourceHandle;
         return;
     }
     emu_node nd = {.kind = EMU_NODE_KERNEL, .call = *c};
@@ -277,6 +309,7 @@ static emu_alloc *alloc_start(const void *p) {
 
 static cudaError_t malloc_kind(void **ptr, size_t bytes, emu_akind kind, const char *call) {
     EMU_ENTER();
+    E.alloc_calls++;
     if (!ptr) return emu_ret(cudaErrorInvalidValue);
     if (emu_capture_active()) {
         emu_capture_invalidate(call);
@@ -290,6 +323,7 @@ static cudaError_t malloc_kind(void **ptr, size_t bytes, emu_akind kind, const c
     emu_alloc *a = emu_alloc_new(bytes, 256, kind);
     if (!a) return emu_ret(cudaErrorMemoryAllocation);
     device_used += bytes;
+    a->dev = emu_t_dev;
     *ptr = a->ptr;
     return cudaSuccess;
 }
@@ -303,6 +337,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
 
 static cudaError_t free_kind(void *ptr, emu_akind kind, const char *call) {
     EMU_ENTER();
+    E.alloc_calls++;
     if (!ptr) return cudaSuccess;
     emu_alloc *a = alloc_start(ptr);
     if (!a || a->kind != kind || a->freed) {

@@ -26,6 +26,7 @@ struct CUstream_st {
     unsigned magic;
     int dead;
     unsigned flags;
+    int dev;                      /* the device current when it was created */
     int capturing, invalidated;
     enum cudaStreamCaptureMode mode;
     struct CUgraph_st *cap;
@@ -36,6 +37,7 @@ struct CUevent_st {
     unsigned magic;
     int dead, recorded;
     unsigned flags;
+    int dev;                  /* the device current when it was created */
     long long ns;
     struct CUgraph_st *cap;   /* recorded during this capture */
 };
@@ -102,6 +104,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     if (!st) return emu_ret(cudaErrorMemoryAllocation);
     st->magic = MAGIC_STREAM;
     st->flags = flags;
+    st->dev = emu_t_dev;
     streams[nstreams++] = st;
     *s = st;
     return cudaSuccess;
@@ -153,6 +156,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
     if (!e) return emu_ret(cudaErrorMemoryAllocation);
     e->magic = MAGIC_EVENT;
     e->flags = flags;
+    e->dev = emu_t_dev;
     *ev = e;
     return cudaSuccess;
 }
@@ -173,6 +177,11 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
     cudaError_t e = event_of(ev);
     if (!e) e = stream_of(s, &st);
     if (e) return emu_ret(e);
+    if ((st ? st->dev : emu_t_dev) != ev->dev) {
+        emu_note("cudaEventRecord: an event of device %d on a stream of device %d (cudaSetDevice missing on this "
+                 "thread?)", ev->dev, st ? st->dev : emu_t_dev);
+        return emu_ret(cudaErrorInvalidResourceHandle);
+    }
     if (st && st->capturing) {   /* a captured event: a dependency inside the graph */
         ev->cap = st->cap;
         return cudaSuccess;
@@ -266,6 +275,12 @@ static void node_free(emu_node *nd) {
 
 static cudaError_t run_node(const emu_node *nd);   /* below */
 
+int emu_stream_dev(cudaStream_t s) {
+    if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) return emu_t_dev;
+    if (s->magic != MAGIC_STREAM || s->dead) return -1;
+    return s->dev;
+}
+
 /* Enqueue a emu_node on stream s: record it when s captures, else run it. */
 cudaError_t emu_enqueue(cudaStream_t s, const emu_node *nd) {
     struct CUstream_st *st;
@@ -280,6 +295,7 @@ cudaError_t emu_enqueue(cudaStream_t s, const emu_node *nd) {
         emu_capture_invalidate("work on the legacy default stream");
         return emu_ret(cudaErrorStreamCaptureImplicit);
     }
+    E.run_dev = st ? st->dev : emu_t_dev;
     return run_node(nd);
 }
 

@@ -11,12 +11,16 @@
  *     barrier counts, atomics, 3-D indices, dynamic shared memory), and the
  *     runtime: launch configuration errors, copy checks, graph capture and
  *     replay, capture invalidation, the cuBLAS stand-in.
+ *     Per host thread state: the last error and the current device, and
+ *     the two-device mode (a thread that never set the device works on
+ *     device 0); allocation calls counted.
  *  3. Resume order: the project's kernels give bit-identical results under
  *     every resume order.
  * One line per test, then "N passed, N failed, 0 skipped"; exit 1 on a
  * failure. Faults are expected here, so the emulator is quiet.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +54,7 @@ cudaError_t es_dims_run(float *d);
 cudaError_t es_dyn_shared_run(float *d, int n, int optin);
 cudaError_t es_add_one_run(float *d, int n, cudaStream_t s);
 cudaError_t es_config_run(float *d, unsigned threads, unsigned gy);
+cudaError_t es_traffic_run(float *out, const float *d, int mode);
 
 static int n_pass, n_fail;
 
@@ -255,7 +260,7 @@ static void test_real_kernels(void) {
         emu_set_order(EMU_ORDER_FORWARD);
         ef_matvec_vec_direct(dy, dx, dw + 1, B, N, K);
         expect_fault("matvec_bf16_vec: W misaligned on the vector path", EMU_FAULT_MISALIGNED, "matvec_bf16_vec<8>",
-                     0, 0, "__ldg load of 16 bytes");
+                     0, 0, "__ldg load of 8 bytes");
 
         /* x allocated but never uploaded */
         dx = gu_dalloc(sizeof x);
@@ -420,6 +425,181 @@ static void test_copies(void) {
            "runtime: copies and frees are checked",
            "H2D into host memory, past the end, device as host source, memset past the end, double free, free "
            "mid-buffer: all %s", cudaGetErrorName(cudaErrorInvalidValue));
+}
+
+/* ---- per host thread: current device, last error ------------------------------------------ */
+
+typedef struct dev_job {
+    int set;              /* call cudaSetDevice(1) first */
+    float *d;
+    cudaStream_t s;
+    int dev_seen;
+    cudaError_t launch, last_after, last_before;
+} dev_job;
+
+static void *dev_thread(void *arg) {
+    dev_job *j = arg;
+    j->last_before = cudaGetLastError();   /* the opening thread's error is not this one's */
+    if (j->set) cudaSetDevice(1);
+    cudaGetDevice(&j->dev_seen);
+    j->launch = es_add_one_run(j->d, 8, j->s);   /* returns (and clears) this thread's last error */
+    cudaDeviceSynchronize();
+    j->last_after = cudaPeekAtLastError();
+    return NULL;
+}
+
+static void run_dev_job(dev_job *j) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, dev_thread, j) != 0 || pthread_join(t, NULL) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        exit(1);
+    }
+}
+
+/* Two devices: the main thread sets device 1 and makes a buffer and a
+ * stream there, leaving an error of its own pending. A thread that never
+ * calls cudaSetDevice is on device 0: its launch into the device-1 stream
+ * fails, and the main thread's pending error is not its. A thread that sets
+ * device 1 runs the kernel. A thread on device 0 launching on its default
+ * stream over the device-1 buffer faults (no peer access). */
+static void test_devices(void) {
+    const char *name = "runtime: per-thread device and last error, 2 devices";
+    float h[8] = {0}, *d = NULL;
+    cudaStream_t s = NULL;
+    emu_set_devices(2);
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    CU_CHECK_FATAL(cudaSetDevice(1));
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof h));
+    CU_CHECK_FATAL(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaStreamCreate(&s));
+    cudaError_t bad_dev = cudaSetDevice(2);   /* pending on the main thread */
+    dev_job unset = {.set = 0, .d = d, .s = s}, set = {.set = 1, .d = d, .s = s};
+    run_dev_job(&unset);
+    run_dev_job(&set);
+    cudaError_t main_last = cudaGetLastError();
+    int main_dev = -1;
+    cudaGetDevice(&main_dev);
+    CU_CHECK_FATAL(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    dev_job peer = {.set = 0, .d = d, .s = NULL};   /* device 0, its default stream, device 1's memory */
+    run_dev_job(&peer);
+    emu_fault f;
+    emu_fault_kind k = emu_fault_last(&f);
+    int ok = count == 2 && bad_dev == cudaErrorInvalidDevice && unset.dev_seen == 0 &&
+             unset.last_before == cudaSuccess && unset.launch == cudaErrorInvalidResourceHandle &&
+             set.dev_seen == 1 && set.launch == cudaSuccess && set.last_after == cudaSuccess &&
+             main_last == cudaErrorInvalidDevice && main_dev == 1 && h[0] == 1.0f && h[7] == 1.0f &&
+             k == EMU_FAULT_OOB && strstr(f.msg, "memory of device 1") != NULL;
+    result(ok, name,
+           "%d devices; unset thread on device %d: launch into device 1's stream %s; set thread: %s, h[0] = %g; "
+           "main thread's own error kept: %s; device-0 kernel on device-1 memory: %s fault",
+           count, unset.dev_seen, cudaGetErrorName(unset.launch), cudaGetErrorName(set.launch), h[0],
+           cudaGetErrorName(main_last), emu_fault_name(k));
+    cudaDeviceReset();
+    cudaSetDevice(0);
+    emu_set_devices(1);
+    uint64_t a0 = emu_alloc_calls();
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof h));
+    CU_CHECK_FATAL(cudaFree(d));
+    uint64_t a1 = emu_alloc_calls();
+    result(a1 - a0 == 2, "runtime: allocation calls counted", "cudaMalloc + cudaFree: %llu calls",
+           (unsigned long long)(a1 - a0));
+}
+
+/* ---- traffic accounting ------------------------------------------------------------------- */
+
+/* The row of the kernel whose name contains what, or NULL. */
+static const emu_traffic *traffic_row(const emu_traffic *rows, int n, const char *what) {
+    for (int i = 0; i < n; i++)
+        if (strstr(rows[i].kernel, what)) return &rows[i];
+    return NULL;
+}
+
+/* Known patterns, then the project's two attention kernels at small
+ * shapes against the issue's bound (sector efficiency >= 0.85). */
+static void test_traffic(void) {
+    float *d = NULL, *out = NULL;
+    CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof(float) * 8 * 64));
+    CU_CHECK_FATAL(cudaMalloc((void **)&out, sizeof(float) * 64));
+    CU_CHECK_FATAL(cudaMemset(d, 0, sizeof(float) * 8 * 64));
+    double eff[5], wave[5], conf[5], req[5], dram[5];
+    for (int mode = 0; mode < 5; mode++) {
+        emu_traffic_start(1);
+        CU_CHECK_FATAL(es_traffic_run(out, d, mode));
+        emu_traffic rows[4];
+        int n = emu_traffic_get(rows, 4);
+        emu_traffic_stop();
+        const emu_traffic *r = traffic_row(rows, n, "et_traffic");
+        eff[mode] = r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+        wave[mode] = r ? r->sh_wavefronts : -1;
+        conf[mode] = r ? r->sh_conflicts : -1;
+        req[mode] = r ? r->gl_requests : -1;
+        dram[mode] = r ? r->dram_bytes : -1;
+    }
+    /* modes 0-2: 2 warps x (1 load + 1 store); loads of mode 1 use 4 of 32 bytes of each sector */
+    int ok = fabs(eff[0] - 1.0) < 1e-9 && fabs(eff[1] - (256.0 + 256.0) / (32.0 * (64 + 8))) < 1e-9 &&
+             fabs(eff[2] - 1.0) < 1e-9 && req[0] == 4 && req[1] == 4 && req[2] == 4 &&
+             dram[0] == 256 + 256 && dram[1] == 64 * 32 + 256 && dram[2] == 1024 + 256 &&
+             wave[3] == 2 * 2 * 32 && conf[3] == 2 * 2 * 31 && wave[4] == 2 * 2 && conf[4] == 0;
+    result(ok, "traffic: sectors, DRAM bytes and bank conflicts",
+           "efficiency contiguous %.3f, stride 32 B %.3f, float4 %.3f; DRAM %g/%g/%g B; shared wavefronts "
+           "same-bank %g (conflicts %g), distinct banks %g (%g)",
+           eff[0], eff[1], eff[2], dram[0], dram[1], dram[2], wave[3], conf[3], wave[4], conf[4]);
+    cudaFree(d);
+    cudaFree(out);
+    /* the LM's attention at the 7B's head_dim over a 512-row ring: the K/V
+     * reads dominate; the issue's bound for attention is 0.85 */
+    const int B = 2, heads = 4, hd = 128, ctx = 512, D = heads * hd, splits = cu_attend_splits(ctx);
+    size_t slot_stride = (size_t)2 * ctx * D;
+    uint16_t *ring = NULL, *kvl = NULL;
+    float *q = NULL, *att = NULL, *part = NULL;
+    int32_t *slot = NULL;
+    int64_t *pos = NULL;
+    const int32_t hslot[2] = {0, 1};
+    const int64_t hpos[2] = {511, 300};
+    CU_CHECK_FATAL(cudaMalloc((void **)&ring, 2 * slot_stride * B));
+    CU_CHECK_FATAL(cudaMalloc((void **)&kvl, sizeof(uint16_t) * 2 * D * B));
+    CU_CHECK_FATAL(cudaMalloc((void **)&q, sizeof(float) * 3 * D * B));
+    CU_CHECK_FATAL(cudaMalloc((void **)&att, sizeof(float) * D * B));
+    CU_CHECK_FATAL(cudaMalloc((void **)&part, sizeof(float) * B * heads * splits * CU_ATT_PART_FLOATS));
+    CU_CHECK_FATAL(cudaMalloc((void **)&slot, sizeof hslot));
+    CU_CHECK_FATAL(cudaMalloc((void **)&pos, sizeof hpos));
+    CU_CHECK_FATAL(cudaMemset(ring, 0, 2 * slot_stride * B));
+    CU_CHECK_FATAL(cudaMemset(kvl, 0, sizeof(uint16_t) * 2 * D * B));
+    CU_CHECK_FATAL(cudaMemset(q, 0, sizeof(float) * 3 * D * B));
+    CU_CHECK_FATAL(cudaMemcpy(slot, hslot, sizeof hslot, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaMemcpy(pos, hpos, sizeof hpos, cudaMemcpyHostToDevice));
+    emu_traffic_start(1);
+    CU_CHECK_FATAL(cu_attend_ring(att, part, q, 3 * D, kvl, ring, slot_stride, slot, pos, B, heads, hd, ctx, ctx, 0, 0));
+    emu_traffic rows[8];
+    int n = emu_traffic_get(rows, 8);
+    emu_traffic_stop();
+    const emu_traffic *r = traffic_row(rows, n, "attend_split_kernel");
+    double e = r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+    double sw = r && r->sh_requests > 0 ? r->sh_wavefronts / r->sh_requests : -1;
+    result(e >= 0.85, "traffic: the LM attention's reads are coalesced",
+           "attend_split_kernel (hd 128, 512 keys): sector efficiency %.3f (bound 0.85; the thread-per-key loop "
+           "before issue 25: 0.120), %.2f shared wavefronts per request", e, sw);
+    cudaFree(ring); cudaFree(kvl); cudaFree(q); cudaFree(att); cudaFree(part); cudaFree(slot); cudaFree(pos);
+    /* sampling one block in 4 of the matvec (32 blocks of 2 rows): W's sectors are each block's own
+     * (counted 4 times), x is read by every block (counted once), y is capped at its size */
+    const int MN = 64, MK = 256;
+    float *mx = NULL, *my = NULL;
+    uint16_t *mw = NULL;
+    CU_CHECK_FATAL(cudaMalloc((void **)&mx, sizeof(float) * MK));
+    CU_CHECK_FATAL(cudaMalloc((void **)&my, sizeof(float) * MN));
+    CU_CHECK_FATAL(cudaMalloc((void **)&mw, sizeof(uint16_t) * MN * MK));
+    emu_traffic_start(4);
+    CU_CHECK_FATAL(cu_matvec_bf16(my, mx, mw, 1, MN, MK, 0));
+    n = emu_traffic_get(rows, 8);
+    emu_traffic_stop();
+    r = traffic_row(rows, n, "matvec_bf16_vec");
+    double want = 2.0 * MN * MK + 4.0 * MK + 4.0 * MN;
+    result(r && r->blocks == 32 && r->blocks_run == 8 && r->dram_bytes == want,
+           "traffic: sampled blocks, private and shared data", "matvec %d x %d, 1 block in 4: %llu of %llu blocks run, "
+           "DRAM %.0f bytes (W x 4 + x once + y capped: %.0f)", MN, MK, r ? (unsigned long long)r->blocks_run : 0ull,
+           r ? (unsigned long long)r->blocks : 0ull, r ? r->dram_bytes : -1.0, want);
+    cudaFree(mx); cudaFree(my); cudaFree(mw);
 }
 
 /* Graph capture: nothing runs while capturing; each replay runs again. */
@@ -640,6 +820,8 @@ int main(void) {
     test_atomics_dims();
     test_dyn_shared_config();
     test_copies();
+    test_devices();
+    test_traffic();
     test_graphs();
     test_cublas();
     test_orders();

@@ -64,7 +64,9 @@ typedef enum cudaError {
 /* ---- vector types (vector_types.h) ---------------------------------------
  * Same layout and alignment as the toolkit's. In C++ the 8- and 16-byte
  * ones check, when copied, that the source is aligned as the GPU requires
- * (a misaligned vector load faults on the device). */
+ * (a misaligned vector load faults on the device), and copy as one access
+ * of their size (one hook call, as the device's one vector load or store:
+ * what the traffic accounting counts). */
 typedef struct uint3 { unsigned int x, y, z; } uint3;
 
 #ifdef __cplusplus
@@ -78,8 +80,12 @@ void emu_vec_misaligned(const void *p, unsigned align, const char *type);
         E x, y, z, w;                                                                   \
         T() = default;                                                                  \
         T(E a, E b, E c, E d) : x(a), y(b), z(c), w(d) {}                               \
-        T(const T &o) : x(o.x), y(o.y), z(o.z), w(o.w) { emu_vcheck_(&o); }              \
-        T &operator=(const T &o) { emu_vcheck_(&o); x = o.x; y = o.y; z = o.z; w = o.w; return *this; } \
+        T(const T &o) { emu_vcheck_(&o); __builtin_memcpy((void *)this, (const void *)&o, sizeof(T)); } \
+        T &operator=(const T &o) {                                                      \
+            emu_vcheck_(&o);                                                            \
+            __builtin_memcpy((void *)this, (const void *)&o, sizeof(T));                \
+            return *this;                                                               \
+        }                                                                               \
         EMU_VEC_CHECK(T, A)                                                             \
     };
 #define EMU_VEC2(T, E, A)                                                                \
@@ -87,8 +93,12 @@ void emu_vec_misaligned(const void *p, unsigned align, const char *type);
         E x, y;                                                                         \
         T() = default;                                                                  \
         T(E a, E b) : x(a), y(b) {}                                                     \
-        T(const T &o) : x(o.x), y(o.y) { emu_vcheck_(&o); }                              \
-        T &operator=(const T &o) { emu_vcheck_(&o); x = o.x; y = o.y; return *this; }    \
+        T(const T &o) { emu_vcheck_(&o); __builtin_memcpy((void *)this, (const void *)&o, sizeof(T)); } \
+        T &operator=(const T &o) {                                                      \
+            emu_vcheck_(&o);                                                            \
+            __builtin_memcpy((void *)this, (const void *)&o, sizeof(T));                \
+            return *this;                                                               \
+        }                                                                               \
         EMU_VEC_CHECK(T, A)                                                             \
     };
 EMU_VEC4(uint4, unsigned int, 16)

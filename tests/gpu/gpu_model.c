@@ -1,0 +1,470 @@
+/* gpu_model.c - gpu-model: the H200 performance model of the LM step,
+ * from the emulator's traffic accounting (tests/gpu/emu/emu_traffic.c).
+ * Built against the emulator only (`make gpu-model`); predictions, never
+ * measurements: docs/cuda.md, "The performance model".
+ *
+ * What runs: the launches of one LM step (cuda/cu_backend.c's
+ * enqueue_step, temporal() and dep_substep(), in the same order with the
+ * same launchers and arguments) at the released 7B's geometry, on buffers
+ * of the real shapes, for batches 1, 8 and 64 at positions 0 and 3000.
+ * Not the whole step: one representative of each repeated part, its
+ * counts multiplied by how often the step repeats it:
+ *   - the temporal layer: 32 times;
+ *   - the depformer layer: 6 layers x dep_q (8) sub-steps, run at sub-step
+ *     4 (its attention over 5 sub-steps; the others differ by a few rows),
+ *     and the add + norm between two of them, 5 x 8 times;
+ *   - the depformer sub-step's own launches (input projection, embedding,
+ *     head, sampler, feed-back): 8 times;
+ *   - the attention over the ring at 2 rows (slots 0 and 1) scaled to B:
+ *     its blocks are per row and alike, and 64 rings of 3000 positions
+ *     would need 3 GB of emulated memory.
+ * Blocks are sampled (every EMU_MODEL_STRIDE-th of each grid; counts
+ * scaled), so the emulated memory holds whatever it holds: traffic, not
+ * values, is measured (the sampler's data-dependent passes see zeros).
+ * The products below CU_GEMM_MIN_ROWS (16) rows are the matvec kernel,
+ * measured; from 16 rows they are cuBLAS GEMMs, priced from their shapes.
+ *
+ * Model (per launch): time = max(DRAM bytes / (HBM peak x fraction),
+ * FLOPs / tensor peak (GEMMs only)) + one graph kernel node's cost. DRAM
+ * bytes are the emulator's distinct sectors per buffer and launch (see
+ * emu_traffic.c). The floor of a step: the bytes it must read (every
+ * weight matrix it uses once, the K/V of every row's window) at the HBM
+ * peak, nothing else. Constants and their sources: docs/cuda.md.
+ *
+ * The codec (cuda/cu_mimi.c) at the official Mimi configuration with
+ * random weights, the same sampling: one frame encoded and decoded for
+ * 1, 8 and 64 slots from a fresh state, then its transformer attention
+ * alone at a full context (the steady state: every ring row valid),
+ * replacing the fresh state's. Priced by its bytes only: the codec's
+ * direct float32 convolutions are bound by arithmetic, which the emulator
+ * does not count, so its lines are lower bounds (docs/cuda.md).
+ *
+ * Output: per (batch, position), one line per kernel
+ *   kernel NAME bytes N sector_efficiency R predicted_us T
+ * (GEMM rows: sector_efficiency -, not measured), then the step's
+ * prediction; then the codec's lines per slot count (GPU_MODEL_NO_CODEC
+ * set: skipped; 2 of the 3 minutes); last, exactly one line
+ *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
+ * Exit 0, or 1 when a launch failed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#define CU_CHECK_CUBLAS
+#include "cu_check.h"
+#include "cu_kern.h"
+#include "emu.h"
+#include "cu_mimi.h"
+#include "lm.h"   /* LM_NORM_EPS */
+#include "mimi.h"
+#include "lm_config.h"
+
+/* ---- the H200 (docs/cuda.md, "The performance model", for sources) ------------------- */
+#define H200_HBM_BPS 4.8e12           /* HBM3e peak, bytes/s */
+#define H200_HBM_FRACTION 0.85        /* achievable share of it on streaming reads */
+#define H200_BF16_FLOPS 989e12        /* dense bf16 tensor-core peak, FLOP/s */
+#define H200_GEMM_FRACTION 0.7        /* of it a cuBLAS GEMM of these shapes reaches */
+#define H200_NODE_US 1.5              /* one kernel node of a graph replay, launch and drain */
+
+/* ---- the released 7B (spec/moshi-lm.md section 2; lm-bench --shape 7b) ------------------ */
+#define M_DIM 4096
+#define M_HEADS 32
+#define M_LAYERS 32
+#define M_TEXT 32000
+#define M_CARD 2048
+#define M_NQ 16
+#define M_DEPQ 8
+#define M_DDIM 1024
+#define M_DHEADS 16
+#define M_DLAYERS 6
+#define M_DFF 4224
+#define M_CTX 3000
+#define M_GEMM_MIN_ROWS 16            /* cuda/cu_backend.c CU_GEMM_MIN_ROWS */
+#define M_ATT_ROWS 2                  /* rows the attention runs at (scaled to B) */
+#define M_DEP_K 4                     /* the depformer sub-step run */
+#define EMU_MODEL_STRIDE 16           /* blocks sampled: one in this many */
+#define EMU_CODEC_STRIDE 64           /* the codec's (its grids are larger, its kernels slower here) */
+#define M_MAX_ROWS 64
+#define M_TABLE 64
+
+typedef struct mrow {
+    char name[EMU_NAME_LEN];
+    double bytes, gl_bytes, gl_sectors, launches, us, flops;
+    int gemm;
+} mrow;
+
+static mrow table[M_TABLE];
+static int ntable;
+
+/* The table row of a kernel (GEMMs share one row per call site shape). */
+static mrow *row_of(const char *name) {
+    for (int i = 0; i < ntable; i++)
+        if (!strcmp(table[i].name, name)) return &table[i];
+    if (ntable == M_TABLE) {
+        fprintf(stderr, "gpu-model: M_TABLE too small\n");
+        exit(1);
+    }
+    mrow *r = &table[ntable++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    return r;
+}
+
+/* The emulator's rows of what ran since the last call into the table:
+ * launches times nmult (how often the step repeats them), traffic times
+ * mult (nmult, times the rows a part ran for when it ran for fewer). */
+static void collect(double nmult, double mult) {
+    emu_traffic t[M_TABLE];
+    int n = emu_traffic_get(t, M_TABLE);
+    emu_traffic_reset();
+    for (int i = 0; i < n; i++) {
+        int gemm = t[i].gemm_m > 0;
+        mrow *r = row_of(gemm ? "cublasGemmEx" : t[i].kernel);
+        double launches = (double)t[i].launches * nmult, bytes = t[i].dram_bytes * mult;
+        r->gemm = gemm;
+        r->launches += launches;
+        r->bytes += bytes;
+        r->gl_bytes += t[i].gl_bytes * mult;
+        r->gl_sectors += t[i].gl_sectors * mult;
+        r->flops += t[i].gemm_flops * mult;
+        /* per launch: the longer of the bytes and (GEMMs) the FLOPs, plus a node */
+        double per_bytes = bytes / launches;
+        double per_flops = gemm ? t[i].gemm_flops * mult / launches : 0.0;
+        double us = fmax(per_bytes / (H200_HBM_BPS * H200_HBM_FRACTION),
+                         per_flops / (H200_BF16_FLOPS * H200_GEMM_FRACTION)) * 1e6 + H200_NODE_US;
+        r->us += us * launches;
+    }
+}
+
+/* ---- buffers of one step ------------------------------------------------------------------- */
+
+typedef struct mbuf {
+    /* weights (bf16): one temporal layer, the text head, one depformer layer, the sub-step's */
+    uint16_t *attn_in, *attn_out, *ffn_in, *ffn_out, *text_linear, *emb, *text_emb;
+    uint16_t *d_attn_in, *d_attn_out, *d_ffn_in, *d_ffn_out, *dep_in, *dep_emb, *linear;
+    float *norm, *dnorm;
+    /* K/V: M_ATT_ROWS slots of a (2, ctx, D) ring; the rows' new K/V */
+    uint16_t *ring, *kvl;
+    /* activations */
+    float *x, *xn, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
+    uint16_t *xb;
+    float *dy, *dyn, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
+    int64_t *pos;
+    samp_row *rows;
+} mbuf;
+
+static void *dz(size_t bytes) {   /* device buffer, zeroed */
+    void *p = NULL;
+    CU_CHECK_FATAL(cudaMalloc(&p, bytes ? bytes : 1));
+    CU_CHECK_FATAL(cudaMemset(p, 0, bytes ? bytes : 1));
+    return p;
+}
+
+static void *dw(size_t bytes) {   /* a weight: its values never matter here */
+    void *p = NULL;
+    CU_CHECK_FATAL(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static int g_hidden, g_dhidden;
+static cublasHandle_t g_blas;
+
+static void bufs_open(mbuf *m) {
+    const size_t D = M_DIM, H = (size_t)g_hidden, dd = M_DDIM, dH = (size_t)g_dhidden, R = M_MAX_ROWS;
+    const int splits = cu_attend_splits(M_CTX);
+    m->attn_in = dw(2 * 3 * D * D);
+    m->attn_out = dw(2 * D * D);
+    m->ffn_in = dw(2 * 2 * H * D);
+    m->ffn_out = dw(2 * D * H);
+    m->text_linear = dw(2 * (size_t)M_TEXT * D);
+    m->emb = dw(2 * (size_t)M_NQ * (M_CARD + 1) * D);
+    m->text_emb = dw(2 * (size_t)(M_TEXT + 1) * D);
+    m->d_attn_in = dw(2 * 3 * dd * dd);
+    m->d_attn_out = dw(2 * dd * dd);
+    m->d_ffn_in = dw(2 * 2 * dH * dd);
+    m->d_ffn_out = dw(2 * dd * dH);
+    m->dep_in = dw(2 * dd * D);
+    m->dep_emb = dw(2 * (size_t)(M_CARD + 1) * dd);
+    m->linear = dw(2 * (size_t)M_CARD * dd);
+    m->norm = dz(4 * D);
+    m->dnorm = dz(4 * dd);
+    m->ring = dz(2 * (size_t)M_ATT_ROWS * 2 * M_CTX * D);
+    m->kvl = dz(2 * R * 2 * D);
+    m->x = dz(4 * R * D);
+    m->xn = dz(4 * R * D);
+    m->qkv = dz(4 * R * 3 * D);
+    m->att = dz(4 * R * D);
+    m->o = dz(4 * R * D);
+    m->u = dz(4 * R * 2 * H);
+    m->h = dz(4 * R * H);
+    m->part = dz(4 * R * M_HEADS * (size_t)splits * CU_ATT_PART_FLOATS);
+    m->tlog = dz(4 * R * M_TEXT);
+    m->alog = dz(4 * (size_t)M_DEPQ * R * M_CARD);
+    m->xb = dz(2 * R * H);
+    m->dy = dz(4 * R * dd);
+    m->dyn = dz(4 * R * dd);
+    m->dqkv = dz(4 * R * 3 * dd);
+    m->datt = dz(4 * R * dd);
+    m->dout = dz(4 * R * dd);
+    m->du = dz(4 * R * 2 * dH);
+    m->dh = dz(4 * R * dH);
+    m->dk = dz(4 * R * LM_MAX_DEP_Q * dd);
+    m->dv = dz(4 * R * LM_MAX_DEP_Q * dd);
+    m->tok = dz(4 * R * (1 + M_NQ));
+    m->slot = dz(4 * R);
+    m->out = dz(4 * R * (1 + M_DEPQ));
+    m->prev = dz(4 * R);
+    m->tgt = dz(4 * R * (1 + M_DEPQ));
+    m->dsteps = dz(4 * R);
+    m->pos = dz(8 * R);
+    m->rows = dz(sizeof(samp_row) * R);
+}
+
+/* ---- the step's parts (cuda/cu_backend.c, same launches) ------------------------------------- */
+
+#define LT(call) CU_CHECK_FATAL(call)
+
+/* lin(): the matvec below M_GEMM_MIN_ROWS rows, else bf16 rounding + GEMM. */
+static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K) {
+    if (n < M_GEMM_MIN_ROWS) {
+        LT(cu_matvec_bf16(y, x, w, n, N, K, 0));
+        return;
+    }
+    LT(cu_f32_to_bf16(m->xb, x, (size_t)n * K, 0));
+    const float one = 1.0f, zero = 0.0f;   /* the stand-in records the shape (sampling: no arithmetic) */
+    CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
+                                    CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* lin_gated(): the gated matvec below M_GEMM_MIN_ROWS rows, else the gate
+ * and bf16 rounding in one launch + GEMM. */
+static void lin_gated(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K) {
+    if (n < M_GEMM_MIN_ROWS) {
+        LT(cu_matvec_bf16_gated(y, u, w, n, N, K, 0));
+        return;
+    }
+    LT(cu_silu_gate_bf16(m->xb, u, n, K, 0));
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
+                                    CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void temporal_layer(mbuf *m, int B) {
+    const int D = M_DIM, H = g_hidden;
+    lin(m, m->qkv, m->xn, m->attn_in, B, 3 * D, D);
+    LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
+    /* (the attention and the K/V store: attend(), scaled separately) */
+    lin(m, m->o, m->att, m->attn_out, B, D, D);
+    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));
+    lin(m, m->u, m->xn, m->ffn_in, B, 2 * H, D);
+    lin_gated(m, m->o, m->u, m->ffn_out, B, D, H);
+    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));   /* next norm1, or out_norm */
+}
+
+static void attend(mbuf *m, int rows) {
+    const int D = M_DIM;
+    LT(cu_attend_ring(m->att, m->part, m->qkv, 3 * D, m->kvl, m->ring, (size_t)2 * M_CTX * D, m->slot, m->pos, rows,
+                      M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
+    LT(cu_kv_store(m->ring, (size_t)2 * M_CTX * D, m->kvl, m->slot, m->pos, rows, D, M_CTX, 0));
+}
+
+static void step_once(mbuf *m, int B) {   /* before the layers, and the text head */
+    LT(cu_embed_sum(m->x, m->tok, 1 + M_NQ, m->emb, m->text_emb, B, M_DIM, M_NQ, M_CARD, M_TEXT, 0));
+    LT(cu_rmsnorm(m->xn, m->x, m->norm, B, M_DIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
+}
+
+static void step_head(mbuf *m, int B) {
+    lin(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM);
+    LT(cu_samp_topk_feed(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL, 0,
+                         0));
+}
+
+static void dep_substep_own(mbuf *m, int B) {
+    lin(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM);
+    LT(cu_embed_add_rows(m->dy, m->prev, m->dep_emb, B, M_DDIM, M_CARD + 1, 0));
+    LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
+    LT(cu_add(m->dy, m->dout, (size_t)B * M_DDIM, 0));                     /* the last layer's add */
+    lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
+    LT(cu_samp_topk_feed(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
+                         1 + M_DEPQ, m->dsteps, 0, 0));
+}
+
+static void dep_layer(mbuf *m, int B) {
+    const int dd = M_DDIM, Hd = g_dhidden;
+    lin(m, m->dqkv, m->dyn, m->d_attn_in, B, 3 * dd, dd);
+    LT(cu_dep_attend(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K, M_DEPQ, B, M_DHEADS,
+                     dd / M_DHEADS, 0));
+    lin(m, m->dout, m->datt, m->d_attn_out, B, dd, dd);
+    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, dd, LM_NORM_EPS, 0));
+    lin(m, m->du, m->dyn, m->d_ffn_in, B, 2 * Hd, dd);
+    lin_gated(m, m->dout, m->du, m->d_ffn_out, B, dd, Hd);
+}
+
+/* Between two depformer layers: the residual add and the next norm1. */
+static void dep_between(mbuf *m, int B) {
+    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));
+}
+
+/* The bytes a step must read: every weight matrix it uses once, the text
+ * and audio embedding rows, the K/V of each row's window (bf16). */
+static double floor_bytes(int B, int pos) {
+    const double D = M_DIM, H = g_hidden, dd = M_DDIM, dH = g_dhidden;
+    double temporal = M_LAYERS * (3 * D * D + D * D + 2 * H * D + D * H) * 2;
+    double head = (double)M_TEXT * D * 2;
+    double dep = M_DEPQ * (M_DLAYERS * (3 * dd * dd + dd * dd + 2 * dH * dd + dd * dH) + dd * D + (double)M_CARD * dd) * 2;
+    double emb = (double)B * (1 + M_NQ) * D * 2;
+    double keys = pos + 1 > M_CTX ? M_CTX : pos + 1;
+    double kv = (double)B * M_LAYERS * keys * D * 2 * 2;
+    return temporal + head + dep + emb + kv;
+}
+
+/* One (B, pos) point: runs the parts, prints the table; returns the step's ms. */
+static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
+    ntable = 0;
+    int32_t slot[M_MAX_ROWS];
+    int64_t p[M_MAX_ROWS];
+    for (int b = 0; b < M_MAX_ROWS; b++) {
+        slot[b] = b % M_ATT_ROWS;   /* only the attention reads more than M_ATT_ROWS rows' slots */
+        p[b] = pos;
+    }
+    CU_CHECK_FATAL(cudaMemcpy(m->slot, slot, sizeof slot, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaMemcpy(m->pos, p, sizeof p, cudaMemcpyHostToDevice));
+    emu_traffic_reset();
+    step_once(m, B);
+    step_head(m, B);
+    collect(1, 1);
+    temporal_layer(m, B);
+    collect(M_LAYERS, M_LAYERS);
+    int ar = B < M_ATT_ROWS ? B : M_ATT_ROWS;
+    attend(m, ar);
+    collect(M_LAYERS, (double)M_LAYERS * B / ar);
+    dep_substep_own(m, B);
+    collect(M_DEPQ, M_DEPQ);
+    dep_layer(m, B);
+    collect(M_DEPQ * M_DLAYERS, M_DEPQ * M_DLAYERS);
+    dep_between(m, B);
+    collect(M_DEPQ * (M_DLAYERS - 1), M_DEPQ * (M_DLAYERS - 1));
+    double us = 0, bytes = 0, launches = 0;
+    for (int i = 0; i < ntable; i++) {
+        const mrow *r = &table[i];
+        if (r->gemm)
+            printf("kernel %s bytes %.0f sector_efficiency - predicted_us %.1f\n", r->name, r->bytes, r->us);
+        else
+            printf("kernel %s bytes %.0f sector_efficiency %.3f predicted_us %.1f\n", r->name, r->bytes,
+                   r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : 1.0, r->us);
+        us += r->us;
+        bytes += r->bytes;
+        launches += r->launches;
+    }
+    *floor_ms = floor_bytes(B, pos) / H200_HBM_BPS * 1e3;
+    printf("step B=%d pos=%d: %.0f launches, %.2f GB moved (must read %.2f GB), predicted %.2f ms, floor %.2f ms\n\n",
+           B, pos, launches, bytes / 1e9, floor_bytes(B, pos) / 1e9, us / 1e3, *floor_ms);
+    return us / 1e3;
+}
+
+/* ---- the codec --------------------------------------------------------------------------------- */
+
+/* One frame of n slots through the device codec (encode, then decode of
+ * the codes), then the steady-state attention; prints the table. */
+static void codec_point(cu_mimi *g, const mimi_model *mm, const mimi_config *c, int n) {
+    const int F = mimi_frame_samples(mm), K = mimi_num_codebooks(mm);
+    ms_error e = {0};
+    float *pcm = calloc((size_t)n * F, sizeof(float));
+    int *codes = calloc((size_t)n * K, sizeof(int)), slots[M_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        slots[i] = i;
+        if (cu_mimi_reset(g, i, 3, &e)) {
+            fprintf(stderr, "gpu-model: codec reset: %s\n", e.msg);
+            exit(1);
+        }
+    }
+    ntable = 0;
+    emu_traffic_reset();
+    int rc = cu_mimi_encode(g, slots, n, pcm, codes, &e);
+    /* sampled blocks: most codes were never written; the decode's traffic does not depend on them */
+    for (int i = 0; i < n * K; i++) codes[i] = 0;
+    if (rc || cu_mimi_decode(g, slots, n, codes, pcm, &e)) {
+        fprintf(stderr, "gpu-model: codec: %s\n", e.msg);
+        exit(1);
+    }
+    collect(1, 1);
+    /* the fresh state's attention out, the steady state's in: 2 transformers x num_layers launches
+     * of T = resample_stride columns per slot over a full ring */
+    mrow *fresh = row_of("mimi_attend_kernel");
+    memset(fresh, 0, sizeof *fresh);
+    snprintf(fresh->name, sizeof fresh->name, "mimi_attend_kernel");
+    const int D = c->d_model, T = c->resample_stride, ctx = c->context, N = n * T;
+    float *qkv = dz(sizeof(float) * 3 * (size_t)D * N), *att = dz(sizeof(float) * (size_t)D * N);
+    float *kv = dz(sizeof(float) * 2 * (size_t)ctx * D * n);
+    int32_t hs[M_MAX_ROWS];
+    int64_t ho[M_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        hs[i] = i;
+        ho[i] = 10 * (int64_t)ctx;   /* long past the first ring: every row valid */
+    }
+    int32_t *ds = dz(sizeof hs);
+    int64_t *dof = dz(sizeof ho);
+    CU_CHECK_FATAL(cudaMemcpy(ds, hs, sizeof hs, cudaMemcpyHostToDevice));
+    CU_CHECK_FATAL(cudaMemcpy(dof, ho, sizeof ho, cudaMemcpyHostToDevice));
+    LT(cu_mimi_attend(att, qkv, kv, (size_t)2 * ctx * D, ds, dof, 0, n, T, D, c->num_heads, ctx, 0));
+    collect(2.0 * c->num_layers, 2.0 * c->num_layers);
+    double us = 0, bytes = 0;
+    for (int i = 0; i < ntable; i++) {
+        const mrow *r = &table[i];
+        if (r->launches == 0) continue;
+        printf("kernel %s bytes %.0f sector_efficiency %.3f predicted_us %.1f\n", r->name, r->bytes,
+               r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : 1.0, r->us);
+        us += r->us;
+        bytes += r->bytes;
+    }
+    printf("codec B=%d (encode + decode of one frame, full context): %.3f GB moved, predicted >= %.3f ms "
+           "(bytes only)\n\n", n, bytes / 1e9, us / 1e3);
+    cudaFree(qkv); cudaFree(att); cudaFree(kv); cudaFree(ds); cudaFree(dof);
+    free(pcm);
+    free(codes);
+}
+
+int main(void) {
+    g_hidden = lm_gated_hidden(M_DIM, (int)(4.125 * M_DIM));
+    g_dhidden = lm_gated_hidden(M_DDIM, M_DFF);
+    emu_set_quiet(0);
+    printf("gpu-model: the LM step at the 7B's geometry on the emulator (blocks sampled 1 in %d); H200: HBM %.1f TB/s "
+           "x %.2f, bf16 %.0f TFLOP/s x %.2f, %.1f us a graph node (docs/cuda.md)\n\n",
+           EMU_MODEL_STRIDE, H200_HBM_BPS / 1e12, H200_HBM_FRACTION, H200_BF16_FLOPS / 1e12, H200_GEMM_FRACTION,
+           H200_NODE_US);
+    mbuf m;
+    memset(&m, 0, sizeof m);
+    bufs_open(&m);
+    CUBLAS_CHECK_FATAL(cublasCreate(&g_blas));
+    emu_traffic_start(EMU_MODEL_STRIDE);
+    static const int batches[] = {1, 8, 64}, positions[] = {0, 3000};
+    double ms[3][2], fl[3][2];
+    for (int bi = 0; bi < 3; bi++)
+        for (int pi = 0; pi < 2; pi++) ms[bi][pi] = model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
+    emu_traffic_stop();
+    if (!getenv("GPU_MODEL_NO_CODEC")) {
+        mimi_config mc;
+        mimi_config_default(&mc);
+        mimi_model *mm = NULL;
+        cu_mimi *g = NULL;
+        ms_error e = {0};
+        if (mimi_model_random(&mm, &mc, 11, &e) || cu_mimi_open(&g, mm, M_MAX_ROWS, &e)) {
+            fprintf(stderr, "gpu-model: codec: %s\n", e.msg);
+            return 1;
+        }
+        emu_traffic_start(EMU_CODEC_STRIDE);
+        for (int bi = 0; bi < 3; bi++) codec_point(g, mm, &mc, batches[bi]);
+        emu_traffic_stop();
+        cu_mimi_close(g);
+        mimi_model_free(mm);
+    }
+    printf("predicted H200 step: B=1 pos=0 %.2f ms (floor %.2f ms); B=64 pos=3000 %.2f ms (floor %.2f ms)\n", ms[0][0],
+           fl[0][0], ms[2][1], fl[2][1]);
+    return 0;
+}
