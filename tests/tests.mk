@@ -23,9 +23,10 @@ CHECK_BINS := $(CHECK_SUITES:%=$(BUILD)/tests/check_%)
 
 # Python tools for the tests (pytest, ...), pinned in tests/requirements.txt.
 VENV := build/venv
-$(VENV)/.ok: tests/requirements.txt
+$(VENV)/.ok: tests/requirements.txt tests/requirements-nodeps.txt
 	@echo "  VENV    $(VENV)"
-	$(Q)python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check -r $< && touch $@
+	$(Q)python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check -r $< && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements-nodeps.txt && touch $@
 
 # The agent frameworks' realtime clients (LiveKit, Pipecat) for
 # test_realtime_agents.py, in a venv of their own: their pins clash with

@@ -1,6 +1,6 @@
 """Clients nobody on this project wrote, unchanged, against the demo daemon
-(pinned in tests/requirements.txt): fujielab-moshi-client and LiveKit
-Agents' PersonaPlex plugin. moshid's own page is tested in
+(pinned in tests/requirements.txt): the official `moshi.client`,
+fujielab-moshi-client and LiveKit Agents' PersonaPlex plugin. moshid's own page is tested in
 tests/browser, the official `moshi.client`'s protocol in test_wire.py.
 
 fujielab-moshi-client 0.1.2 (PyPI): a threaded client on the `websockets`
@@ -14,7 +14,9 @@ an error message and a close 1008; neither crashes. With its encoder at a
 bitrate whose 80 ms packets stay under 255 bytes, it streams: audio and
 text come back."""
 import asyncio
+import importlib.util
 import logging
+import pathlib
 import socket
 import time
 
@@ -35,6 +37,7 @@ def _needs_fujielab(request):
     if request.node.name.startswith("test_fujielab") and fuj is None:
         pytest.skip("fujielab-moshi-client not installed (tests/requirements.txt)")
 
+HERE = pathlib.Path(__file__).resolve().parent
 # Bounds for a loaded 2-core machine.
 CONNECT_S = 30
 AUDIO_S = 60
@@ -257,5 +260,34 @@ def test_livekit_plugin_unknown_voice_reaches_its_caller(build_dir, tmp_path):
         assert errors and errors[0][0] is False and "404" in errors[0][1], errors
         assert "msg=\"unknown voice_prompt 'VARM9.pt'" in open(log).read()
         assert open(log).read().count("event=ws_refused") == 1  # it did not retry
+    finally:
+        stop_daemon(p, log)
+
+
+# ---- the official Kyutai client ---------------------------------------------
+
+def test_official_moshi_client(build_dir, tmp_path):
+    """`python -m moshi.client` (moshi 0.2.13) as it ships, headless
+    (tests/integration/official_client.py): a few seconds of speech in,
+    the model's voice out of its speaker and its text printed; the session
+    ends when the server's limits.max_steps is reached (1000), which ends
+    the client."""
+    import subprocess
+    import sys
+    if importlib.util.find_spec("moshi") is None:
+        pytest.skip("moshi not installed (tests/tests.mk installs it without dependencies)")
+    steps = 50  # 4 s
+    p, port, log = start_daemon(build_dir, tmp_path, sessions=2, limits__max_steps=steps)
+    try:
+        r = subprocess.run([sys.executable, str(HERE / "official_client.py"), str(port), "4"], capture_output=True,
+                           text=True, timeout=AUDIO_S)
+        out = r.stdout
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        heard = int(out.rsplit("speaker_blocks", 1)[1].split()[0])
+        text = out.rsplit("speaker_blocks", 1)[0]
+        assert heard >= 10, (heard, r.stderr[-2000:])  # most of 4 s of its voice (80 ms blocks)
+        assert text.strip(), "no text printed"
+        assert "Lost connection" not in r.stderr, r.stderr[-2000:]
+        assert "close_status=1000" in open(log).read()
     finally:
         stop_daemon(p, log)
