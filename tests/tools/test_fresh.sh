@@ -201,6 +201,14 @@ git -C "$root/src/moshid" checkout -q -b "$branch" FETCH_HEAD
 if [ -d "$repo/../shared" ]; then cp -a "$repo/../shared" "$root/src/shared"
 else say "no $repo/../shared: the root gets no /src/shared"; fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# An installed Debian has /etc/hosts (the installer writes it, as container
+# runtimes do); a debootstrap root has none, and without it "localhost" does
+# not resolve. The installer's lines:
+if [ ! -e "$root/etc/hosts" ]; then
+    printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\nff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n' \
+        > "$root/etc/hosts"
+    say "wrote /etc/hosts as the Debian installer does (localhost, ip6-localhost)"
+fi
 # This machine's network trust, as its administrator set it up (an HTTPS
 # proxy's CA, pip told to use the system's CA bundle): without it a root on
 # such a network cannot reach PyPI. Only what is there is copied, and said.
