@@ -247,6 +247,10 @@ typedef struct lm_backend {
     int n_user;           /* user codes per frame the bookkeeping reads */
     uint64_t *enc_frames; /* (max_slots) frames encoded since the slot's codec reset */
     int inflight;         /* frames submitted and not waited for */
+    /* scratch of one step call of the bookkeeping (lmgen_step_batch,
+     * pp_step_batch), max_slots rows each, made at open */
+    lm_step_slot *step_req;   /* the backend step's requests */
+    int *step_rows;           /* request -> row of the batch */
 } lm_backend;
 
 /* The CPU reference backend (cpu_backend.c). */
