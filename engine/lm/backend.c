@@ -58,6 +58,11 @@ lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, co
                    ops->name ? ops->name : "?", lm_weights_name((lm_weights)opts->weights), lm_kv_name((lm_kv)opts->kv));
         return NULL;
     }
+    if (!ops->frame_submit != !ops->frame_wait || !ops->frame_submit != !ops->frame_stages) {
+        ms_err_set(err, MS_ERR_ARG, "backend %s: frame_stages, frame_submit and frame_wait come together",
+                   ops->name ? ops->name : "?");
+        return NULL;
+    }
     lm_backend *b = calloc(1, sizeof *b);
     if (!b) {
         ms_err_set(err, MS_ERR_NOMEM, "out of memory");
