@@ -137,12 +137,13 @@ typedef struct lm_step_slot {
  * frame_wait returns. */
 typedef struct lm_frame {
     int n;                            /* slots in this step (0 <= n <= max_slots) */
+    int nout;                         /* ints per row of out: 1 + dep_q (lm_frame_alloc) */
     const int *slots;                 /* (n) distinct backend slots */
     struct lmgen_slot *const *gens;   /* (n) each slot's bookkeeping (lmgen.h), host */
     const float *pcm_in;              /* (n, MS_FRAME_SAMPLES) the user's audio */
     /* results, valid after frame_wait */
     int *codes;                       /* (n, n_user) the user codes the LM read */
-    int *out;                         /* (n, 1 + dep_q) LMGen's frame: text, audio */
+    int *out;                         /* (n, nout) LMGen's frame: text, audio */
     int *has_out;                     /* (n) 1 where out and pcm_out hold a frame */
     float *pcm_out;                   /* (n, MS_FRAME_SAMPLES) Moshi's audio where has_out */
     /* scratch of the frame step (lm_frame_alloc sizes them) */

@@ -17,6 +17,7 @@ int lm_frame_alloc(lm_backend *b, lm_frame *f, int max_n, ms_error *err) {
         return ms_err_set(err, MS_ERR_ARG, "frame: %d slots (max %d)", max_n, b->max_slots);
     if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "frame: backend %s was opened without a codec", b->ops->name);
     size_t N = (size_t)max_n, ncb = (size_t)b->ncb, nout = 1 + (size_t)b->cfg.dep_q;
+    f->nout = (int)nout;
     f->codes = calloc(N * (size_t)b->n_user, sizeof(int));
     f->out = calloc(N * nout, sizeof(int));
     f->has_out = calloc(N, sizeof(int));
