@@ -41,7 +41,8 @@ extern "C" {
     X(EMU_FAULT_STACK, "stack-overflow", cudaErrorHardwareStackError)             \
     X(EMU_FAULT_TRAP, "trap", cudaErrorLaunchFailure)                             \
     X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
-    X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)
+    X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)                       \
+    X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)
 
 #define EMU_FAULT_ENUM_(e, name, err) e,
 typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
@@ -61,8 +62,8 @@ typedef struct emu_fault {
 } emu_fault;
 
 /* emu_fault_last: the fault that made the runtime's error sticky, copied
- * to *f; returns its kind (EMU_FAULT_NONE when there is none). Cleared by
- * cudaDeviceReset. */
+ * to *f; returns its kind (EMU_FAULT_NONE when there is none). Pending
+ * stream work runs first. Cleared by cudaDeviceReset. */
 emu_fault_kind emu_fault_last(emu_fault *f);
 /* emu_fault_name: "barrier", "warp", ...; emu_fault_error: the CUDA error
  * a fault of kind k leaves sticky. */
@@ -94,6 +95,13 @@ void emu_inject_fault(unsigned n);
  * before any. */
 const char *emu_last_kernel(void);
 
+/* emu_set_streams: 1 = streams run asynchronously (the default; also
+ * EMU_STREAMS=async): enqueued work waits until the host waits for it, the
+ * order among independent streams drawn from EMU_SEED, host memory that a
+ * copy will write poisoned until it runs, a pinned source checked unchanged
+ * when its copy runs (fault kind async-copy). 0 = each call runs its work at
+ * once, in order (EMU_STREAMS=sync). Set it before any work is enqueued. */
+void emu_set_streams(int async);
 /* emu_set_devices: 1 or 2 emulated devices (also EMU_DEVICES=2). With 2, a
  * host thread that never called cudaSetDevice works on device 0, as on a
  * machine with two GPUs: a kernel launched into another device's stream
