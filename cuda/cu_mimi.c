@@ -135,10 +135,14 @@ static int dmalloc(cu_mimi *g, float **p, size_t nfloats, ms_error *err) {
     return MS_OK;
 }
 
+/* On the encode stream, which open waits for before anything runs: a
+ * cudaMemcpy from pageable memory returns once the source is staged, its
+ * copy to the device possibly still pending on the legacy stream, which the
+ * codec's non-blocking streams do not wait for. */
 static int upload(cu_mimi *g, float **dst, const float *src, size_t n, ms_error *err) {
     int rc = dmalloc(g, dst, n, err);
     if (rc) return rc;
-    CU_CHECK(err, cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    CU_CHECK(err, cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g->es.st));
     return MS_OK;
 }
 

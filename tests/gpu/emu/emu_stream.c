@@ -191,6 +191,21 @@ static int submit(emu_queue *qu, const pend *p) {
     return qpush(qu, p);
 }
 
+/* Does a pending copy read host memory overlapping [p, p+n)? */
+static int pending_reads(const void *p, size_t n) {
+    const char *a = p;
+    for (int i = 0; i < nqueues(); i++) {
+        const emu_queue *qu = queue_at(i);
+        for (size_t j = qu->head; j < qu->n; j++) {
+            const emu_node *nd = &qu->q[j].nd;
+            if (qu->q[j].kind == P_WORK && nd->kind == EMU_NODE_MEMCPY && nd->chk && (const char *)nd->src < a + n &&
+                a < (const char *)nd->src + nd->n)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 static int head_ready(const emu_queue *qu) {
     const pend *p = &qu->q[qu->head];
     return p->kind != P_WAIT || p->dep->done >= p->count;
@@ -523,8 +538,10 @@ cudaError_t emu_enqueue(cudaStream_t s, const emu_node *nd) {
     if (node_copy(&p.nd, &tmp) != 0) return emu_ret(cudaErrorMemoryAllocation);
     p.nd.own = tmp.own;
     p.nd.chk = tmp.chk;
-    /* host memory a copy will write holds garbage until the copy has run */
-    if (tmp.kind == EMU_NODE_MEMCPY && tmp.dst_host) memset(tmp.dst, 0xFF, tmp.n);
+    /* host memory a copy will write holds garbage until the copy has run
+     * (unless pending copies still read it: they run first in stream order
+     * or race, which their check reports) */
+    if (tmp.kind == EMU_NODE_MEMCPY && tmp.dst_host && !pending_reads(tmp.dst, tmp.n)) memset(tmp.dst, 0xFF, tmp.n);
     if (submit(qu, &p) != 0) {
         node_free(&p.nd);
         return emu_ret(cudaErrorMemoryAllocation);
