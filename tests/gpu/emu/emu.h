@@ -102,6 +102,9 @@ const char *emu_last_kernel(void);
  * when its copy runs (fault kind async-copy). 0 = each call runs its work at
  * once, in order (EMU_STREAMS=sync). Set it before any work is enqueued. */
 void emu_set_streams(int async);
+/* emu_set_seed: the seed of the resume orders and of the streams' order
+ * (EMU_SEED; default 1). */
+void emu_set_seed(uint64_t seed);
 /* emu_set_devices: 1 or 2 emulated devices (also EMU_DEVICES=2). With 2, a
  * host thread that never called cudaSetDevice works on device 0, as on a
  * machine with two GPUs: a kernel launched into another device's stream

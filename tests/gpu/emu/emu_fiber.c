@@ -81,6 +81,11 @@ void emu_set_hooks(int on) { emu_init(); E.hooks = on; }
 void emu_inject_fault(unsigned n) { emu_init(); E.inject_after = n; }
 const char *emu_last_kernel(void) { return E.launched; }
 void emu_set_streams(int async) { emu_init(); E.async = async != 0; }
+void emu_set_seed(uint64_t seed) {
+    emu_init();
+    E.seed = seed;
+    E.sched = 0;   /* drawn again from the seed */
+}
 void emu_stats_get(emu_stats *s) { *s = E.stats; }
 
 /* ---- faults ---------------------------------------------------------------------------- */
