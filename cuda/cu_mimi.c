@@ -424,6 +424,7 @@ int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *er
 fail:
     if (rc == MS_OK) rc = MS_ERR_DEVICE;
     cu_mimi_close(g);
+    cudaGetLastError();   /* a failed allocation is answered here, not by this thread's next launch */
     return rc;
 }
 
@@ -714,25 +715,30 @@ int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes,
     CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)B * K * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   w->st));
     float *dpcm = g->dec_out[bi];
-    if (g->graphs) CU_CHECK(err, cudaGraphLaunch(g->dg[bi], w->st));
-    else if ((rc = decode_enqueue(g, B, &dpcm, err))) return rc;
-    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dpcm, (size_t)n * F * sizeof(float), cudaMemcpyDeviceToHost,
-                                  w->st));
-    CU_CHECK(err, cudaEventRecord(w->done[t], w->st));
+    if (g->graphs) CU_CHECK_GOTO(err, cudaGraphLaunch(g->dg[bi], w->st), drain);
+    else if ((rc = decode_enqueue(g, B, &dpcm, err))) goto drain;
+    CU_CHECK_GOTO(err, cudaMemcpyAsync(hup + g->lay.payload, dpcm, (size_t)n * F * sizeof(float),
+                                       cudaMemcpyDeviceToHost, w->st), drain);
+    CU_CHECK_GOTO(err, cudaEventRecord(w->done[t], w->st), drain);
     for (int i = 0; i < n; i++) g->dec_steps[slots[i]] += c->resample_stride;
     w->busy[t] = 1;
     w->n[t] = n;
     *ticket = t;
     return MS_OK;
+drain:   /* the upload may still read hup[t]: wait before the ticket is free again */
+    if (cudaStreamSynchronize(w->st) != cudaSuccess) cudaGetLastError();
+    return rc ? rc : err ? err->code : MS_ERR_DEVICE;
 }
 
 int cu_mimi_decode_finish(cu_mimi *g, int ticket, float *pcm, ms_error *err) {
     side *w = &g->ds;
     if (ticket < 0 || ticket >= CU_MIMI_TICKETS || !w->busy[ticket])
         return ms_err_set(err, MS_ERR_ARG, "cuda mimi: decode ticket %d not in flight", ticket);
-    w->busy[ticket] = 0;
+    /* the ticket stays in flight until its event has completed: its pinned
+     * block is still the target of the PCM copy until then */
     GM_BIND(g, err);
     CU_CHECK(err, cudaEventSynchronize(w->done[ticket]));
+    w->busy[ticket] = 0;
     if (pcm)
         memcpy(pcm, w->hup[ticket] + g->lay.payload, (size_t)w->n[ticket] * g->m->cfg.frame_samples * sizeof(float));
     return MS_OK;

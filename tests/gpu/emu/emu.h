@@ -91,6 +91,11 @@ void emu_set_timeout_ms(unsigned ms);
  * (cudaErrorIllegalAddress, sticky until cudaDeviceReset): for tests of a
  * caller's device-error handling. 0 cancels. */
 void emu_inject_fault(unsigned n);
+/* emu_inject_alloc_failure: the n-th cudaMalloc or cudaMallocHost call
+ * from now fails with cudaErrorMemoryAllocation (not sticky: it becomes
+ * the calling thread's last error, as on a device): for tests of a
+ * caller's out-of-memory paths. 0 cancels. */
+void emu_inject_alloc_failure(unsigned n);
 /* emu_last_kernel: the name of the last kernel launched (or recorded), ""
  * before any. */
 const char *emu_last_kernel(void);

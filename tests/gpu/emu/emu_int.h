@@ -71,6 +71,7 @@ typedef struct emu_state {
     int quiet, hooks;
     unsigned timeout_ms;
     unsigned inject_after;  /* emu_inject_fault: kernel runs left before the injected fault (0: none) */
+    unsigned alloc_fail_after;   /* emu_inject_alloc_failure: allocations left before the failing one (0: none) */
     /* errors */
     cudaError_t sticky;     /* device-wide: a fault; the last error is per host thread (emu_t_last) */
     int ndev;               /* emulated devices (EMU_DEVICES, emu_set_devices; 0: not read yet) */

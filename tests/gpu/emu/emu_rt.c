@@ -141,6 +141,11 @@ void emu_set_devices(int n) { E.ndev = n == 2 ? 2 : 1; }
 
 uint64_t emu_alloc_calls(void) { return E.alloc_calls; }
 
+void emu_inject_alloc_failure(unsigned n) {
+    emu_init();
+    E.alloc_fail_after = n;
+}
+
 cudaError_t cudaGetDeviceCount(int *count) {
     emu_init();
     if (no_device()) {
@@ -321,6 +326,7 @@ static cudaError_t malloc_kind(void **ptr, size_t bytes, emu_akind kind, const c
         return cudaSuccess;
     }
     if (device_used + bytes > EMU_DEVICE_BYTES) return emu_ret(cudaErrorMemoryAllocation);
+    if (E.alloc_fail_after && --E.alloc_fail_after == 0) return emu_ret(cudaErrorMemoryAllocation);
     emu_alloc *a = emu_alloc_new(bytes, 256, kind);
     if (!a) return emu_ret(cudaErrorMemoryAllocation);
     device_used += bytes;
