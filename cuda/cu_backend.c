@@ -774,6 +774,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
 fail:
     if (rc == MS_OK) rc = err && err->code ? err->code : MS_ERR_DEVICE;
     cu_close(c);
+    cudaGetLastError();   /* a failed allocation is answered here, not by this thread's next launch */
     return rc;
 }
 
