@@ -24,6 +24,10 @@
  *                             fixture's, 24; about 5 s on the emulator)
  *
  * Cases:
+ *  - warmup (emulator only; first, before any other launch of the codec's
+ *    kernels): cu_mimi_open captures its graphs after a warm-up run, so no
+ *    kernel's first launch is recorded into a capture
+ *    (emu_capture_cold_kernels: 0);
  *  - parity: one slot encodes the fixture's frames (the K/V ring of
  *    context 8 wraps after 4): every code equal
  *    to the CPU codec's and to the official reference's; the CPU's codes
@@ -104,6 +108,7 @@ extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
 /* Defined by the emulator (tests/gpu/emu/emu.h) only. */
 const char *emu_last_kernel(void) __attribute__((weak));
 void emu_inject_alloc_failure(unsigned n) __attribute__((weak));
+unsigned emu_capture_cold_kernels(void) __attribute__((weak));
 
 static const char *filter;
 static int n_pass, n_fail;
@@ -184,6 +189,23 @@ static int first_mismatch(const int *a, const int *b, int n) {
     for (int i = 0; i < n; i++)
         if (a[i] != b[i]) return i;
     return -1;
+}
+
+static void test_warmup(const fixture *fx) {
+    const char *name = "warmup";
+    if (!begin(name)) return;
+    if (!emu_capture_cold_kernels) {
+        printf("skip %-10s the emulator counts kernels first launched into a capture\n", name);
+        return;
+    }
+    ms_error e = {0};
+    cu_mimi *g = NULL;
+    unsigned c0 = emu_capture_cold_kernels();
+    if (cu_mimi_open(&g, fx->m, 3, &e)) die("open", &e);
+    unsigned cold = emu_capture_cold_kernels() - c0;
+    result(cold == 0 && cu_mimi_graphs(g), name, "graphs captured: %s; kernels first launched into a capture: %u",
+           cu_mimi_graphs(g) ? "yes" : "no", cold);
+    cu_mimi_close(g);
 }
 
 static void test_parity(const fixture *fx, int frames) {
@@ -774,6 +796,7 @@ int main(int argc, char **argv) {
     const char *fe = getenv("MIMI_TEST_FRAMES");
     if (fe && atoi(fe) > 0) frames = atoi(fe);
     if (frames > fx.frames) frames = fx.frames;
+    test_warmup(&fx);
     test_parity(&fx, frames);
     test_batch(&fx);
     test_graphs(&fx);

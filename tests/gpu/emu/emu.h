@@ -96,6 +96,11 @@ void emu_inject_fault(unsigned n);
  * the calling thread's last error, as on a device): for tests of a
  * caller's out-of-memory paths. 0 cancels. */
 void emu_inject_alloc_failure(unsigned n);
+/* emu_capture_cold_kernels: how many kernels so far had their first launch
+ * recorded into a graph capture, never launched outside one before (with
+ * lazy loading, CUDA's default, such a kernel is loaded while the stream
+ * captures; a warm-up run of the same launches first avoids it). */
+unsigned emu_capture_cold_kernels(void);
 /* emu_last_kernel: the name of the last kernel launched (or recorded), ""
  * before any. */
 const char *emu_last_kernel(void);

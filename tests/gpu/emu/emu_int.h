@@ -209,6 +209,8 @@ cudaError_t emu_enqueue_host(cudaStream_t stream, emu_host_fn fn, const void *ar
 /* A stream captures in a mode that forbids synchronising calls; and the
  * invalidation of every capture by such a call (why names it). */
 int emu_capture_active(void);
+/* emu_stream_capturing: s is a capturing stream. */
+int emu_stream_capturing(cudaStream_t s);
 void emu_capture_invalidate(const char *why);
 /* cudaDeviceReset: no stream captures any more, pending work is dropped. */
 void emu_streams_reset(void);

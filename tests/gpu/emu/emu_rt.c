@@ -281,6 +281,33 @@ static cudaError_t check_config(const emu_call *c) {
     return cudaSuccess;
 }
 
+/* Kernels launched outside a capture so far, and those whose first launch
+ * was recorded into one (emu_capture_cold_kernels). */
+#define EMU_KERNELS_MAX 4096
+static const void *warm_kernels[EMU_KERNELS_MAX], *cold_kernels[EMU_KERNELS_MAX];
+static int nwarm, ncold;
+
+static int kernel_in(const void *const *set, int n, const void *f) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == f) return 1;
+    return 0;
+}
+
+unsigned emu_capture_cold_kernels(void) { return (unsigned)ncold; }
+
+static void note_first_launch(const emu_call *c) {
+    if (emu_stream_capturing(c->stream)) {
+        if (!kernel_in(warm_kernels, nwarm, c->func) && !kernel_in(cold_kernels, ncold, c->func) &&
+            ncold < EMU_KERNELS_MAX) {
+            cold_kernels[ncold++] = c->func;
+            emu_note("%s: first launched into a graph capture at %s:%d (no warm-up run loaded it)", E.kname,
+                     c->site.file, c->site.line);
+        }
+    } else if (!kernel_in(warm_kernels, nwarm, c->func) && nwarm < EMU_KERNELS_MAX) {
+        warm_kernels[nwarm++] = c->func;
+    }
+}
+
 void emu_launch(const emu_call *c) {
     emu_init();
     if (E.sticky) {
@@ -301,6 +328,7 @@ void emu_launch(const emu_call *c) {
         emu_t_last = cudaErrorInvalidResourceHandle;
         return;
     }
+    note_first_launch(c);
     emu_node nd = {.kind = EMU_NODE_KERNEL, .call = *c};
     emu_enqueue(c->stream, &nd);
 }

@@ -107,6 +107,11 @@ int emu_capture_active(void) {
     return 0;
 }
 
+int emu_stream_capturing(cudaStream_t s) {
+    return s && s != cudaStreamLegacy && s != cudaStreamPerThread && s->magic == MAGIC_STREAM && !s->dead &&
+           s->capturing;
+}
+
 void emu_capture_invalidate(const char *why) {
     for (int i = 0; i < nstreams; i++)
         if (!streams[i]->dead && streams[i]->capturing && !streams[i]->invalidated) {
