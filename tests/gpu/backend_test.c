@@ -95,6 +95,11 @@
  *    that never calls cudaSetDevice (as the daemon's engine thread):
  *    prefill, steps, a snapshot and restore, an encode and a decode all
  *    succeed (the backend makes its device current on the calling thread);
+ *  - padding_rows (emulator only: emu_set_race_check): 5 rows in the
+ *    bucket of 8, on the graph and on the uncaptured path, with the
+ *    emulator's write-race check on: no two blocks of a launch store to one
+ *    address (three padding rows on the scratch slot write distinct K/V
+ *    rows), and the two paths give the same tokens;
  *  - open_oom (emulator only: emu_inject_alloc_failure): the backend's
  *    open with its n-th allocation failing, for every n until an open
  *    succeeds: each fails with the thread's last error left clean, and the
@@ -159,6 +164,7 @@ void emu_set_quiet(int quiet) __attribute__((weak));
 void emu_set_devices(int n) __attribute__((weak));
 unsigned long long emu_alloc_calls(void) __attribute__((weak));
 void emu_inject_alloc_failure(unsigned n) __attribute__((weak));
+void emu_set_race_check(int on) __attribute__((weak));
 
 #define LOGIT_TOL 0.03
 #define AGREE_MIN 0.99
@@ -1813,6 +1819,56 @@ static void test_open_oom(void) {
            "backend opened after them steps: %s", failed, wrong, stale, msg);
 }
 
+/* ---- padding rows do not race on the scratch slot --------------------------------------------- */
+
+static int padding_steps(lm_backend *b, int n, int steps, int *out, ms_error *e) {
+    const lm_config *g = &b->cfg;
+    lm_step_slot s[8];
+    memset(s, 0, sizeof s);
+    for (int t = 0; t < steps; t++) {
+        for (int r = 0; r < n; r++) {
+            s[r].slot = r;
+            for (int i = 0; i < g->n_streams; i++) s[r].tokens[i] = (t * 7 + r * 3 + i) % (i == 0 ? g->text_card : g->card);
+            lm_samp_defaults(&s[r].samp, 0);
+            s[r].dep_steps = -1;
+        }
+        if (lm_backend_step(b, s, n, e) != MS_OK) return -1;
+        for (int r = 0; r < n; r++) out[t * n + r] = s[r].out_text;
+    }
+    return 0;
+}
+
+static void test_padding_rows(void) {
+    const char *name = "padding_rows";
+    if (!begin(name)) return;
+    if (!emu_set_race_check) {
+        printf("skip %-36s needs the emulator's write-race check\n", name);
+        return;
+    }
+    const char *dir = make_model("pad", 8, 12, 1);
+    int got[2][15], ok = 1;
+    char why[600] = "";
+    for (int graphs = 0; graphs < 2 && ok; graphs++) {
+        knobs(graphs, 1);
+        ms_error e = {0};
+        lm_backend *b = open_b(&lm_cuda_backend, dir, 8, 0);
+        emu_set_quiet(1);
+        emu_set_race_check(1);
+        int rc = padding_steps(b, 5, 3, got[graphs], &e);
+        emu_set_race_check(0);
+        emu_set_quiet(0);
+        lm_backend_close(b);
+        if (rc) {
+            snprintf(why, sizeof why, " (%s: %s)", graphs ? "replayed" : "uncaptured", e.msg);
+            cudaDeviceReset();   /* the fault is sticky: the later cases get a clean device */
+        }
+        ok &= !rc;
+    }
+    ok &= !memcmp(got[0], got[1], sizeof got[0]);
+    result(ok, name, "5 rows in the bucket of 8 (3 padding rows), 3 steps, uncaptured and replayed, write-race check "
+           "on: %s%s", ok ? "no race, the same tokens on both paths" : "FAILED", why);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) filter = argv[1];
     on_emu = emu_last_kernel != NULL;
@@ -1859,6 +1915,7 @@ int main(int argc, char **argv) {
     test_snapshot_steady();
     test_device1_thread();
     test_open_oom();
+    test_padding_rows();
     test_device_error();               /* last: leaves the emulated device faulted until its reset */
     printf("%d passed, %d failed in %.1f s\n", n_pass, n_fail, (now_ms() - t0) / 1e3);
     return n_fail ? 1 : 0;

@@ -42,7 +42,8 @@ extern "C" {
     X(EMU_FAULT_TRAP, "trap", cudaErrorLaunchFailure)                             \
     X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
     X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)                       \
-    X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)
+    X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)                 \
+    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)
 
 #define EMU_FAULT_ENUM_(e, name, err) e,
 typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
@@ -96,6 +97,12 @@ void emu_inject_fault(unsigned n);
  * the calling thread's last error, as on a device): for tests of a
  * caller's out-of-memory paths. 0 cancels. */
 void emu_inject_alloc_failure(unsigned n);
+/* emu_set_race_check: 1 = a plain (not atomic) store to device memory
+ * that another block of the same launch has stored to faults (kind
+ * write-race): blocks run one after the other here, so such a pair is
+ * otherwise never seen. Off by default (a hash probe per byte stored);
+ * EMU_RACE=1 turns it on for a whole run. */
+void emu_set_race_check(int on);
 /* emu_capture_cold_kernels: how many kernels so far had their first launch
  * recorded into a graph capture, never launched outside one before (with
  * lazy loading, CUDA's default, such a kernel is loaded while the stream

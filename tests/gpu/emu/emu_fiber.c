@@ -58,6 +58,8 @@ void emu_init(void) {
     if (o && !strcmp(o, "reverse")) E.order = EMU_ORDER_REVERSE;
     const char *s = getenv("EMU_SEED");
     if (s) E.seed = strtoull(s, NULL, 10);
+    const char *rc = getenv("EMU_RACE");
+    E.race_check = rc && rc[0] == '1';
     const char *as = getenv("EMU_STREAMS");
     E.async = !(as && !strcmp(as, "sync"));
     const char *t = getenv("EMU_TIMEOUT_S");

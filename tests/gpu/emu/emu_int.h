@@ -77,6 +77,7 @@ typedef struct emu_state {
     int ndev;               /* emulated devices (EMU_DEVICES, emu_set_devices; 0: not read yet) */
     int run_dev;            /* the device of the kernel being run (its stream's) */
     uint64_t alloc_calls;   /* cudaMalloc/cudaFree/cudaMallocHost/cudaHostAlloc/cudaFreeHost calls */
+    int race_check;         /* emu_set_race_check */
     int async;              /* streams run asynchronously (EMU_STREAMS, emu_set_streams; default 1) */
     uint64_t sched;         /* the stream scheduler's random state (from EMU_SEED) */
     char launched[EMU_NAME_LEN];   /* the kernel launched last (emu_last_kernel) */

@@ -51,7 +51,7 @@ EF(bar_exit_early) EF(bar_divergent) EF(warp_exited_lane) EF(warp_partial) EF(wa
 EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad_width) EF(ldg_misaligned)
 EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
 EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
-EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait)
+EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait) EF(write_race)
 #undef EF
 cudaError_t ef_matvec_vec_direct(float *y, const float *x, const uint16_t *w, int B, int N, int K);
 cudaError_t es_shuffles_run(int *out);
@@ -133,6 +133,8 @@ static const fault_case fault_cases[] = {
      "dynamic shared memory", 1, EMU_ORDER_FORWARD},
     {"use-after-free: a freed buffer", ef_read_all, BUF_FREED, EMU_FAULT_FREED, "read_all", 0, 0, "was freed", 1,
      EMU_ORDER_FORWARD},
+    {"write-race: two blocks store to one address (race check on)", ef_write_race, BUF_INIT, EMU_FAULT_WRITE_RACE,
+     "write_race", 1, 0, "block #0 of this launch also stores", 1, EMU_ORDER_FORWARD},
     {"host-memory: a malloc'd pointer", ef_read_all, BUF_HOST, EMU_FAULT_HOST, "read_all", 0, 0, "host pointer", 1,
      EMU_ORDER_FORWARD},
     {"host-memory: NULL", ef_read_all, BUF_NULL, EMU_FAULT_HOST, "read_all", 0, 0, "NULL", 1, EMU_ORDER_FORWARD},
@@ -197,6 +199,7 @@ static void expect_fault(const char *name, emu_fault_kind kind, const char *kern
     emu_set_order(EMU_ORDER_RANDOM);
     emu_set_hooks(1);
     emu_set_timeout_ms(120000);
+    emu_set_race_check(0);
     int ok = got == kind && sync == emu_fault_error(kind) && later == sync && after == cudaSuccess &&
              strstr(f.kernel, kernel) && f.block.x == bx && f.thread.x == tx && strstr(f.msg, why);
     if (ok)
@@ -217,6 +220,7 @@ static void test_detectors(void) {
         emu_set_order(c->order);
         emu_set_hooks(c->hooks);
         if (c->kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
+        emu_set_race_check(c->kind == EMU_FAULT_WRITE_RACE);
         void *host;
         float *d = case_buffer(c->buf, &host);
         c->run(d, NBUF);
