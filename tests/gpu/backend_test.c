@@ -1828,7 +1828,8 @@ static int padding_steps(lm_backend *b, int n, int steps, int *out, ms_error *e)
     for (int t = 0; t < steps; t++) {
         for (int r = 0; r < n; r++) {
             s[r].slot = r;
-            for (int i = 0; i < g->n_streams; i++) s[r].tokens[i] = (t * 7 + r * 3 + i) % (i == 0 ? g->text_card : g->card);
+            for (int i = 0; i < g->n_streams; i++)
+                s[r].tokens[i] = (t * 7 + r * 3 + i) % (i == 0 ? g->text_card : g->card);
             lm_samp_defaults(&s[r].samp, 0);
             s[r].dep_steps = -1;
         }

@@ -25,7 +25,8 @@ printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
 if [ $rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
     echo "backend-test on the emulator failed (exit $rc): $sum"
-    echo "(streams asynchronous, their order from EMU_SEED=${EMU_SEED:-1}: rerun with the same seed to repeat it, EMU_STREAMS=sync to compare)"
+    echo "(streams asynchronous, their order from EMU_SEED=${EMU_SEED:-1}: the same seed repeats it;" \
+        "EMU_STREAMS=sync runs work in call order)"
     exit 1
 fi
 if ! grep -q '^ok   codec ' <<<"$out"; then

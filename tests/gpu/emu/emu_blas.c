@@ -222,8 +222,10 @@ static void gemm_run(const void *arg) {
                     const int t1 = t0 + o.ktile < s1 ? t0 + o.ktile : s1;
                     float tile = 0.0f;
                     for (int l = t0; l < t1; l++) {
-                        size_t ia = g->ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g->lda : (size_t)l + (size_t)i * g->lda;
-                        size_t ib = g->tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g->ldb : (size_t)j + (size_t)l * g->ldb;
+                        size_t ia = g->ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g->lda
+                                                         : (size_t)l + (size_t)i * g->lda;
+                        size_t ib = g->tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g->ldb
+                                                         : (size_t)j + (size_t)l * g->ldb;
                         tile = fmaf(load(g->A, ia, g->at, g->compute), load(g->B, ib, g->bt, g->compute), tile);
                     }
                     split += tile;

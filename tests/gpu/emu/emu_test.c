@@ -779,7 +779,8 @@ static void test_cublas(void) {
     emu_fault_kind k = emu_fault_last(&f);
     cudaError_t sync = cudaDeviceSynchronize();
     cudaDeviceReset();
-    result((bad == CUBLAS_STATUS_SUCCESS || bad == CUBLAS_STATUS_EXECUTION_FAILED) && k == EMU_FAULT_OOB && sync == cudaErrorIllegalAddress,
+    result((bad == CUBLAS_STATUS_SUCCESS || bad == CUBLAS_STATUS_EXECUTION_FAILED) && k == EMU_FAULT_OOB &&
+               sync == cudaErrorIllegalAddress,
            "cuBLAS stand-in: A one row short is out of bounds", "%s: %s", emu_fault_name(k), f.msg);
     cublasDestroy(h);
 }
