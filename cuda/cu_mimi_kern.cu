@@ -78,25 +78,14 @@ extern "C" cudaError_t cu_mimi_add_scaled(float *x, const float *h, const float 
 
 /* ---- matrix product -------------------------------------------------------- */
 
-/* C (M, N) [+]= A (M, K) . B (K, N), row-major; one thread per element, the
- * sum over k in order. */
-__global__ void __launch_bounds__(MM_THREADS) mimi_gemm_kernel(float *C, const float *A, const float *B, int M, int N,
-                                                                int K, int accumulate) {
-    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    if (i >= (size_t)M * N) return;
-    int r = (int)(i / N), j = (int)(i % N);
-    const float *a = A + (size_t)r * K;
-    float s = 0.f;
-    for (int k = 0; k < K; k++) s += a[k] * B[(size_t)k * N + j];
-    C[i] = accumulate ? C[i] + s : s;
-}
-
+/* C (M, N) [+]= A (M, K) . B (K, N), row-major: the tiled convolution below
+ * with one item, a kernel of 1 and (cin, L, Tout) = (K, N, N), which is
+ * exactly this product (its A is the weight matrix, its input B). */
 extern "C" cudaError_t cu_mimi_gemm(float *C, const float *A, const float *B, int M, int N, int K, int accumulate,
                                     cudaStream_t stream) {
     if (M <= 0 || N < 0 || K <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    mimi_gemm_kernel<<<blocks_for((size_t)M * N), MM_THREADS, 0, stream>>>(C, A, B, M, N, K, accumulate);
-    return cudaGetLastError();
+    return cu_mimi_conv(C, B, A, NULL, 1, K, M, 1, 1, 1, N, N, accumulate, stream);
 }
 
 /* ---- convolutions ---------------------------------------------------------- */
@@ -150,8 +139,111 @@ extern "C" cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_
     return cudaGetLastError();
 }
 
-/* y[co, s*Tout + t] = [y +] b[co] + sum over ci, kk of
- * w[co, ci*K + kk] * xb[s][ci][t*S + kk*dil]. */
+/* y[co, s*Tout + t] = [y +] b[co] + sum over ci, kk (in that order) of
+ * w[co, ci*K + kk] * xb[s][ci][t*S + kk*dil].
+ *
+ * Tiled, so that every global load is a run of contiguous floats: a block
+ * takes TNc consecutive output columns (those of one or more items) and TM
+ * output channels, and walks the input channels in chunks of CC. Per chunk
+ * it stages the weights (TM rows of CC*K floats, each row contiguous) and,
+ * for each item its columns touch, the input window they read (CC rows of
+ * at most Wmax contiguous floats of xb[s]) into shared memory; then each
+ * thread adds its TL_RM outputs' terms from shared memory, in the C's order
+ * (ci ascending across the chunks, kk within). TNc is the smallest power of
+ * two from 4 to 128 that covers the columns, and the threads a column does
+ * not use take more channels (TM = 128 / TNc * TL_RM), so a narrow product
+ * (one item, T = 2) still runs every thread. The shapes are cu_mimi_conv's
+ * (tile_plan); one whose chunk of a single channel would not fit takes the
+ * direct kernel below. */
+#define TL_THREADS 128
+#define TL_RM 8
+#define TL_SMEM_FLOATS (CU_MIMI_ATT_MAX_SMEM / (int)sizeof(float))
+
+typedef struct tile_plan {
+    int TNc, TM, CC, nsl, Wmax;
+} tile_plan;
+
+/* 0 when no chunk fits (the caller takes the direct kernel). */
+static int conv_tile_plan(tile_plan *p, int n, int cin, int K, int S, int dil, int Tout) {
+    const size_t NO = (size_t)n * Tout;
+    int TNc = 4;
+    while (TNc < 128 && (size_t)TNc < NO) TNc *= 2;
+    const int TM = TL_THREADS / TNc * TL_RM;
+    const int span = TNc < Tout ? TNc : Tout;
+    int nsl = (TNc - 1) / Tout + 2;
+    if (nsl > n) nsl = n;
+    const long Wmax = (long)(span - 1) * S + (long)(K - 1) * dil + 1;
+    const long per = (long)TM * K + (long)nsl * Wmax;
+    long CC = TL_SMEM_FLOATS / per;
+    if (CC > cin) CC = cin;
+    if (CC < 1) return 0;
+    p->TNc = TNc;
+    p->TM = TM;
+    p->CC = (int)CC;
+    p->nsl = nsl;
+    p->Wmax = (int)Wmax;
+    return 1;
+}
+
+__global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, const float *xb, const float *w,
+                                                                      const float *b, int n, int cin, int cout, int K,
+                                                                      int S, int dil, int L, int Tout, int accumulate,
+                                                                      tile_plan p) {
+    extern __shared__ float tl_smem[];
+    const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wmax = p.Wmax, CG = TL_THREADS / TNc, CK = CC * K;
+    float *ws = tl_smem, *xs = tl_smem + (size_t)TM * CK;
+    const int NO = n * Tout;
+    const int c0 = blockIdx.x * TNc, co0 = blockIdx.y * TM;
+    const int cend = min(c0 + TNc, NO);
+    const int s_first = c0 / Tout, s_last = (cend - 1) / Tout;
+    const int tid = threadIdx.x, rg = tid / TNc, col = c0 + tid % TNc;
+    const int s = col / Tout, t = col % Tout;
+    const int tlo = s == s_first ? c0 % Tout : 0;
+    float acc[TL_RM];
+#pragma unroll
+    for (int r = 0; r < TL_RM; r++) acc[r] = 0.f;
+    for (int ci0 = 0; ci0 < cin; ci0 += CC) {
+        const int cc = min(CC, cin - ci0), ck = cc * K;
+        __syncthreads();   /* the previous chunk is consumed */
+        for (int i = tid; i < TM * CK; i += TL_THREADS) {
+            const int rl = i / CK, e = i % CK;
+            if (co0 + rl < cout && e < ck) ws[i] = w[((size_t)(co0 + rl) * cin + ci0) * K + e];
+        }
+        for (int i = tid; i < p.nsl * CC * Wmax; i += TL_THREADS) {
+            const int e = i % Wmax, cil = i / Wmax % CC, sj = s_first + i / Wmax / CC;
+            if (sj > s_last || cil >= cc) continue;
+            const int lo = (sj == s_first ? c0 % Tout : 0) * S;
+            const int hi = (sj == s_last ? (cend - 1) % Tout : Tout - 1) * S + (K - 1) * dil;
+            if (lo + e > hi) continue;
+            xs[i] = xb[((size_t)sj * cin + ci0 + cil) * L + lo + e];
+        }
+        __syncthreads();
+        if (col >= NO) continue;
+        const float *xr = xs + (size_t)(s - s_first) * CC * Wmax + (size_t)(t - tlo) * S;
+#pragma unroll
+        for (int r = 0; r < TL_RM; r++) {
+            const int rl = rg + CG * r;
+            if (co0 + rl >= cout) break;
+            const float *wr = ws + (size_t)rl * CK;
+            float a = acc[r];
+            for (int cil = 0; cil < cc; cil++)
+                for (int kk = 0; kk < K; kk++) a += wr[cil * K + kk] * xr[(size_t)cil * Wmax + kk * dil];
+            acc[r] = a;
+        }
+    }
+    if (col >= NO) return;
+#pragma unroll
+    for (int r = 0; r < TL_RM; r++) {
+        const int co = co0 + rg + CG * r;
+        if (co >= cout) break;
+        const size_t i = (size_t)co * NO + col;
+        float base = b ? b[co] : 0.f;
+        if (accumulate) base += y[i];
+        y[i] = base + acc[r];
+    }
+}
+
+/* The direct form: one thread per output value, the same sum. */
 __global__ void __launch_bounds__(MM_THREADS) mimi_conv_kernel(float *y, const float *xb, const float *w,
                                                                 const float *b, int n, int cin, int cout, int K, int S,
                                                                 int dil, int L, int Tout, int accumulate) {
@@ -175,6 +267,14 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
     if (n <= 0 || cin <= 0 || cout <= 0 || K <= 0 || S <= 0 || dil <= 0 || Tout <= 0 ||
         (size_t)(Tout - 1) * S + (size_t)(K - 1) * dil >= (size_t)L)
         return cudaErrorInvalidValue;
+    tile_plan p;
+    if (conv_tile_plan(&p, n, cin, K, S, dil, Tout)) {
+        const size_t smem = sizeof(float) * ((size_t)p.TM * p.CC * K + (size_t)p.nsl * p.CC * p.Wmax);
+        const dim3 grid((unsigned)(((size_t)n * Tout + p.TNc - 1) / p.TNc), (unsigned)((cout + p.TM - 1) / p.TM));
+        mimi_conv_tiled_kernel<<<grid, TL_THREADS, smem, stream>>>(y, xb, w, b, n, cin, cout, K, S, dil, L, Tout,
+                                                                    accumulate, p);
+        return cudaGetLastError();
+    }
     mimi_conv_kernel<<<blocks_for((size_t)cout * n * Tout), MM_THREADS, 0, stream>>>(y, xb, w, b, n, cin, cout, K, S,
                                                                                       dil, L, Tout, accumulate);
     return cudaGetLastError();
