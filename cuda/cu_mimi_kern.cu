@@ -283,7 +283,118 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
 /* Transposed convolution, step one: full[s][co][u] (u < Tout + PT) =
  * sum over kk (in order) of z(co, kk, s, t) for t*S + kk == u, then the
  * slot's kept partial sums added on u < PT; z = w[co*K + kk, :] . x[:, s*T
- * + t] (depthwise: w[co, kk] * x[co, s*T + t]). */
+ * + t] (depthwise: w[co, kk] * x[co, s*T + t]).
+ *
+ * Tiled as the convolution: a block takes TNc consecutive (item, u)
+ * columns and TM output channels and walks the input channels in chunks of
+ * CC, staging the weights (for each of its channels and kk, CC contiguous
+ * floats) and the input columns its outputs read (per input channel one
+ * contiguous run of x: the items' columns are adjacent) in shared memory.
+ * Each output keeps one partial z per term (at most TR_TERMS: K <=
+ * TR_TERMS * S), summed over ci in order across the chunks, then added in
+ * kk order. The depthwise form (no sum over ci) and shapes outside the plan
+ * take the direct kernel. */
+#define TR_TERMS 4
+#define TR_RM 4
+
+typedef struct tr_plan {
+    int TNc, TM, CC, Wx;
+} tr_plan;
+
+static int convtr_tile_plan(tr_plan *p, int n, int cin, int K, int S, int T) {
+    const int U = T * S + K - S;
+    const size_t NU = (size_t)n * U;
+    if (K > TR_TERMS * S) return 0;
+    int TNc = 4;
+    while (TNc < 128 && (size_t)TNc < NU) TNc *= 2;
+    const int TM = TL_THREADS / TNc * TR_RM;
+    int nsl = (TNc - 1) / U + 2;
+    if (nsl > n) nsl = n;
+    long Wx = ((long)TNc + (long)nsl * K) / S + nsl + 1;
+    if (Wx > (long)n * T) Wx = (long)n * T;
+    long CC = TL_SMEM_FLOATS / ((long)TM * K + Wx);
+    if (CC > cin) CC = cin;
+    if (CC < 1) return 0;
+    p->TNc = TNc;
+    p->TM = TM;
+    p->CC = (int)CC;
+    p->Wx = (int)Wx;
+    return 1;
+}
+
+/* The first input column (item-major, s*T + t) the outputs of columns
+ * [c, ...) of this tile read: slot c / U's earliest t. */
+__device__ static inline int tr_first_col(int c, int U, int T, int K, int S) {
+    const int s = c / U, u = c % U, d = u - K + 1;
+    const int t = d <= 0 ? 0 : (d + S - 1) / S;
+    return s * T + t;
+}
+
+__global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *full, const float *state,
+                                                                        size_t state_stride, size_t state_off,
+                                                                        const float *x, const float *w,
+                                                                        const int32_t *slot, int n, int cin, int cout,
+                                                                        int K, int S, int T, tr_plan p) {
+    extern __shared__ float tl_smem[];
+    const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wx = p.Wx, CG = TL_THREADS / TNc;
+    const int PT = K - S, U = T * S + PT, NU = n * U, NT = n * T;
+    float *ws = tl_smem, *xs = tl_smem + (size_t)TM * K * CC;
+    const int c0 = blockIdx.x * TNc, co0 = blockIdx.y * TM, cend = min(c0 + TNc, NU);
+    const int cA = tr_first_col(c0, U, T, K, S);
+    const int sl = (cend - 1) / U, ul = (cend - 1) % U;
+    const int cB = sl * T + min(T - 1, ul / S);   /* the last column read */
+    const int tid = threadIdx.x, rg = tid / TNc, c = c0 + tid % TNc;
+    const int s = c / U, u = c % U;
+    const int ttop = min(T - 1, u / S), kk0 = u - ttop * S;   /* the first term: kk ascending, t descending */
+    float z[TR_RM][TR_TERMS];
+#pragma unroll
+    for (int r = 0; r < TR_RM; r++)
+#pragma unroll
+        for (int m = 0; m < TR_TERMS; m++) z[r][m] = 0.f;
+    for (int ci0 = 0; ci0 < cin; ci0 += CC) {
+        const int cc = min(CC, cin - ci0);
+        __syncthreads();   /* the previous chunk is consumed */
+        for (int i = tid; i < TM * K * CC; i += TL_THREADS) {
+            const int cil = i % CC, rk = i / CC, rl = rk / K;
+            if (co0 + rl < cout && cil < cc) ws[i] = w[((size_t)co0 * K + rk) * cin + ci0 + cil];
+        }
+        for (int i = tid; i < CC * Wx; i += TL_THREADS) {
+            const int e = i % Wx, cil = i / Wx;
+            if (cil < cc && cA + e <= cB) xs[i] = x[(size_t)(ci0 + cil) * NT + cA + e];
+        }
+        __syncthreads();
+        if (c >= NU) continue;
+#pragma unroll
+        for (int r = 0; r < TR_RM; r++) {
+            const int rl = rg + CG * r;
+            if (co0 + rl >= cout) break;
+#pragma unroll
+            for (int m = 0; m < TR_TERMS; m++) {
+                const int kk = kk0 + m * S, t = ttop - m;
+                if (kk >= K || t < 0) break;
+                const float *wr = ws + ((size_t)rl * K + kk) * CC, *xr = xs + (s * T + t - cA);
+                float a = z[r][m];
+                for (int cil = 0; cil < cc; cil++) a += wr[cil] * xr[(size_t)cil * Wx];
+                z[r][m] = a;
+            }
+        }
+    }
+    if (c >= NU) return;
+#pragma unroll
+    for (int r = 0; r < TR_RM; r++) {
+        const int co = co0 + rg + CG * r;
+        if (co >= cout) break;
+        float v = 0.f;
+#pragma unroll
+        for (int m = 0; m < TR_TERMS; m++) {
+            if (kk0 + m * S >= K || ttop - m < 0) break;
+            v += z[r][m];
+        }
+        if (u < PT) v += state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + u];
+        full[((size_t)s * cout + co) * U + u] = v;
+    }
+}
+
 __global__ void __launch_bounds__(MM_THREADS) mimi_convtr_kernel(float *full, const float *state, size_t state_stride,
                                                                   size_t state_off, const float *x, const float *w,
                                                                   const int32_t *slot, int n, int cin, int cout, int K,
@@ -338,8 +449,17 @@ extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_
     if (n <= 0 || cin <= 0 || cout <= 0 || S <= 0 || K < S || T <= 0 || (depthwise && cin != cout))
         return cudaErrorInvalidValue;
     size_t tot = (size_t)n * cout * (T * S + K - S);
-    mimi_convtr_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w, slot, n,
-                                                                    cin, cout, K, S, T, depthwise);
+    tr_plan p;
+    if (!depthwise && convtr_tile_plan(&p, n, cin, K, S, T)) {
+        const size_t smem = sizeof(float) * ((size_t)p.TM * K * p.CC + (size_t)p.CC * p.Wx);
+        const dim3 grid((unsigned)(((size_t)n * (T * S + K - S) + p.TNc - 1) / p.TNc),
+                        (unsigned)((cout + p.TM - 1) / p.TM));
+        mimi_convtr_tiled_kernel<<<grid, TL_THREADS, smem, stream>>>(full, state, state_stride, state_off, x, w, slot,
+                                                                      n, cin, cout, K, S, T, p);
+    } else {
+        mimi_convtr_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w,
+                                                                        slot, n, cin, cout, K, S, T, depthwise);
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     mimi_convtr_out_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(y, state, state_stride, state_off, full, b,
@@ -535,23 +655,45 @@ extern "C" cudaError_t cu_mimi_attend(float *att, const float *qkv, const float 
 /* ---- RVQ -------------------------------------------------------------------- */
 
 /* One level for item s = blockIdx.x: the entry j minimising |e_j|^2 - 2 e_j . r
- * (the C's distance, lowest index on ties), code written, r -= e_code. */
+ * (the C's distance, lowest index on ties), code written, r -= e_code.
+ * Thread t scores the entries t, t + RVQ_THREADS, ...; the codebook is read
+ * in tiles of RVQ_THREADS entries x RVQ_DC dimensions staged through shared
+ * memory (each entry's RVQ_DC floats a contiguous run), and the residual
+ * column once, so each dot product still runs over d in order. */
+#define RVQ_DC 32
+#define RVQ_MAX_DQ 2048   /* the residual column in shared memory beside the tile: under 48 KiB */
+
 __global__ void __launch_bounds__(RVQ_THREADS) mimi_rvq_level_kernel(int32_t *codes, int code_stride, float *r,
                                                                       const float *cb, const float *norms, int n,
                                                                       int Dq, int bins) {
     __shared__ float bd[RVQ_THREADS];
     __shared__ int bi[RVQ_THREADS];
+    __shared__ float tile[RVQ_THREADS * (RVQ_DC + 1)];   /* +1: a thread's row starts in its own bank */
+    extern __shared__ float rv[];                        /* the residual column (Dq) */
     const int s = blockIdx.x, tid = threadIdx.x;
+    for (int d = tid; d < Dq; d += RVQ_THREADS) rv[d] = r[(size_t)d * n + s];
     float best = INFINITY;
     int besti = INT_MAX;
-    for (int j = tid; j < bins; j += RVQ_THREADS) {
-        const float *e = cb + (size_t)j * Dq;
+    for (int j0 = 0; j0 < bins; j0 += RVQ_THREADS) {
+        const int nj = min(RVQ_THREADS, bins - j0), j = j0 + tid;
         float dot = 0.f;
-        for (int d = 0; d < Dq; d++) dot += e[d] * r[(size_t)d * n + s];
-        float dist = norms[j] - 2.f * dot;
-        if (dist < best) {
-            best = dist;
-            besti = j;
+        for (int d0 = 0; d0 < Dq; d0 += RVQ_DC) {
+            const int dc = min(RVQ_DC, Dq - d0);
+            __syncthreads();   /* the previous tile is consumed (and rv written) */
+            for (int i = tid; i < nj * dc; i += RVQ_THREADS) {
+                const int jl = i / dc, e = i % dc;
+                tile[jl * (RVQ_DC + 1) + e] = cb[(size_t)(j0 + jl) * Dq + d0 + e];
+            }
+            __syncthreads();
+            if (tid < nj)
+                for (int e = 0; e < dc; e++) dot += tile[tid * (RVQ_DC + 1) + e] * rv[d0 + e];
+        }
+        if (tid < nj) {
+            float dist = norms[j] - 2.f * dot;
+            if (dist < best) {
+                best = dist;
+                besti = j;
+            }
         }
     }
     bd[tid] = best;
@@ -571,13 +713,14 @@ __global__ void __launch_bounds__(RVQ_THREADS) mimi_rvq_level_kernel(int32_t *co
     const int code = bi[0] == INT_MAX ? 0 : bi[0];   /* no finite distance: entry 0, as the C */
     if (tid == 0) codes[(size_t)s * code_stride] = code;
     const float *e = cb + (size_t)code * Dq;
-    for (int d = tid; d < Dq; d += RVQ_THREADS) r[(size_t)d * n + s] -= e[d];
+    for (int d = tid; d < Dq; d += RVQ_THREADS) r[(size_t)d * n + s] = rv[d] - e[d];
 }
 
 extern "C" cudaError_t cu_mimi_rvq_level(int32_t *codes, int code_stride, float *r, const float *cb,
                                          const float *norms, int n, int Dq, int bins, cudaStream_t stream) {
-    if (n <= 0 || Dq <= 0 || bins <= 0) return cudaErrorInvalidValue;
-    mimi_rvq_level_kernel<<<(unsigned)n, RVQ_THREADS, 0, stream>>>(codes, code_stride, r, cb, norms, n, Dq, bins);
+    if (n <= 0 || Dq <= 0 || bins <= 0 || Dq > RVQ_MAX_DQ) return cudaErrorInvalidValue;
+    mimi_rvq_level_kernel<<<(unsigned)n, RVQ_THREADS, sizeof(float) * (size_t)Dq, stream>>>(codes, code_stride, r, cb,
+                                                                                            norms, n, Dq, bins);
     return cudaGetLastError();
 }
 
