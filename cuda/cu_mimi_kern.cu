@@ -470,80 +470,145 @@ extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_
 /* ---- transformer ----------------------------------------------------------- */
 
 /* y[:, j] = LayerNorm(x[:, j]) * w + b (mean and variance in double, as
- * the C); one thread per column. */
-__global__ void __launch_bounds__(MM_THREADS) mimi_layer_norm_kernel(float *y, const float *x, const float *w,
-                                                                      const float *b, int D, int N) {
-    int j = blockIdx.x * MM_THREADS + threadIdx.x;
-    if (j >= N) return;
-    double mean = 0, var = 0;
-    for (int d = 0; d < D; d++) mean += x[(size_t)d * N + j];
-    mean /= D;
-    for (int d = 0; d < D; d++) {
-        double e = x[(size_t)d * N + j] - mean;
-        var += e * e;
+ * the C). A block takes LN_TJ = the smallest power of two >= min(N, 32)
+ * columns; its threads are (column, channel group): thread (jl, g) sums the
+ * channels g, g + G, ... (G = LN_THREADS / LN_TJ) of column jl, so a warp's
+ * lanes read contiguous floats of x (whole rows of the tile, or, with few
+ * columns, consecutive rows); the G partial sums of a column are added in
+ * group order. */
+#define LN_THREADS 128
+
+__global__ void __launch_bounds__(LN_THREADS) mimi_layer_norm_kernel(float *y, const float *x, const float *w,
+                                                                      const float *b, int D, int N, int TJ) {
+    __shared__ double part[LN_THREADS];
+    __shared__ double stat[LN_THREADS];
+    const int G = LN_THREADS / TJ, jl = threadIdx.x % TJ, g = threadIdx.x / TJ, j = blockIdx.x * TJ + jl;
+    const int ok = j < N;
+    double a = 0;
+    if (ok)
+        for (int d = g; d < D; d += G) a += x[(size_t)d * N + j];
+    part[threadIdx.x] = a;
+    __syncthreads();
+    if (g == 0) {
+        double m = 0;
+        for (int q = 0; q < G; q++) m += part[q * TJ + jl];
+        stat[jl] = m / D;
     }
-    var /= D;
-    float inv = (float)(1.0 / sqrt(var + 1e-5));
-    float mu = (float)mean;
-    for (int d = 0; d < D; d++) y[(size_t)d * N + j] = (x[(size_t)d * N + j] - mu) * inv * w[d] + b[d];
+    __syncthreads();
+    const double mean = stat[jl];
+    a = 0;
+    if (ok)
+        for (int d = g; d < D; d += G) {
+            double e = x[(size_t)d * N + j] - mean;
+            a += e * e;
+        }
+    __syncthreads();   /* every thread has read stat (the mean) */
+    part[threadIdx.x] = a;
+    __syncthreads();
+    if (g == 0) {
+        double v = 0;
+        for (int q = 0; q < G; q++) v += part[q * TJ + jl];
+        stat[jl] = v / D;
+    }
+    __syncthreads();
+    if (!ok) return;
+    const float inv = (float)(1.0 / sqrt(stat[jl] + 1e-5));
+    const float mu = (float)mean;
+    for (int d = g; d < D; d += G) y[(size_t)d * N + j] = (x[(size_t)d * N + j] - mu) * inv * w[d] + b[d];
 }
 
 extern "C" cudaError_t cu_mimi_layer_norm(float *y, const float *x, const float *w, const float *b, int D, int N,
                                           cudaStream_t stream) {
     if (D <= 0 || N < 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    mimi_layer_norm_kernel<<<blocks_for((size_t)N), MM_THREADS, 0, stream>>>(y, x, w, b, D, N);
+    int TJ = 1;
+    while (TJ < 32 && TJ < N) TJ *= 2;
+    mimi_layer_norm_kernel<<<(unsigned)((N + TJ - 1) / TJ), LN_THREADS, 0, stream>>>(y, x, w, b, D, N, TJ);
     return cudaGetLastError();
 }
 
 /* Rotate q and k of column j = s*T + t at position offset[s] + t (the C's
  * interleaved RoPE: angle freq[i] * (float)pos, float cos and sin) and
- * store k and v in the slot's ring row pos % ctx of this layer. One thread
- * per (column, pair) for the rotation of q and k, and per (column, channel)
- * for the store: two launches, so the store reads rotated keys. */
-__global__ void __launch_bounds__(MM_THREADS) mimi_rope_kernel(float *qkv, const int64_t *offset, const float *freq,
-                                                                int n, int T, int D, int hd) {
-    const int N = n * T, half = hd / 2, H = D / hd;
-    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    if (i >= (size_t)N * H * half * 2) return;
-    int j = (int)(i % N);
-    size_t r = i / N;
-    int p = (int)(r % ((size_t)H * half)), which = (int)(r / ((size_t)H * half));   /* 0: q, 1: k */
-    int h = p / half, k = p % half;
-    long pos = (long)offset[j / T] + j % T;
-    float ang = freq[k] * (float)pos;
-    float cs = cosf(ang), sn = sinf(ang);
-    int r0 = which * D + h * hd + 2 * k;
-    float *a = qkv + (size_t)r0 * N + j, *b = a + N;
-    float re = *a, im = *b;
-    *a = re * cs - im * sn;
-    *b = re * sn + im * cs;
+ * store k and v in the slot's ring row pos % ctx of this layer. Two
+ * launches, so the store reads rotated keys.
+ *
+ * The rotation: q and k are the first 2D rows of qkv, and the pair
+ * (2m, 2m+1) of rows is pair m % (hd / 2) of its head. A block takes RB
+ * pairs of rows over all N columns, 2 RB N contiguous floats, loads them
+ * into shared memory as one run, rotates them there (a thread per (pair,
+ * column)) and writes the run back. */
+#define RP_THREADS 128
+#define RP_MAX_N (CU_MIMI_ATT_MAX_SMEM / (2 * (int)sizeof(float)))
+
+__global__ void __launch_bounds__(RP_THREADS) mimi_rope_kernel(float *qkv, const int64_t *offset, const float *freq,
+                                                                int n, int T, int D, int hd, int RB) {
+    extern __shared__ float rp[];
+    const int N = n * T, half = hd / 2;
+    const int m0 = blockIdx.x * RB, nm = min(RB, D - m0);
+    float *g = qkv + (size_t)2 * m0 * N;
+    const int cnt = 2 * nm * N;
+    for (int i = threadIdx.x; i < cnt; i += RP_THREADS) rp[i] = g[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < nm * N; i += RP_THREADS) {
+        const int ml = i / N, j = i % N, k = (m0 + ml) % half;
+        long pos = (long)offset[j / T] + j % T;
+        float ang = freq[k] * (float)pos;
+        float cs = cosf(ang), sn = sinf(ang);
+        float *a = rp + (size_t)2 * ml * N + j, *b = a + N;
+        float re = *a, im = *b;
+        *a = re * cs - im * sn;
+        *b = re * sn + im * cs;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < cnt; i += RP_THREADS) g[i] = rp[i];
 }
 
-__global__ void __launch_bounds__(MM_THREADS) mimi_kv_store_kernel(float *kv, size_t kv_slot, const float *qkv,
+/* The store: a block takes a tile of KS_TJ columns (the smallest power of
+ * two >= min(N, 32)) x KS_THREADS / KS_TJ channels, reads k and v with its
+ * lanes across the columns (contiguous in qkv) and writes each column's
+ * ring row with its lanes across the channels (contiguous in the ring),
+ * through shared memory. */
+#define KS_THREADS 256
+
+__global__ void __launch_bounds__(KS_THREADS) mimi_kv_store_kernel(float *kv, size_t kv_slot, const float *qkv,
                                                                     const int32_t *slot, const int64_t *offset,
-                                                                    int layer, int n, int T, int D, int ctx) {
-    const int N = n * T;
-    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    if (i >= (size_t)N * D) return;
-    int j = (int)(i % N), d = (int)(i / N), s = j / T;
+                                                                    int layer, int n, int T, int D, int ctx, int TJ) {
+    __shared__ float tk[2 * KS_THREADS], tv[2 * KS_THREADS];   /* TD rows of TJ + 1 (padded by one) */
+    const int N = n * T, TD = KS_THREADS / TJ, j0 = blockIdx.x * TJ, d0 = blockIdx.y * TD;
+    {
+        const int jl = threadIdx.x % TJ, dl = threadIdx.x / TJ, j = j0 + jl, d = d0 + dl;
+        if (j < N && d < D) {
+            tk[dl * (TJ + 1) + jl] = qkv[(size_t)(D + d) * N + j];
+            tv[dl * (TJ + 1) + jl] = qkv[(size_t)(2 * D + d) * N + j];
+        }
+    }
+    __syncthreads();
+    const int dl = threadIdx.x % TD, jl = threadIdx.x / TD, j = j0 + jl, d = d0 + dl;
+    if (j >= N || d >= D) return;
+    const int s = j / T;
     long pos = (long)offset[s] + j % T;
     float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D, *vr = kr + (size_t)ctx * D;
     int row = (int)(pos % ctx);
-    kr[(size_t)row * D + d] = qkv[(size_t)(D + d) * N + j];
-    vr[(size_t)row * D + d] = qkv[(size_t)(2 * D + d) * N + j];
+    kr[(size_t)row * D + d] = tk[dl * (TJ + 1) + jl];
+    vr[(size_t)row * D + d] = tv[dl * (TJ + 1) + jl];
 }
 
 extern "C" cudaError_t cu_mimi_rope_store(float *qkv, float *kv, size_t kv_slot, const int32_t *slot,
                                           const int64_t *offset, const float *freq, int layer, int n, int T, int D,
                                           int heads, int ctx, cudaStream_t stream) {
     if (n <= 0 || T <= 0 || heads <= 0 || D % heads || (D / heads) % 2 || ctx < T) return cudaErrorInvalidValue;
-    const int hd = D / heads;
-    mimi_rope_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(qkv, offset, freq, n, T, D, hd);
+    const int hd = D / heads, N = n * T;
+    if (N > RP_MAX_N) return cudaErrorInvalidValue;
+    int RB = RP_THREADS / N;
+    if (RB < 1) RB = 1;
+    mimi_rope_kernel<<<(unsigned)((D + RB - 1) / RB), RP_THREADS, sizeof(float) * 2 * (size_t)RB * N, stream>>>(
+        qkv, offset, freq, n, T, D, hd, RB);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    mimi_kv_store_kernel<<<blocks_for((size_t)n * T * D), MM_THREADS, 0, stream>>>(kv, kv_slot, qkv, slot, offset,
-                                                                                    layer, n, T, D, ctx);
+    int TJ = 1;
+    while (TJ < 32 && TJ < N) TJ *= 2;
+    const dim3 grid((unsigned)((N + TJ - 1) / TJ), (unsigned)((D + KS_THREADS / TJ - 1) / (KS_THREADS / TJ)));
+    mimi_kv_store_kernel<<<grid, KS_THREADS, 0, stream>>>(kv, kv_slot, qkv, slot, offset, layer, n, T, D, ctx, TJ);
     return cudaGetLastError();
 }
 
@@ -724,26 +789,42 @@ extern "C" cudaError_t cu_mimi_rvq_level(int32_t *codes, int code_stride, float 
     return cudaGetLastError();
 }
 
-/* sum[d, s] = sum over levels (in order) of cb[l][codes[s*stride + l]][d]. */
-__global__ void __launch_bounds__(MM_THREADS) mimi_rvq_sum_kernel(float *sum, const int32_t *codes, int code_stride,
+/* sum[d, s] = sum over levels (in order) of cb[l][codes[s*stride + l]][d].
+ * A block takes RS_TS items (the smallest power of two >= min(n, 32)) x
+ * RS_THREADS / RS_TS dimensions: the codebook rows are read with the lanes
+ * across the dimensions (contiguous), the sums written with the lanes
+ * across the items (contiguous in the channel-major result), through
+ * shared memory. */
+#define RS_THREADS 256
+
+__global__ void __launch_bounds__(RS_THREADS) mimi_rvq_sum_kernel(float *sum, const int32_t *codes, int code_stride,
                                                                    const float *cb, int levels, int n, int Dq,
-                                                                   int bins) {
-    size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    if (i >= (size_t)Dq * n) return;
-    int d = (int)(i / n), s = (int)(i % n);
-    float v = 0.f;
-    for (int l = 0; l < levels; l++) {
-        int c = codes[(size_t)s * code_stride + l];
-        if (c < 0 || c >= bins) c = 0;   /* refused on the host before the upload */
-        v += cb[((size_t)l * bins + c) * Dq + d];
+                                                                   int bins, int TS) {
+    __shared__ float t[2 * RS_THREADS];   /* TS rows of TD + 1 */
+    const int TD = RS_THREADS / TS, s0 = blockIdx.x * TS, d0 = blockIdx.y * TD;
+    {
+        const int dl = threadIdx.x % TD, sl = threadIdx.x / TD, s = s0 + sl, d = d0 + dl;
+        if (s < n && d < Dq) {
+            float v = 0.f;
+            for (int l = 0; l < levels; l++) {
+                int c = codes[(size_t)s * code_stride + l];
+                if (c < 0 || c >= bins) c = 0;   /* refused on the host before the upload */
+                v += cb[((size_t)l * bins + c) * Dq + d];
+            }
+            t[sl * (TD + 1) + dl] = v;
+        }
     }
-    sum[i] = v;
+    __syncthreads();
+    const int sl = threadIdx.x % TS, dl = threadIdx.x / TS, s = s0 + sl, d = d0 + dl;
+    if (s < n && d < Dq) sum[(size_t)d * n + s] = t[sl * (TD + 1) + dl];
 }
 
 extern "C" cudaError_t cu_mimi_rvq_sum(float *sum, const int32_t *codes, int code_stride, const float *cb, int levels,
                                        int n, int Dq, int bins, cudaStream_t stream) {
     if (n <= 0 || Dq <= 0 || bins <= 0 || levels < 0) return cudaErrorInvalidValue;
-    mimi_rvq_sum_kernel<<<blocks_for((size_t)Dq * n), MM_THREADS, 0, stream>>>(sum, codes, code_stride, cb, levels, n,
-                                                                               Dq, bins);
+    int TS = 1;
+    while (TS < 32 && TS < n) TS *= 2;
+    const dim3 grid((unsigned)((n + TS - 1) / TS), (unsigned)((Dq + RS_THREADS / TS - 1) / (RS_THREADS / TS)));
+    mimi_rvq_sum_kernel<<<grid, RS_THREADS, 0, stream>>>(sum, codes, code_stride, cb, levels, n, Dq, bins, TS);
     return cudaGetLastError();
 }
