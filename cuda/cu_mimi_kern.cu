@@ -151,8 +151,9 @@ extern "C" cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_
  * thread adds its TL_RM outputs' terms from shared memory, in the C's order
  * (ci ascending across the chunks, kk within). TNc is the smallest power of
  * two from 4 to 128 that covers the columns, and the threads a column does
- * not use take more channels (TM = 128 / TNc * TL_RM), so a narrow product
- * (one item, T = 2) still runs every thread. The shapes are cu_mimi_conv's
+ * not use take more channels (TM = 128 / TNc * rm, rm <= TL_RM rows per
+ * thread, fewer when the grid would be small: tile_rows), so a narrow
+ * product (one item, T = 2) still runs every thread. The shapes are cu_mimi_conv's
  * (tile_plan); one whose chunk of a single channel would not fit takes the
  * direct kernel below. */
 #define TL_THREADS 128
@@ -163,18 +164,30 @@ typedef struct tile_plan {
     int TNc, TM, CC, nsl, Wmax;
 } tile_plan;
 
+/* The channels a tile takes: cg channel groups of rm rows each, rm the
+ * largest of max_rm, max_rm / 2, ... 1 that still gives TL_MIN_BLOCKS
+ * blocks (a narrow layer spread over the SMs rather than a few blocks). */
+#define TL_MIN_BLOCKS 128
+static int tile_rows(int cg, int max_rm, size_t col_tiles, int cout) {
+    int rm = max_rm;
+    while (rm > 1 && col_tiles * (size_t)((cout + cg * rm - 1) / (cg * rm)) < TL_MIN_BLOCKS) rm /= 2;
+    return cg * rm;
+}
+
 /* 0 when no chunk fits (the caller takes the direct kernel). */
-static int conv_tile_plan(tile_plan *p, int n, int cin, int K, int S, int dil, int Tout) {
+static int conv_tile_plan(tile_plan *p, int n, int cin, int cout, int K, int S, int dil, int Tout) {
     const size_t NO = (size_t)n * Tout;
     int TNc = 4;
     while (TNc < 128 && (size_t)TNc < NO) TNc *= 2;
-    const int TM = TL_THREADS / TNc * TL_RM;
+    const int TM = tile_rows(TL_THREADS / TNc, TL_RM, (NO + TNc - 1) / TNc, cout);
     const int span = TNc < Tout ? TNc : Tout;
     int nsl = (TNc - 1) / Tout + 2;
     if (nsl > n) nsl = n;
     const long Wmax = (long)(span - 1) * S + (long)(K - 1) * dil + 1;
     const long per = (long)TM * K + (long)nsl * Wmax;
-    long CC = TL_SMEM_FLOATS / per;
+    long CC = (TL_SMEM_FLOATS - TM) / per;   /* and the TM biases */
+    if (CC > 32) CC -= CC % 32;   /* chunks start on 128-byte (32-byte) multiples of a weight row */
+    else if (CC > 8) CC -= CC % 8;
     if (CC > cin) CC = cin;
     if (CC < 1) return 0;
     p->TNc = TNc;
@@ -191,7 +204,7 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
                                                                       tile_plan p) {
     extern __shared__ float tl_smem[];
     const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wmax = p.Wmax, CG = TL_THREADS / TNc, CK = CC * K;
-    float *ws = tl_smem, *xs = tl_smem + (size_t)TM * CK;
+    float *ws = tl_smem, *xs = tl_smem + (size_t)TM * CK, *bs = xs + (size_t)p.nsl * CC * Wmax;
     const int NO = n * Tout;
     const int c0 = blockIdx.x * TNc, co0 = blockIdx.y * TM;
     const int cend = min(c0 + TNc, NO);
@@ -205,6 +218,8 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
     for (int ci0 = 0; ci0 < cin; ci0 += CC) {
         const int cc = min(CC, cin - ci0), ck = cc * K;
         __syncthreads();   /* the previous chunk is consumed */
+        if (ci0 == 0)
+            for (int i = tid; i < TM; i += TL_THREADS) bs[i] = b && co0 + i < cout ? b[co0 + i] : 0.f;
         for (int i = tid; i < TM * CK; i += TL_THREADS) {
             const int rl = i / CK, e = i % CK;
             if (co0 + rl < cout && e < ck) ws[i] = w[((size_t)(co0 + rl) * cin + ci0) * K + e];
@@ -223,7 +238,7 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
 #pragma unroll
         for (int r = 0; r < TL_RM; r++) {
             const int rl = rg + CG * r;
-            if (co0 + rl >= cout) break;
+            if (rl >= TM || co0 + rl >= cout) break;
             const float *wr = ws + (size_t)rl * CK;
             float a = acc[r];
             for (int cil = 0; cil < cc; cil++)
@@ -235,9 +250,9 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
 #pragma unroll
     for (int r = 0; r < TL_RM; r++) {
         const int co = co0 + rg + CG * r;
-        if (co >= cout) break;
+        if (rg + CG * r >= TM || co >= cout) break;
         const size_t i = (size_t)co * NO + col;
-        float base = b ? b[co] : 0.f;
+        float base = bs[co - co0];
         if (accumulate) base += y[i];
         y[i] = base + acc[r];
     }
@@ -268,8 +283,8 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
         (size_t)(Tout - 1) * S + (size_t)(K - 1) * dil >= (size_t)L)
         return cudaErrorInvalidValue;
     tile_plan p;
-    if (conv_tile_plan(&p, n, cin, K, S, dil, Tout)) {
-        const size_t smem = sizeof(float) * ((size_t)p.TM * p.CC * K + (size_t)p.nsl * p.CC * p.Wmax);
+    if (conv_tile_plan(&p, n, cin, cout, K, S, dil, Tout)) {
+        const size_t smem = sizeof(float) * ((size_t)p.TM * p.CC * K + (size_t)p.nsl * p.CC * p.Wmax + p.TM);
         const dim3 grid((unsigned)(((size_t)n * Tout + p.TNc - 1) / p.TNc), (unsigned)((cout + p.TM - 1) / p.TM));
         mimi_conv_tiled_kernel<<<grid, TL_THREADS, smem, stream>>>(y, xb, w, b, n, cin, cout, K, S, dil, L, Tout,
                                                                     accumulate, p);
@@ -292,8 +307,7 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
  * contiguous run of x: the items' columns are adjacent) in shared memory.
  * Each output keeps one partial z per term (at most TR_TERMS: K <=
  * TR_TERMS * S), summed over ci in order across the chunks, then added in
- * kk order. The depthwise form (no sum over ci) and shapes outside the plan
- * take the direct kernel. */
+ * kk order. Shapes outside the plan take the direct kernel. */
 #define TR_TERMS 4
 #define TR_RM 4
 
@@ -301,18 +315,20 @@ typedef struct tr_plan {
     int TNc, TM, CC, Wx;
 } tr_plan;
 
-static int convtr_tile_plan(tr_plan *p, int n, int cin, int K, int S, int T) {
+static int convtr_tile_plan(tr_plan *p, int n, int cin, int cout, int K, int S, int T) {
     const int U = T * S + K - S;
     const size_t NU = (size_t)n * U;
     if (K > TR_TERMS * S) return 0;
     int TNc = 4;
     while (TNc < 128 && (size_t)TNc < NU) TNc *= 2;
-    const int TM = TL_THREADS / TNc * TR_RM;
+    const int TM = tile_rows(TL_THREADS / TNc, TR_RM, (NU + TNc - 1) / TNc, cout);
     int nsl = (TNc - 1) / U + 2;
     if (nsl > n) nsl = n;
     long Wx = ((long)TNc + (long)nsl * K) / S + nsl + 1;
     if (Wx > (long)n * T) Wx = (long)n * T;
     long CC = TL_SMEM_FLOATS / ((long)TM * K + Wx);
+    if (CC > 32) CC -= CC % 32;
+    else if (CC > 8) CC -= CC % 8;
     if (CC > cin) CC = cin;
     if (CC < 1) return 0;
     p->TNc = TNc;
@@ -367,7 +383,7 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *fu
 #pragma unroll
         for (int r = 0; r < TR_RM; r++) {
             const int rl = rg + CG * r;
-            if (co0 + rl >= cout) break;
+            if (rl >= TM || co0 + rl >= cout) break;
 #pragma unroll
             for (int m = 0; m < TR_TERMS; m++) {
                 const int kk = kk0 + m * S, t = ttop - m;
@@ -383,12 +399,48 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *fu
 #pragma unroll
     for (int r = 0; r < TR_RM; r++) {
         const int co = co0 + rg + CG * r;
-        if (co >= cout) break;
+        if (rg + CG * r >= TM || co >= cout) break;
         float v = 0.f;
 #pragma unroll
         for (int m = 0; m < TR_TERMS; m++) {
             if (kk0 + m * S >= K || ttop - m < 0) break;
             v += z[r][m];
+        }
+        if (u < PT) v += state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + u];
+        full[((size_t)s * cout + co) * U + u] = v;
+    }
+}
+
+/* The depthwise form: z = w[co, kk] * x[co, s*T + t]. A block takes DW_CO
+ * channels and the columns of up to DW_COLS / T items: it stages each
+ * channel's run of x (contiguous) in shared memory, then writes full with
+ * its lanes across u and the channels (contiguous in full). */
+#define DW_CO 32
+#define DW_COLS 256
+
+__global__ void __launch_bounds__(TL_THREADS) mimi_convtr_dw_kernel(float *full, const float *state,
+                                                                     size_t state_stride, size_t state_off,
+                                                                     const float *x, const float *w,
+                                                                     const int32_t *slot, int n, int cout, int K,
+                                                                     int S, int T, int ns) {
+    __shared__ float xs[DW_CO * DW_COLS];
+    const int PT = K - S, U = T * S + PT, NT = n * T;
+    const int co0 = blockIdx.x * DW_CO, s0 = blockIdx.y * ns, nco = min(DW_CO, cout - co0), nsl = min(ns, n - s0);
+    const int W = nsl * T;
+    for (int i = threadIdx.x; i < nco * W; i += TL_THREADS) {
+        const int e = i % W, cl = i / W;
+        xs[cl * W + e] = x[(size_t)(co0 + cl) * NT + (size_t)s0 * T + e];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nsl * nco * U; i += TL_THREADS) {
+        const int u = i % U, cl = i / U % nco, sl = i / U / nco, co = co0 + cl, s = s0 + sl;
+        float v = 0.f;
+        for (int kk = 0; kk < K; kk++) {
+            int d = u - kk;
+            if (d < 0 || d % S) continue;
+            int t = d / S;
+            if (t >= T) continue;
+            v += w[(size_t)co * K + kk] * xs[cl * W + sl * T + t];
         }
         if (u < PT) v += state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + u];
         full[((size_t)s * cout + co) * U + u] = v;
@@ -450,7 +502,12 @@ extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_
         return cudaErrorInvalidValue;
     size_t tot = (size_t)n * cout * (T * S + K - S);
     tr_plan p;
-    if (!depthwise && convtr_tile_plan(&p, n, cin, K, S, T)) {
+    if (depthwise && T <= DW_COLS) {
+        const int ns = DW_COLS / T;
+        const dim3 grid((unsigned)((cout + DW_CO - 1) / DW_CO), (unsigned)((n + ns - 1) / ns));
+        mimi_convtr_dw_kernel<<<grid, TL_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w, slot, n,
+                                                                cout, K, S, T, ns);
+    } else if (!depthwise && convtr_tile_plan(&p, n, cin, cout, K, S, T)) {
         const size_t smem = sizeof(float) * ((size_t)p.TM * K * p.CC + (size_t)p.CC * p.Wx);
         const dim3 grid((unsigned)(((size_t)n * (T * S + K - S) + p.TNc - 1) / p.TNc),
                         (unsigned)((cout + p.TM - 1) / p.TM));

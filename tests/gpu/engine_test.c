@@ -1173,7 +1173,11 @@ static void test_mimi_kernels(void) {
     mimi_conv_case("convtr", 1, 0, 6, 3, 8, 4, 1, 3, 1, 0, 0, 1);
     mimi_conv_case("convtr", 1, 0, 200, 24, 16, 8, 1, 2, 0, 0, 1, 1);
     mimi_conv_case("convtr", 1, 0, 400, 6, 8, 4, 1, 40, 1, 0, 0, 1);
+    /* grids wide enough that each thread takes several output channels */
+    mimi_conv_case("conv", 0, 0, 4, 24, 3, 1, 1, 2048, 1, 0, 1, 2);
+    mimi_conv_case("convtr", 1, 0, 5, 12, 8, 4, 1, 600, 0, 0, 1, 1);
     mimi_conv_case("up", 1, 1, 5, 5, 4, 2, 1, 1, 0, 0, 0, 0);
+    mimi_conv_case("up", 1, 1, 40, 40, 4, 2, 1, 3, 0, 0, 1, 0);
     mimi_gemm_elu_case(9, 5, 37);
     mimi_gemm_elu_case(70, 2, 600);
     mimi_rvq_case(3, 16, 64);
