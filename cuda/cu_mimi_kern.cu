@@ -309,7 +309,7 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
  * TR_TERMS * S), summed over ci in order across the chunks, then added in
  * kk order. Shapes outside the plan take the direct kernel. */
 #define TR_TERMS 4
-#define TR_RM 4
+#define TR_RM 8
 
 typedef struct tr_plan {
     int TNc, TM, CC, Wx;
@@ -847,12 +847,13 @@ extern "C" cudaError_t cu_mimi_rvq_level(int32_t *codes, int code_stride, float 
 }
 
 /* sum[d, s] = sum over levels (in order) of cb[l][codes[s*stride + l]][d].
- * A block takes RS_TS items (the smallest power of two >= min(n, 32)) x
- * RS_THREADS / RS_TS dimensions: the codebook rows are read with the lanes
- * across the dimensions (contiguous), the sums written with the lanes
- * across the items (contiguous in the channel-major result), through
- * shared memory. */
+ * A block takes TS items (the smallest power of two >= min(n, RS_MAX_TS))
+ * x RS_THREADS / TS dimensions: the codebook rows are read with the lanes
+ * across the dimensions (a warp's lanes on one item: its code is one
+ * broadcast load), the sums written with the lanes across the items
+ * (contiguous in the channel-major result), through shared memory. */
 #define RS_THREADS 256
+#define RS_MAX_TS 8
 
 __global__ void __launch_bounds__(RS_THREADS) mimi_rvq_sum_kernel(float *sum, const int32_t *codes, int code_stride,
                                                                    const float *cb, int levels, int n, int Dq,
@@ -880,7 +881,7 @@ extern "C" cudaError_t cu_mimi_rvq_sum(float *sum, const int32_t *codes, int cod
                                        int n, int Dq, int bins, cudaStream_t stream) {
     if (n <= 0 || Dq <= 0 || bins <= 0 || levels < 0) return cudaErrorInvalidValue;
     int TS = 1;
-    while (TS < 32 && TS < n) TS *= 2;
+    while (TS < RS_MAX_TS && TS < n) TS *= 2;
     const dim3 grid((unsigned)((n + TS - 1) / TS), (unsigned)((Dq + RS_THREADS / TS - 1) / (RS_THREADS / TS)));
     mimi_rvq_sum_kernel<<<grid, RS_THREADS, 0, stream>>>(sum, codes, code_stride, cb, levels, n, Dq, bins, TS);
     return cudaGetLastError();
