@@ -124,7 +124,7 @@ expect_rc 2 "lm-bench with a position past the context"
 run mk2 "$BUILD/moshid-mkmodel" --out "$TMP/mk2" --text-card 48 --dep-q 8 --context 32
 expect_rc 0 "moshid-mkmodel (with Mimi)"
 run e2ecpu "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --mimi-dims real --out "$TMP/e2e_cpu.md" \
-    --batches 1,2 --max-slots 2 --warmup 1 --steps 3
+    --batches 1,2 --max-slots 2 --warmup 1 --steps 3 --codec-fill 2
 expect_rc 0 "lm-bench --backend cpu --e2e --mimi-dims real"
 grep -qE '^\| moshid \| codec \| - \| - \| [0-9.]+ \| random Mimi written: real dimensions \(SEANet 64 filters, d_model 512, 8 \+ 8 transformer layers\), 8 codebooks of 2048 \|' "$TMP/e2e_cpu.md" ||
     fail "cpu e2e: no real-dimension codec row: $(cat "$TMP/e2e_cpu.md")"
@@ -132,7 +132,14 @@ run e2ecpu2 "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --m
     --mimi-config "$TMP/mk2/mimi.json" --out "$TMP/e2e_cpu2.md" --batches 1,2 --max-slots 2 --warmup 1 --steps 3
 expect_rc 0 "lm-bench --backend cpu --e2e --mimi"
 grep -q '| moshid | codec |' "$TMP/e2e_cpu2.md" && fail "cpu e2e --mimi: a codec was written: $(cat "$TMP/e2e_cpu2.md")"
+grep -qE '^\| moshid \| e2e fill \| - \| - \| [0-9.]+ \| codec context filled: 2 frames of 2 slots' "$TMP/e2e_cpu.md" ||
+    fail "cpu e2e: no fill row for --codec-fill 2: $(cat "$TMP/e2e_cpu.md")"
+# the given codec (moshid-mkmodel's: context 250) is filled to its context
+grep -qE '^\| moshid \| e2e fill \| - \| - \| [0-9.]+ \| codec context filled: 125 frames of 2 slots' "$TMP/e2e_cpu2.md" ||
+    fail "cpu e2e --mimi: no fill row of 125 frames: $(cat "$TMP/e2e_cpu2.md")"
 for f in "$TMP/e2e_cpu.md" "$TMP/e2e_cpu2.md"; do
+    grep -qE '^\| moshid \| e2e pipelined \| 2 \| 32 \| [0-9.]+ \| .*codec context full; fresh codec state [0-9.]+ ms' "$f" ||
+        fail "cpu e2e: the pipelined row lacks the fresh figure: $(cat "$f")"
     grep -qE '^\| moshid \| open \| 2 \| .*codec: 8 codebooks, .*frame steps pipelined \|' "$f" || fail "cpu e2e: open row: $(cat "$f")"
     for p in 4 32; do
         for b in 1 2; do
