@@ -310,6 +310,7 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
  * kk order. Shapes outside the plan take the direct kernel. */
 #define TR_TERMS 4
 #define TR_RM 8
+#define TR_THREADS 256   /* a wider tile than the convolution's: longer runs of x per channel */
 
 typedef struct tr_plan {
     int TNc, TM, CC, Wx;
@@ -320,8 +321,8 @@ static int convtr_tile_plan(tr_plan *p, int n, int cin, int cout, int K, int S, 
     const size_t NU = (size_t)n * U;
     if (K > TR_TERMS * S) return 0;
     int TNc = 4;
-    while (TNc < 128 && (size_t)TNc < NU) TNc *= 2;
-    const int TM = tile_rows(TL_THREADS / TNc, TR_RM, (NU + TNc - 1) / TNc, cout);
+    while (TNc < TR_THREADS && (size_t)TNc < NU) TNc *= 2;
+    const int TM = tile_rows(TR_THREADS / TNc, TR_RM, (NU + TNc - 1) / TNc, cout);
     int nsl = (TNc - 1) / U + 2;
     if (nsl > n) nsl = n;
     long Wx = ((long)TNc + (long)nsl * K) / S + nsl + 1;
@@ -346,13 +347,13 @@ __device__ static inline int tr_first_col(int c, int U, int T, int K, int S) {
     return s * T + t;
 }
 
-__global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *full, const float *state,
+__global__ void __launch_bounds__(TR_THREADS) mimi_convtr_tiled_kernel(float *full, const float *state,
                                                                         size_t state_stride, size_t state_off,
                                                                         const float *x, const float *w,
                                                                         const int32_t *slot, int n, int cin, int cout,
                                                                         int K, int S, int T, tr_plan p) {
     extern __shared__ float tl_smem[];
-    const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wx = p.Wx, CG = TL_THREADS / TNc;
+    const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wx = p.Wx, CG = TR_THREADS / TNc;
     const int PT = K - S, U = T * S + PT, NU = n * U, NT = n * T;
     float *ws = tl_smem, *xs = tl_smem + (size_t)TM * K * CC;
     const int c0 = blockIdx.x * TNc, co0 = blockIdx.y * TM, cend = min(c0 + TNc, NU);
@@ -370,11 +371,11 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *fu
     for (int ci0 = 0; ci0 < cin; ci0 += CC) {
         const int cc = min(CC, cin - ci0);
         __syncthreads();   /* the previous chunk is consumed */
-        for (int i = tid; i < TM * K * CC; i += TL_THREADS) {
+        for (int i = tid; i < TM * K * CC; i += TR_THREADS) {
             const int cil = i % CC, rk = i / CC, rl = rk / K;
             if (co0 + rl < cout && cil < cc) ws[i] = w[((size_t)co0 * K + rk) * cin + ci0 + cil];
         }
-        for (int i = tid; i < CC * Wx; i += TL_THREADS) {
+        for (int i = tid; i < CC * Wx; i += TR_THREADS) {
             const int e = i % Wx, cil = i / Wx;
             if (cil < cc && cA + e <= cB) xs[i] = x[(size_t)(ci0 + cil) * NT + cA + e];
         }
@@ -418,7 +419,7 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_convtr_tiled_kernel(float *fu
 #define DW_CO 32
 #define DW_COLS 256
 
-__global__ void __launch_bounds__(TL_THREADS) mimi_convtr_dw_kernel(float *full, const float *state,
+__global__ void __launch_bounds__(TR_THREADS) mimi_convtr_dw_kernel(float *full, const float *state,
                                                                      size_t state_stride, size_t state_off,
                                                                      const float *x, const float *w,
                                                                      const int32_t *slot, int n, int cout, int K,
@@ -427,12 +428,12 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_convtr_dw_kernel(float *full,
     const int PT = K - S, U = T * S + PT, NT = n * T;
     const int co0 = blockIdx.x * DW_CO, s0 = blockIdx.y * ns, nco = min(DW_CO, cout - co0), nsl = min(ns, n - s0);
     const int W = nsl * T;
-    for (int i = threadIdx.x; i < nco * W; i += TL_THREADS) {
+    for (int i = threadIdx.x; i < nco * W; i += TR_THREADS) {
         const int e = i % W, cl = i / W;
         xs[cl * W + e] = x[(size_t)(co0 + cl) * NT + (size_t)s0 * T + e];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nsl * nco * U; i += TL_THREADS) {
+    for (int i = threadIdx.x; i < nsl * nco * U; i += TR_THREADS) {
         const int u = i % U, cl = i / U % nco, sl = i / U / nco, co = co0 + cl, s = s0 + sl;
         float v = 0.f;
         for (int kk = 0; kk < K; kk++) {
@@ -505,13 +506,13 @@ extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_
     if (depthwise && T <= DW_COLS) {
         const int ns = DW_COLS / T;
         const dim3 grid((unsigned)((cout + DW_CO - 1) / DW_CO), (unsigned)((n + ns - 1) / ns));
-        mimi_convtr_dw_kernel<<<grid, TL_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w, slot, n,
+        mimi_convtr_dw_kernel<<<grid, TR_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w, slot, n,
                                                                 cout, K, S, T, ns);
     } else if (!depthwise && convtr_tile_plan(&p, n, cin, cout, K, S, T)) {
         const size_t smem = sizeof(float) * ((size_t)p.TM * K * p.CC + (size_t)p.CC * p.Wx);
         const dim3 grid((unsigned)(((size_t)n * (T * S + K - S) + p.TNc - 1) / p.TNc),
                         (unsigned)((cout + p.TM - 1) / p.TM));
-        mimi_convtr_tiled_kernel<<<grid, TL_THREADS, smem, stream>>>(full, state, state_stride, state_off, x, w, slot,
+        mimi_convtr_tiled_kernel<<<grid, TR_THREADS, smem, stream>>>(full, state, state_stride, state_off, x, w, slot,
                                                                       n, cin, cout, K, S, T, p);
     } else {
         mimi_convtr_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(full, state, state_stride, state_off, x, w,
