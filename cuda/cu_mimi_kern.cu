@@ -85,7 +85,7 @@ extern "C" cudaError_t cu_mimi_gemm(float *C, const float *A, const float *B, in
                                     cudaStream_t stream) {
     if (M <= 0 || N < 0 || K <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    return cu_mimi_conv(C, B, A, NULL, 1, K, M, 1, 1, 1, N, N, accumulate, stream);
+    return cu_mimi_conv(C, B, A, NULL, 1, K, M, 1, 1, 1, N, N, accumulate, NULL, stream);
 }
 
 /* ---- convolutions ---------------------------------------------------------- */
@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(MM_THREADS) mimi_stage_kernel(float *xb, const
     xb[i] = v;
 }
 
-/* The slot's new state: the last P columns of xb[s]. */
+/* The slot's new state: the last P columns of xb[s] (beside the direct
+ * convolution; the tiled one keeps it from its staged windows). */
 __global__ void __launch_bounds__(MM_THREADS) mimi_keep_kernel(float *state, size_t state_stride, size_t state_off,
                                                                 const float *xb, const int32_t *slot, int n, int cin,
                                                                 int T, int P) {
@@ -132,10 +133,6 @@ extern "C" cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_
     size_t tot = (size_t)n * cin * (P + T);
     mimi_stage_kernel<<<blocks_for(tot), MM_THREADS, 0, stream>>>(xb, state, state_stride, state_off, x, slot, first,
                                                                    n, cin, T, P, elu);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || P == 0) return e;
-    mimi_keep_kernel<<<blocks_for((size_t)n * cin * P), MM_THREADS, 0, stream>>>(state, state_stride, state_off, xb,
-                                                                                  slot, n, cin, T, P);
     return cudaGetLastError();
 }
 
@@ -201,7 +198,7 @@ static int conv_tile_plan(tile_plan *p, int n, int cin, int cout, int K, int S, 
 __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, const float *xb, const float *w,
                                                                       const float *b, int n, int cin, int cout, int K,
                                                                       int S, int dil, int L, int Tout, int accumulate,
-                                                                      tile_plan p) {
+                                                                      tile_plan p, cu_mimi_keep kp) {
     extern __shared__ float tl_smem[];
     const int TNc = p.TNc, TM = p.TM, CC = p.CC, Wmax = p.Wmax, CG = TL_THREADS / TNc, CK = CC * K;
     float *ws = tl_smem, *xs = tl_smem + (size_t)TM * CK, *bs = xs + (size_t)p.nsl * CC * Wmax;
@@ -233,6 +230,17 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
             xs[i] = xb[((size_t)sj * cin + ci0 + cil) * L + lo + e];
         }
         __syncthreads();
+        /* the kept state: the blocks of the first channel tile write it for
+         * each item whose last column is theirs (their windows then reach
+         * the input's last column), a contiguous run per item and chunk */
+        if (kp.P > 0 && blockIdx.y == 0)
+            for (int sj = s_first; sj <= s_last; sj++) {
+                if ((sj + 1) * Tout > cend) continue;   /* its last column is another tile's */
+                const int lo = (sj == s_first ? c0 % Tout : 0) * S, T = L - kp.P;
+                float *dst = kp.state + (size_t)kp.slot[sj] * kp.stride + kp.off + (size_t)ci0 * kp.P;
+                const float *src = xs + (size_t)(sj - s_first) * CC * Wmax + (T - lo);
+                for (int i = tid; i < cc * kp.P; i += TL_THREADS) dst[i] = src[(size_t)(i / kp.P) * Wmax + i % kp.P];
+            }
         if (col >= NO) continue;
         const float *xr = xs + (size_t)(s - s_first) * CC * Wmax + (size_t)(t - tlo) * S;
 #pragma unroll
@@ -278,17 +286,26 @@ __global__ void __launch_bounds__(MM_THREADS) mimi_conv_kernel(float *y, const f
 
 extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, const float *b, int n, int cin,
                                     int cout, int K, int S, int dil, int L, int Tout, int accumulate,
-                                    cudaStream_t stream) {
+                                    const cu_mimi_keep *keep, cudaStream_t stream) {
     if (n <= 0 || cin <= 0 || cout <= 0 || K <= 0 || S <= 0 || dil <= 0 || Tout <= 0 ||
-        (size_t)(Tout - 1) * S + (size_t)(K - 1) * dil >= (size_t)L)
+        (size_t)(Tout - 1) * S + (size_t)(K - 1) * dil >= (size_t)L ||
+        (keep && keep->P > 0 && (keep->P >= L || (size_t)Tout * S + keep->P != (size_t)L)))
         return cudaErrorInvalidValue;
+    cu_mimi_keep kp = {NULL, 0, 0, NULL, 0};
+    if (keep && keep->P > 0) kp = *keep;
     tile_plan p;
     if (conv_tile_plan(&p, n, cin, cout, K, S, dil, Tout)) {
         const size_t smem = sizeof(float) * ((size_t)p.TM * p.CC * K + (size_t)p.nsl * p.CC * p.Wmax + p.TM);
         const dim3 grid((unsigned)(((size_t)n * Tout + p.TNc - 1) / p.TNc), (unsigned)((cout + p.TM - 1) / p.TM));
         mimi_conv_tiled_kernel<<<grid, TL_THREADS, smem, stream>>>(y, xb, w, b, n, cin, cout, K, S, dil, L, Tout,
-                                                                    accumulate, p);
+                                                                    accumulate, p, kp);
         return cudaGetLastError();
+    }
+    if (kp.P > 0) {
+        mimi_keep_kernel<<<blocks_for((size_t)n * cin * kp.P), MM_THREADS, 0, stream>>>(
+            kp.state, kp.stride, kp.off, xb, kp.slot, n, cin, L - kp.P, kp.P);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
     }
     mimi_conv_kernel<<<blocks_for((size_t)cout * n * Tout), MM_THREADS, 0, stream>>>(y, xb, w, b, n, cin, cout, K, S,
                                                                                       dil, L, Tout, accumulate);

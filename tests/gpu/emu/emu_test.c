@@ -605,9 +605,7 @@ static void test_traffic(void) {
 /* The codec's kernels (cuda/cu_mimi_kern.cu) at the Mimi's shapes, cut to
  * a few items and channels where the grid allows: each kernel's global
  * requests against the issue's bound (sector efficiency >= 0.80). The
- * values in memory do not matter, only the addresses. Left out, with the
- * reason in docs/cuda.md: the kept-state copy (mimi_keep_kernel: runs of
- * P <= 6 floats of each input row, 0.57). */
+ * values in memory do not matter, only the addresses. */
 static double codec_eff(const char *what) {
     emu_traffic rows[16];
     int n = emu_traffic_get(rows, 16);
@@ -637,12 +635,15 @@ static void test_traffic_codec(void) {
                            "conv (down, K 16 stride 8, 256 -> 512)", "product (transformer, N = 8)",
                            "convtr (K 16 stride 8, 512 -> 256, T 2)", "RVQ search", "RVQ sum", "LayerNorm",
                            "RoPE + K/V store", "convtr depthwise (upsample, 512, K 4 stride 2, T 1)"};
+    /* each conv keeps its slots' state (the last P columns of its input) */
+    const cu_mimi_keep keep7 = {st, 8 * 1024, 0, slot, 6}, keep3 = {st, 8 * 1024, 0, slot, 2},
+                       keep16 = {st, 8 * 1024, 0, slot, 8};
     emu_traffic_start(1);
-    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, 1, 64, 7, 1, 1, 1926, 1920, 0, 0));
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, 1, 64, 7, 1, 1, 1926, 1920, 0, &keep7, 0));
     e[0] = codec_eff("mimi_conv_tiled");
-    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, n, ci, co, 3, 1, 1, T + 2, T, 1, 0));
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, n, ci, co, 3, 1, 1, T + 2, T, 1, &keep3, 0));
     e[1] = codec_eff("mimi_conv_tiled");
-    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, co, 2 * co, 16, 8, 1, 128 + 8, 16, 0, 0));
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, co, 2 * co, 16, 8, 1, 128 + 8, 16, 0, &keep16, 0));
     e[2] = codec_eff("mimi_conv_tiled");
     CU_CHECK_FATAL(cu_mimi_gemm(a, w, b, 3 * D, n * T, D, 0, 0));
     e[3] = codec_eff("mimi_conv_tiled");
