@@ -217,17 +217,19 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
         __syncthreads();   /* the previous chunk is consumed */
         if (ci0 == 0)
             for (int i = tid; i < TM; i += TL_THREADS) bs[i] = b && co0 + i < cout ? b[co0 + i] : 0.f;
-        for (int i = tid; i < TM * CK; i += TL_THREADS) {
-            const int rl = i / CK, e = i % CK;
-            if (co0 + rl < cout && e < ck) ws[i] = w[((size_t)(co0 + rl) * cin + ci0) * K + e];
+        /* the loops run over the valid elements only, so a warp's lanes
+         * load in step (no lane skips an iteration another one loads in) */
+        const int nr = min(TM, cout - co0);
+        for (int i = tid; i < nr * ck; i += TL_THREADS) {
+            const int rl = i / ck, e = i % ck;
+            ws[rl * CK + e] = w[((size_t)(co0 + rl) * cin + ci0) * K + e];
         }
-        for (int i = tid; i < p.nsl * CC * Wmax; i += TL_THREADS) {
-            const int e = i % Wmax, cil = i / Wmax % CC, sj = s_first + i / Wmax / CC;
-            if (sj > s_last || cil >= cc) continue;
+        for (int sj = s_first; sj <= s_last; sj++) {
             const int lo = (sj == s_first ? c0 % Tout : 0) * S;
-            const int hi = (sj == s_last ? (cend - 1) % Tout : Tout - 1) * S + (K - 1) * dil;
-            if (lo + e > hi) continue;
-            xs[i] = xb[((size_t)sj * cin + ci0 + cil) * L + lo + e];
+            const int wd = (sj == s_last ? (cend - 1) % Tout : Tout - 1) * S + (K - 1) * dil - lo + 1;
+            const float *src = xb + ((size_t)sj * cin + ci0) * L + lo;
+            float *dst = xs + (size_t)(sj - s_first) * CC * Wmax;
+            for (int i = tid; i < cc * wd; i += TL_THREADS) dst[(i / wd) * Wmax + i % wd] = src[(size_t)(i / wd) * L + i % wd];
         }
         __syncthreads();
         /* the kept state: the blocks of the first channel tile write it for
@@ -327,7 +329,7 @@ extern "C" cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, c
  * kk order. Shapes outside the plan take the direct kernel. */
 #define TR_TERMS 4
 #define TR_RM 8
-#define TR_THREADS 256   /* a wider tile than the convolution's: longer runs of x per channel */
+#define TR_THREADS 128
 
 typedef struct tr_plan {
     int TNc, TM, CC, Wx;
@@ -388,13 +390,15 @@ __global__ void __launch_bounds__(TR_THREADS) mimi_convtr_tiled_kernel(float *fu
     for (int ci0 = 0; ci0 < cin; ci0 += CC) {
         const int cc = min(CC, cin - ci0);
         __syncthreads();   /* the previous chunk is consumed */
-        for (int i = tid; i < TM * K * CC; i += TR_THREADS) {
-            const int cil = i % CC, rk = i / CC, rl = rk / K;
-            if (co0 + rl < cout && cil < cc) ws[i] = w[((size_t)co0 * K + rk) * cin + ci0 + cil];
+        /* over the valid elements only: a warp's lanes load in step */
+        const int nrk = min(TM, cout - co0) * K, run = cB - cA + 1;
+        for (int i = tid; i < nrk * cc; i += TR_THREADS) {
+            const int cil = i % cc, rk = i / cc;
+            ws[rk * CC + cil] = w[((size_t)co0 * K + rk) * cin + ci0 + cil];
         }
-        for (int i = tid; i < CC * Wx; i += TR_THREADS) {
-            const int e = i % Wx, cil = i / Wx;
-            if (cil < cc && cA + e <= cB) xs[i] = x[(size_t)(ci0 + cil) * NT + cA + e];
+        for (int i = tid; i < cc * run; i += TR_THREADS) {
+            const int e = i % run, cil = i / run;
+            xs[cil * Wx + e] = x[(size_t)(ci0 + cil) * NT + cA + e];
         }
         __syncthreads();
         if (c >= NU) continue;
