@@ -154,7 +154,7 @@ extern "C" cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_
  * (tile_plan); one whose chunk of a single channel would not fit takes the
  * direct kernel below. */
 #define TL_THREADS 128
-#define TL_RM 8
+#define TL_RM 4
 #define TL_SMEM_FLOATS (CU_MIMI_ATT_MAX_SMEM / (int)sizeof(float))
 
 typedef struct tile_plan {
