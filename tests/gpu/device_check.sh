@@ -65,8 +65,8 @@
 #
 # Time: every stage runs under `timeout -k 10`, at most its cap below and
 # what is left of DEVICE_CHECK_BUDGET_S (540 s, 9 minutes; a stage that no
-# longer fits is skipped and says so). The caps add up to the budget (535 s
-# and ~5 s of preflight), so the whole script stays inside the 9 minutes
+# longer fits is skipped and says so). The caps add up to 520 s (and ~5 s of
+# preflight), under the budget, so the whole script stays inside the 9 minutes
 # even when each stage uses all of its cap. How each was estimated for a
 # 16-core H200 host (none has been timed on one yet: the estimates come
 # from the work each stage does):
