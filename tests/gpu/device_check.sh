@@ -282,6 +282,12 @@ elif [ -z "$pre_stop" ]; then
         pre_stop="${free_mib} MiB free, under the ${need_mib} MiB batch 64 at position 3000 needs (DEVICE_CHECK_MIN_FREE_MIB)"
     fi
 fi
+if [ -d "$WHEELS" ]; then
+    say "- the official side's wheels: carried ($(ls "$WHEELS" | wc -l) files in $WHEELS)"
+else
+    say "- the official side's wheels: NOT carried ($WHEELS is missing; it runs last, and only if moshi is importable"
+    say "  here): run \`make fetch-wheels\` on the machine that starts the check and carry $WHEELS"
+fi
 if [ -n "$pre_stop" ]; then
     say "- **preflight: STOP** - $pre_stop; nothing was built"
     printf '{"commit": "%s", "gpu": "%s", "toolkit": "%s", "result": "preflight stopped", "preflight": "%s"}\n' \
