@@ -229,7 +229,8 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
             const int wd = (sj == s_last ? (cend - 1) % Tout : Tout - 1) * S + (K - 1) * dil - lo + 1;
             const float *src = xb + ((size_t)sj * cin + ci0) * L + lo;
             float *dst = xs + (size_t)(sj - s_first) * CC * Wmax;
-            for (int i = tid; i < cc * wd; i += TL_THREADS) dst[(i / wd) * Wmax + i % wd] = src[(size_t)(i / wd) * L + i % wd];
+            for (int i = tid; i < cc * wd; i += TL_THREADS)
+                dst[(i / wd) * Wmax + i % wd] = src[(size_t)(i / wd) * L + i % wd];
         }
         __syncthreads();
         /* the kept state: the blocks of the first channel tile write it for
