@@ -22,7 +22,9 @@
 #    every official tensor name and shape it reads) and with a given one
 #    (--mimi, moshid-mkmodel's), every row, every frame with output; its
 #    argument checks;
-#  - lm-bench and bench_official.py describe the same tiny and 7B shapes.
+#  - lm-bench and bench_official.py describe the same tiny and 7B shapes;
+#  - the 8-bit stage (lm-bench --weights int8 --kv int8): the backend opened
+#    with both schemes, batch 1's step row and the largest-batch row.
 # Skips (77) where the emulator binaries are not built (sanitizer builds).
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,7 +42,7 @@ t0=$(date +%s)
 run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" bash "$root/tests/gpu/device_check.sh" --dry-run
 expect_rc 0 "device_check.sh --dry-run (report: $(cat "$TMP/out/device_check.md" 2>/dev/null | tail -n 40))"
 st=$TMP/out/stages.md
-for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer; do
+for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer lm-bench-8bit; do
     grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
 done
 grep -qE '^\| [a-z-]+ \| FAILED' "$st" && fail "a stage failed: $(grep FAILED "$st")"
@@ -62,6 +64,14 @@ else
     grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb" || fail "no max-batch row: $(cat "$lmb")"
     grep -qE '^\| moshid \| fits in memory \(plan\) \| [0-9-]+ \|' "$lmb" || fail "no plan row: $(cat "$lmb")"
     grep -qE '^\| 1 \| 4 \| [0-9.]+ \|' <<<"$out" || fail "the comparison table lacks moshid's batch 1 at 4"
+fi
+# the 8-bit stage: lm-bench with int8 weights and K/V, batch 1 at 32 and the bisection
+lmb8=$TMP/out/lm_bench_8bit.md
+if ! grep -q 'skipped: plugin carries no backend table' "$lmb8"; then
+    grep -qE '^\| moshid \| open \| [0-9]+ \| - \| [0-9.]+ \| .*random int8 weights.*int8 K/V' "$lmb8" ||
+        fail "the 8-bit stage did not open the backend with int8 weights and K/V: $(cat "$lmb8")"
+    grep -qE '^\| moshid \| step \| 1 \| 32 \| [0-9.]+ \|' "$lmb8" || fail "no 8-bit step row for batch 1 at 32: $(cat "$lmb8")"
+    grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb8" || fail "no 8-bit max-batch row: $(cat "$lmb8")"
 fi
 e2e=$TMP/out/e2e.md
 if grep -q 'skipped: plugin carries no backend table' "$e2e"; then
