@@ -1852,6 +1852,84 @@ static void test_q8_greedy(const char *variant, int dep_q, int gemm_min, int ste
     lm_backend_close(gpu);
 }
 
+/* The official fixtures of the 8-bit schemes (tests/fixtures/lm_q8, made
+ * by moshi 0.2.13 on fake-quantized weights and K/V; $LM_Q8_FIXTURES, else
+ * the checkout's): LMGen greedy over the 24 recorded user frames on the
+ * CPU backend and on the CUDA backend, each with the fixture's scheme.
+ * Every frame of the CUDA backend equals the CPU backend's, and both equal
+ * the official trace. (kv8_f32 and w8kv8_f32 are left out: their
+ * embeddings, and kv8_f32's matrices, are float32, which the CUDA backend
+ * stores as bf16: another model, whose frames differ from the trace's.) */
+static int q8_trace_frame(FILE *f, int *frame, int n) {
+    char line[512];
+    if (!fgets(line, sizeof line, f)) return -1;
+    const char *o = strstr(line, "\"out\": ");
+    if (!o) return -1;
+    o += 7;
+    if (!strncmp(o, "null", 4)) return 0;
+    if (*o++ != '[') return -1;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        frame[i] = (int)strtol(o, &end, 10);
+        if (end == o) return -1;
+        o = end;
+        while (*o == ',' || *o == ' ') o++;
+    }
+    return 1;
+}
+
+static void test_q8_fixture(const char *fx_case, int w8, int kv8, int gemm_min) {
+    char name[96];
+    snprintf(name, sizeof name, "int8/fixture/%s/%s", fx_case, gemm_min == 1 ? "gemm" : "matvec");
+    if (!begin(name)) return;
+    const char *fx = getenv("LM_Q8_FIXTURES");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", fx && fx[0] ? fx : "tests/fixtures/lm_q8", fx_case);
+    knobs(1, gemm_min);
+    q8_weights = w8;
+    q8_kv = kv8;
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, 1, 0), *gpu = open_b(&lm_cuda_backend, dir, 1, 0);
+    q8_weights = q8_kv = 0;
+    const lm_config *g = &cpu->cfg;
+    snprintf(path, sizeof path, "%s/codes.txt", dir);
+    FILE *codes = fopen(path, "r");
+    snprintf(path, sizeof path, "%s/trace.jsonl", dir);
+    FILE *trace = fopen(path, "r");
+    if (!codes || !trace) die(path, NULL);
+    lm_samp samp;
+    lm_samp_greedy(&samp);
+    lmgen_slot gc, gg;
+    lmgen_init(&gc, g, 0, &samp);
+    lmgen_init(&gg, g, 0, &samp);
+    lmgen_slot *pc = &gc, *pg = &gg;
+    int user[LM_MAX_NQ], fc[1 + LM_MAX_DEP_Q], fg[1 + LM_MAX_DEP_Q], fo[1 + LM_MAX_DEP_Q], hc, hg;
+    int steps = 0, frames = 0, same_cpu = 0, same_official = 0, ok = 1;
+    ms_error e = {0};
+    for (;;) {
+        int nread = 0;
+        for (int i = 0; i < g->n_user; i++) nread += fscanf(codes, "%d", &user[i]) == 1;
+        if (nread < g->n_user) break;
+        if (lmgen_step_batch(cpu, &pc, 1, user, fc, &hc, NULL, NULL, &e) ||
+            lmgen_step_batch(gpu, &pg, 1, user, fg, &hg, NULL, NULL, &e))
+            die("lmgen_step_batch", &e);
+        int ho = q8_trace_frame(trace, fo, 1 + g->dep_q);
+        steps++;
+        ok = ok && hc == hg && ho == hc;
+        if (hc && hg) {
+            frames++;
+            same_cpu += !memcmp(fc, fg, sizeof(int) * (1 + g->dep_q));
+            same_official += ho == 1 && !memcmp(fo, fg, sizeof(int) * (1 + g->dep_q));
+        }
+    }
+    fclose(codes);
+    fclose(trace);
+    ok = ok && steps == 24 && frames > 0 && same_cpu == frames && same_official == frames;
+    result(ok, name, "%d steps, %d frames: %d equal to the CPU backend's, %d to the official trace", steps, frames,
+           same_cpu, same_official);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
 static void test_q8(void) {
     test_q8_tf("both", 1, 1, "kyutai", 8, 0, 0, 5, 5, 2);        /* the int8 matvec */
     /* the widened GEMM path, past the wrap; 110 rows per stream as the bf16
@@ -1863,6 +1941,26 @@ static void test_q8(void) {
     test_q8_tf("kv", 0, 1, "kyutai", 8, 1, 1, 0, 40, -1);
     test_q8_greedy("kyutai", 8, 1, 16);
     test_q8_greedy("kyutai", 8, 0, 6);
+    test_q8_fixture("w8_bf16", 1, 0, 1);
+    /* Kyutai's q8 format (int8 as stored) with int8 K/V: on the GEMM path
+     * the bf16 activations flip a near-tie greedy token by step 10 and the
+     * free-running frames part (measured), so the frames are compared on the
+     * matvec path: always on a device, on the emulator (47 s there) when
+     * asked for by name; make test checks the q8 checkpoint's logits
+     * teacher-forced on the matvec path instead, 5 steps of 2 sub-steps (the
+     * GEMM path's bf16 activations cost this model's logits up to 9 % of
+     * their rms: its weights are not bf16-exact, as moshid-mkmodel's) */
+    if (!on_emu || (filter && strstr("int8/fixture/q8_kv8/matvec", filter))) test_q8_fixture("q8_kv8", 0, 1, 0);
+    {
+        const char *fx = getenv("LM_Q8_FIXTURES");
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/q8_kv8", fx && fx[0] ? fx : "tests/fixtures/lm_q8");
+        if (begin("int8/q8_checkpoint/matvec")) {
+            q8_kv = 1;
+            tf_run("int8/q8_checkpoint/matvec", dir, 8, 0, 0, 5, 5, 2, LOGIT_TOL, 1);
+            q8_kv = 0;
+        }
+    }
     q8_kv = 1;
     test_prefill_steps(12, 20, 1);   /* the chunk's own keys read back quantized: prefill == steps */
     test_snapshot();
