@@ -43,7 +43,8 @@
  *   kernel NAME bytes N sector_efficiency R predicted_us T
  * (GEMM rows: sector_efficiency -, not measured), then the step's
  * prediction; then the codec's lines per slot count (GPU_MODEL_NO_CODEC
- * set: skipped; 2 of the 3 minutes); last, exactly one line
+ * set: skipped; 2 of the 3 minutes; GPU_MODEL_NO_LM set: the LM's points
+ * skipped, their figures 0); last, exactly one line
  *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
  * The 8-bit schemes (int8 weights and int8 K/V, both at once: the
  * backend's int8 launches, cu_matvec_q8 below 16 rows, the rows widened to
@@ -500,14 +501,18 @@ int main(void) {
     emu_traffic_start(EMU_MODEL_STRIDE);
     static const int batches[] = {1, 8, 64}, positions[] = {0, 3000};
     double ms[3][2], fl[3][2];
+    const int no_lm = getenv("GPU_MODEL_NO_LM") != NULL;
     for (int bi = 0; bi < 3; bi++)
-        for (int pi = 0; pi < 2; pi++) ms[bi][pi] = model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
+        for (int pi = 0; pi < 2; pi++)
+            ms[bi][pi] = no_lm ? (fl[bi][pi] = 0) : model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
     /* the 8-bit schemes: the same buffers (the int8 layouts fit in the bf16 sizes) */
     g_q8 = 1;
-    double ms8[2], fl8[2];
-    printf("8-bit schemes (int8 weights, int8 K/V):\n\n");
-    ms8[0] = model_point(&m, 1, 3000, &fl8[0]);
-    ms8[1] = model_point(&m, 128, 3000, &fl8[1]);
+    double ms8[2] = {0, 0}, fl8[2] = {0, 0};
+    if (!no_lm) {
+        printf("8-bit schemes (int8 weights, int8 K/V):\n\n");
+        ms8[0] = model_point(&m, 1, 3000, &fl8[0]);
+        ms8[1] = model_point(&m, 128, 3000, &fl8[1]);
+    }
     g_q8 = 0;
     emu_traffic_stop();
     printf("predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 %.2f ms (floor %.2f ms); B=128 pos=3000 "
