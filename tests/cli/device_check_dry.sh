@@ -52,11 +52,12 @@ st=$TMP/out/stages.md
 for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer lm-bench-8bit; do
     grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
 done
-# the order: the target points (lm-bench) right after the build, the official side last
+# the order: the target points (lm-bench) right after the build, the official side after the
+# others but the 8-bit stage, which comes last
 order=$(awk -F'|' '{gsub(/ /, "", $2); print $2}' "$st" | paste -sd ' ' -)
 case "$order" in
-    "build lm-bench engine-test "*" official") ;;
-    *) fail "stage order: $order (want build, lm-bench, engine-test, ..., official last)" ;;
+    "build lm-bench engine-test "*" official lm-bench-8bit") ;;
+    *) fail "stage order: $order (want build, lm-bench, engine-test, ..., official, lm-bench-8bit)" ;;
 esac
 rep=$(cat "$TMP/out/device_check.md")
 expect_in "$rep" "### Preflight" "the report's preflight"
@@ -80,7 +81,7 @@ assert {(r["batch"], r["position"]) for r in d["lm_step"]} == {(1, 4), (2, 4), (
 assert all(r["ms"] > 0 for r in d["lm_step"])
 assert {(r["batch"], r["position"]) for r in d["e2e"]} == {(1, 32), (2, 32)}, d["e2e"]
 assert all(r["pipelined_ms"] > 0 and r["pipelined_fresh_codec_ms"] > 0 for r in d["e2e"]), d["e2e"]
-assert [s["stage"] for s in d["stages"]][-1] == "official", d["stages"]
+assert [s["stage"] for s in d["stages"]][-2:] == ["official", "lm-bench-8bit"], d["stages"]
 PYEOF
 # the real run's preflight on this machine (no device): one line, exit 2, nothing built
 mkdir -p "$TMP/pre"
