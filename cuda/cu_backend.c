@@ -195,6 +195,7 @@ typedef struct cu_ctx {
     cu_mimi *gm;
     int pipeline;                /* frame_submit leaves the frame's decode running (opts.pipeline, device codec) */
     int fq[LM_MAX_INFLIGHT];     /* frames submitted, not waited: their decode tickets (-1: none), FIFO */
+    lm_frame_stages stages;      /* the frame step's stages (frame_stages, before any frame) */
     int fq_head, fq_n;
     mimi_stream **streams;
     mimi_ws *enc_ws, *dec_ws;
@@ -1283,26 +1284,33 @@ static int cu_codec_decode(void *vctx, const int *slots, int n, const int *codes
  * frame_submit runs the frame's encode (the codec's encode stream; the
  * host waits for the codes, which LMGen's bookkeeping needs) and its LMGen
  * + LM step (the LM's stream; the host waits for the sampled tokens, which
- * LMGen's commit needs), then enqueues the decode of the rows that have
+ * LMGen's commit needs; the stages are the dispatcher's host code,
+ * lm_frame_stages, handed once by frame_stages), then enqueues the decode
+ * of the rows that have
  * output on the codec's decode stream and returns. So the decode of frame t
  * runs on the device while frame t + 1's encode and LM step do; frame_wait
  * waits for that decode and scatters its PCM. The host work between the LM
  * step and the decode is LMGen's commit and the list of rows to decode: a
- * few integers per slot (engine/lm/frame.c's stages, in the same order).
+ * few integers per slot (the stages' own work, in the same order).
  * Without opts.pipeline, or with the host codec (MOSHID_CU_MIMI=cpu),
- * submit does the whole frame (lm_frame_run) and wait has nothing to do. */
+ * submit runs all three stages and wait has nothing to do. */
 
-static int cu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+static void cu_frame_stages(void *vctx, const lm_frame_stages *st) {
     cu_ctx *c = vctx;
+    c->stages = *st;
+}
+
+static int cu_frame_submit(void *vctx, lm_frame *f, ms_error *err) {
+    cu_ctx *c = vctx;
+    const lm_frame_stages *st = &c->stages;
     if (c->dead) return dead_answer(c, err);
     if (c->fq_n == LM_MAX_INFLIGHT) return ms_err_set(err, MS_ERR_STATE, "frame_submit: %d frames in flight", c->fq_n);
     CU_BIND(c, err);
-    int rc, t = -1;
+    int t = -1, rc = st->encode(st->ctx, f, err);
+    if (rc == MS_OK) rc = st->step(st->ctx, f, err);
     if (!c->gm || !c->pipeline) {
-        rc = lm_frame_run(b, f, err);
+        if (rc == MS_OK) rc = st->decode(st->ctx, f, err);
     } else {
-        rc = lm_frame_run_encode(b, f, err);
-        if (rc == MS_OK) rc = lm_frame_run_step(b, f, err);
         if (rc == MS_OK && f->n_dec) {
             rc = cu_mimi_decode_submit(c->gm, f->dec_slots, f->n_dec, f->dec_codes, &t, err);
             if (rc == MS_ERR_DEVICE) return kill_ctx(c, err);
@@ -1313,8 +1321,7 @@ static int cu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err
     return MS_OK;
 }
 
-static int cu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
-    (void)b;
+static int cu_frame_wait(void *vctx, lm_frame *f, ms_error *err) {
     cu_ctx *c = vctx;
     if (c->fq_n == 0) return ms_err_set(err, MS_ERR_STATE, "frame_wait: nothing in flight");
     int t = c->fq[c->fq_head];
@@ -1350,6 +1357,7 @@ const lm_backend_ops lm_cuda_backend = {
     .codec_reset = cu_codec_reset,
     .mimi_encode = cu_codec_encode,
     .mimi_decode = cu_codec_decode,
+    .frame_stages = cu_frame_stages,
     .frame_submit = cu_frame_submit,
     .frame_wait = cu_frame_wait,
     .stats = cu_stats,

@@ -146,6 +146,14 @@ CHECK_persona_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 CHECK_persona_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
 CHECK_persona_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
 
+# The model front: begin, job, a batch of slots against the engine run
+# directly, end, a failed begin (linked as moshid is; the demo model).
+CHECK_SUITES += model
+CHECK_model_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
+CHECK_model_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
+CHECK_model_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
+$(BUILD)/tests/check_model: $(DEMO_DIR)/.ok
+
 # daemon/web/wire_gen.js: the wire's facts for the page (close statuses,
 # limits), printed from the C headers by moshid-web-gen; `make web-gen`
 # rewrites it, tests/cli/web_gen.sh checks it is current.

@@ -2,9 +2,12 @@
  * the demo model: what lm_frame_submit refuses, how many frames each LMGen
  * holds back before its first output (1 with Kyutai's, 2 with
  * PersonaPlex's), and that a slot reset (backend + bookkeeping) replays a
- * conversation exactly, codec included. The frame step against the same
- * work done by hand, synchronous and pipelined, is in check_lmgen.c. */
+ * conversation exactly, codec included, and that steady frames allocate
+ * nothing (the suite is linked with --wrap on the allocator, lm.mk). The
+ * frame step against the same work done by hand, synchronous and
+ * pipelined, is in check_lmgen.c. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +21,46 @@
 #define SLOTS 2
 #define FRAMES 4
 
-static lm_backend *open_demo(const char *lm_rel) {
+/* The allocator, wrapped at link time (lm.mk: -Wl,--wrap=...): calls from
+ * the engine's code are counted, on every thread, while `counting` is set. */
+static atomic_int counting;
+static atomic_long n_allocs;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__real_aligned_alloc(size_t a, size_t n);
+int __real_posix_memalign(void **p, size_t a, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t k, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_aligned_alloc(size_t a, size_t n);
+int __wrap_posix_memalign(void **p, size_t a, size_t n);
+
+static void count(void) {
+    if (atomic_load(&counting)) atomic_fetch_add(&n_allocs, 1);
+}
+void *__wrap_malloc(size_t n) {
+    count();
+    return __real_malloc(n);
+}
+void *__wrap_calloc(size_t k, size_t n) {
+    count();
+    return __real_calloc(k, n);
+}
+void *__wrap_realloc(void *p, size_t n) {
+    count();
+    return __real_realloc(p, n);
+}
+void *__wrap_aligned_alloc(size_t a, size_t n) {
+    count();
+    return __real_aligned_alloc(a, n);
+}
+int __wrap_posix_memalign(void **p, size_t a, size_t n) {
+    count();
+    return __real_posix_memalign(p, a, n);
+}
+
+static lm_backend *open_demo_ex(const char *lm_rel, int pipeline) {
     const char *bd = check_build_dir();
     char lm[512], mimi[512], mcfg[512];
     snprintf(lm, sizeof lm, "%s/demo/%s", bd, lm_rel);
@@ -26,11 +68,13 @@ static lm_backend *open_demo(const char *lm_rel) {
     snprintf(mcfg, sizeof mcfg, "%s/demo/mimi.json", bd);
     ms_error e = {0};
     lm_backend_opts bo = {.max_slots = SLOTS, .threads = 1, .variant = LM_VARIANT_AUTO, .mimi = mimi,
-                          .mimi_config = mcfg};
+                          .mimi_config = mcfg, .pipeline = pipeline};
     lm_backend *b = lm_backend_open(&lm_cpu_backend, lm, &bo, &e);
     ck_assert_msg(b != NULL, "%s (the demo model: make demo-model)", e.msg);
     return b;
 }
+
+static lm_backend *open_demo(const char *lm_rel) { return open_demo_ex(lm_rel, 0); }
 
 static void init_gen(lm_backend *b, lmgen_slot *g, int slot) {
     lm_samp s;
@@ -160,6 +204,65 @@ START_TEST(test_reset_replays) {
 }
 END_TEST
 
+/* Steady frames allocate nothing: after WARM frames of both slots (every
+ * LMGen past its lag), STEADY more, with `inflight` frames in flight, make
+ * no call to the allocator from the engine's code on any thread. */
+static void check_no_alloc(const char *lm_rel, int pipeline, int inflight) {
+    enum { WARM = 4, STEADY = 8 };
+    lm_backend *b = open_demo_ex(lm_rel, pipeline);
+    lm_frame f[LM_MAX_INFLIGHT];
+    ms_error e = {0};
+    for (int k = 0; k < inflight; k++) ck_assert_int_eq(lm_frame_alloc(b, &f[k], SLOTS, &e), MS_OK);
+    lmgen_slot g[SLOTS];
+    lmgen_slot *gens[SLOTS] = {&g[0], &g[1]};
+    int slots[SLOTS] = {0, 1};
+    for (int i = 0; i < SLOTS; i++) init_gen(b, &g[i], i);
+    static float pcm[LM_MAX_INFLIGHT][SLOTS * MS_FRAME_SAMPLES];
+    /* no ck_assert while counting (Check allocates): failures are kept */
+    long before = 0;
+    int bad = -1, rc = MS_OK, outs = 0;
+    for (int t = 0; t < WARM + STEADY + inflight - 1 && rc == MS_OK; t++) {
+        if (t == WARM) {
+            before = atomic_load(&n_allocs);
+            atomic_store(&counting, 1);
+        }
+        /* `inflight` frames submitted: submit t, then wait t - inflight + 1 */
+        if (t < WARM + STEADY) {
+            lm_frame *cur = &f[t % inflight];
+            for (int i = 0; i < SLOTS; i++) fill_pcm(pcm[t % inflight] + (size_t)i * MS_FRAME_SAMPLES, t + i);
+            cur->n = SLOTS;
+            cur->slots = slots;
+            cur->gens = gens;
+            cur->pcm_in = pcm[t % inflight];
+            if ((rc = lm_frame_submit(b, cur, &e)) != MS_OK) bad = t;
+        }
+        int w = t - (inflight - 1);
+        if (rc == MS_OK && w >= 0) {
+            if ((rc = lm_frame_wait(b, &f[w % inflight], &e)) != MS_OK) bad = w;
+            else if (w >= WARM) outs += f[w % inflight].has_out[0] + f[w % inflight].has_out[1];
+        }
+    }
+    atomic_store(&counting, 0);
+    long got = atomic_load(&n_allocs) - before;
+    ck_assert_msg(rc == MS_OK, "frame %d: %s", bad, e.msg);
+    ck_assert_int_eq(outs, SLOTS * STEADY);   /* every steady frame had output */
+    ck_assert_msg(got == 0, "%s, pipeline %d: %ld allocations over %d steady frames", lm_rel, pipeline, got, STEADY);
+    for (int k = 0; k < inflight; k++) lm_frame_free(&f[k]);
+    lm_backend_close(b);
+}
+
+START_TEST(test_no_alloc_kyutai) { check_no_alloc("kyutai/lm", 0, 1); }
+END_TEST
+
+START_TEST(test_no_alloc_personaplex) { check_no_alloc("lm", 0, 1); }
+END_TEST
+
+START_TEST(test_no_alloc_pipelined) {
+    check_no_alloc("kyutai/lm", 1, 2);
+    check_no_alloc("lm", 1, LM_MAX_INFLIGHT);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("frame");
     TCase *tc = tcase_create("frame");
@@ -167,6 +270,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_lag_kyutai);
     tcase_add_test(tc, test_lag_personaplex);
     tcase_add_test(tc, test_reset_replays);
+    tcase_add_test(tc, test_no_alloc_kyutai);
+    tcase_add_test(tc, test_no_alloc_personaplex);
+    tcase_add_test(tc, test_no_alloc_pipelined);
     suite_add_tcase(s, tc);
     return s;
 }

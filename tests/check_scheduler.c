@@ -80,6 +80,23 @@ static void f_end(void *ctx, int slot) {
     }
     f->ended[slot]++;
 }
+/* The stand-in's frames: out holds the text only (nout 1). */
+static int f_frame_alloc(void *ctx, lm_frame *fr, int max_n, ms_error *err) {
+    (void)ctx;
+    memset(fr, 0, sizeof *fr);
+    fr->nout = 1;
+    fr->out = calloc((size_t)max_n, sizeof(int));
+    fr->has_out = calloc((size_t)max_n, sizeof(int));
+    fr->pcm_out = calloc((size_t)max_n * F, sizeof(float));
+    if (!fr->out || !fr->has_out || !fr->pcm_out) return ms_err_set(err, MS_ERR_NOMEM, "stand-in: out of memory");
+    return MS_OK;
+}
+static void f_frame_free(void *ctx, lm_frame *fr) {
+    (void)ctx;
+    free(fr->out);
+    free(fr->has_out);
+    free(fr->pcm_out);
+}
 static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     if (f->gate) {
@@ -93,11 +110,12 @@ static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     }
     logc(f, 'S', b->id);
     if (f->use_job && f->job_chunks > 0 && !atomic_load(&f->job_release)) f->steps_during_job++;
-    if (b->n > f->max_batch) f->max_batch = b->n;
-    for (int j = 0; j < b->n; j++) {
-        for (int k = 0; k < F; k++) b->pcm_out[j * F + k] = 2 * b->pcm_in[j * F + k] + (float)b->slots[j];
-        b->has_pcm[j] = 1;
-        b->text[j] = f->steps[b->slots[j]]++;
+    lm_frame *fr = &b->f;
+    if (fr->n > f->max_batch) f->max_batch = fr->n;
+    for (int j = 0; j < fr->n; j++) {
+        for (int k = 0; k < F; k++) fr->pcm_out[j * F + k] = 2 * fr->pcm_in[j * F + k] + (float)fr->slots[j];
+        fr->has_out[j] = 1;
+        fr->out[j] = f->steps[fr->slots[j]]++;
     }
     return MS_OK;
 }
@@ -132,7 +150,7 @@ static sched *make_ex(fake *f, int in_frames, int out_frames, int job) {
     uv_timer_init(&loop, &tick);
     uv_timer_start(&tick, on_tick, 5, 5);
     sched_model m = {.ctx = f, .max_slots = SLOTS, .begin = f_begin, .job = job ? f_job : NULL, .end = f_end,
-                     .submit = f_submit, .wait = f_wait};
+                     .frame_alloc = f_frame_alloc, .frame_free = f_frame_free, .submit = f_submit, .wait = f_wait};
     sched_config c = {SLOTS, in_frames, out_frames};
     ms_error e = {0};
     sched *s = sched_create(&loop, &c, &m, on_out, NULL, &e);

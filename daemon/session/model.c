@@ -64,9 +64,8 @@ struct model {
     double *run_t0;         /* (prime_slots) ms */
     int next_prime;
     model_slot *s;          /* (slots) */
-    /* one frame step per scheduler batch buffer (engine thread) */
     lm_backend_stats open_stats;   /* the backend's figures once open (loop thread reads them) */
-    lm_frame frame[LM_MAX_INFLIGHT];
+    /* each scheduler batch's rows' bookkeeping, by batch id (engine thread) */
     lmgen_slot **gens[LM_MAX_INFLIGHT];   /* (slots) */
 };
 
@@ -248,7 +247,6 @@ model *model_open(const model_opts *o, ms_error *err) {
     m->s = calloc((size_t)m->slots, sizeof *m->s);
     if (!m->s) { ms_err_set(err, MS_ERR_NOMEM, "model: out of memory for %d slots", m->slots); goto fail; }
     for (int k = 0; k < LM_MAX_INFLIGHT; k++) {
-        if (lm_frame_alloc(m->lm, &m->frame[k], m->slots, err) != MS_OK) goto fail;
         if (!(m->gens[k] = calloc((size_t)m->slots, sizeof *m->gens[k]))) {
             ms_err_set(err, MS_ERR_NOMEM, "model: out of memory");
             goto fail;
@@ -276,10 +274,7 @@ void model_close(model *m) {
         pp_job_free(m->s[i].job);
     }
     free(m->s);
-    for (int k = 0; k < LM_MAX_INFLIGHT; k++) {
-        lm_frame_free(&m->frame[k]);
-        free(m->gens[k]);
-    }
+    for (int k = 0; k < LM_MAX_INFLIGHT; k++) free(m->gens[k]);
     if (m->spm) spm_free(m->spm);
     /* personas: the engine thread is gone; what it held is freed here */
     for (int k = 0; m->pj && k < m->prime_slots; k++) pjob_free(m->pj[k]);
@@ -370,22 +365,31 @@ static void debug_delay(const model *m) {
     }
 }
 
+/* The scheduler's batch frames are the backend's frame steps: sized by
+ * the dispatcher (loop thread, sched_create / sched_free). */
+static int m_frame_alloc(void *ctx, lm_frame *f, int max_n, ms_error *err) {
+    model *m = ctx;
+    return lm_frame_alloc(m->lm, f, max_n, err);
+}
+
+static void m_frame_free(void *ctx, lm_frame *f) {
+    (void)ctx;
+    lm_frame_free(f);
+}
+
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
-    lm_frame *f = &m->frame[b->id];
+    lm_frame *f = &b->f;
     debug_delay(m);
-    for (int j = 0; j < b->n; j++) m->gens[b->id][j] = &m->s[b->slots[j]].g;
-    f->n = b->n;
-    f->slots = b->slots;
+    for (int j = 0; j < f->n; j++) m->gens[b->id][j] = &m->s[f->slots[j]].g;
     f->gens = m->gens[b->id];
-    f->pcm_in = b->pcm_in;
     return lm_frame_submit(m->lm, f, err);
 }
 
 /* Debug recording of one finished frame of slot row j (engine thread). */
 static void record(model *m, const lm_frame *f, int j) {
     model_slot *s = &m->s[f->slots[j]];
-    const int nu = m->lm->n_user, nout = 1 + m->cfg->dep_q;
+    const int nu = m->lm->n_user, nout = f->nout;
     if (!s->rec_codes) return;
     for (int k = 0; k < nu; k++) fprintf(s->rec_codes, k ? " %d" : "%d", f->codes[(size_t)j * nu + k]);
     fputc('\n', s->rec_codes);
@@ -398,18 +402,12 @@ static void record(model *m, const lm_frame *f, int j) {
 
 static int m_wait(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
-    lm_frame *f = &m->frame[b->id];
+    lm_frame *f = &b->f;
     int rc = lm_frame_wait(m->lm, f, err);
     if (rc) return rc;
-    const int nout = 1 + m->cfg->dep_q;
-    for (int j = 0; j < b->n; j++) {
+    for (int j = 0; j < f->n; j++) {
         record(m, f, j);
-        m->s[b->slots[j]].frames++;
-        b->has_pcm[j] = f->has_out[j];
-        b->text[j] = f->has_out[j] ? f->out[(size_t)j * nout] : -1;
-        if (f->has_out[j])
-            memcpy(b->pcm_out + (size_t)j * MS_FRAME_SAMPLES, f->pcm_out + (size_t)j * MS_FRAME_SAMPLES,
-                   sizeof(float) * MS_FRAME_SAMPLES);
+        m->s[f->slots[j]].frames++;
     }
     return MS_OK;
 }
@@ -575,7 +573,8 @@ int model_probe_variant(const char *lm_dir, lm_variant v, lm_variant *out, ms_er
 
 sched_model model_sched(model *m) {
     return (sched_model){.ctx = m, .max_slots = m->slots, .begin = m_begin, .job = m_job, .end = m_end,
-                         .submit = m_submit, .wait = m_wait, .bg = m->prime_slots > 0 ? m_bg : NULL};
+                         .frame_alloc = m_frame_alloc, .frame_free = m_frame_free, .submit = m_submit,
+                         .wait = m_wait, .bg = m->prime_slots > 0 ? m_bg : NULL};
 }
 
 const lm_backend_stats *model_open_stats(const model *m) { return &m->open_stats; }

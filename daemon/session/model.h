@@ -5,9 +5,10 @@
  * One frame of a batch of slots is one frame step of the backend (encode
  * the user's 1920 samples, LMGen + LM step, decode Moshi's audio; the
  * backend owns each slot's K/V and codec state and applies the variant's
- * first-frame rule). The model owns each slot's LMGen bookkeeping and one
- * lm_frame per scheduler batch buffer, so that a batch's decode can run
- * while the next batch steps.
+ * first-frame rule). The model owns each slot's LMGen bookkeeping; the
+ * scheduler's batches are the backend's frames (sched_batch embeds an
+ * lm_frame, sized here by frame_alloc), so a batch goes to the backend as
+ * it is, and its decode can run while the next batch steps.
  *
  * Threads: model_open/close and the accessors on the loop thread at start
  * and exit; the sched_model callbacks on the engine thread only.

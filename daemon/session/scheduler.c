@@ -70,6 +70,7 @@ struct sched {
     int next_job;        /* engine thread: round-robin start of the job scan */
     double last_job_ms;  /* engine thread: when the last job chunk ran */
     sched_batch batch[SCHED_BUFFERS];
+    int frames_made;     /* batch[0 .. frames_made - 1].f sized by the model's frame_alloc */
 };
 
 static void wake_engine(sched *s) {
@@ -208,18 +209,19 @@ static int frames_waiting(sched *s) {
 
 /* Engine thread: every active slot with a frame not yet in a batch. */
 static void gather(sched *s, sched_batch *b) {
-    b->n = 0;
+    int n = 0;
     for (int i = 0; i < s->cfg.slots; i++) {
         slot *sl = &s->slots[i];
         if (atomic_load_explicit(&sl->state, memory_order_acquire) != SLOT_ACTIVE) continue;
         if (atomic_load_explicit(&sl->in_head, memory_order_acquire) == sl->in_taken) continue;
         size_t k = (size_t)(sl->in_taken % (uint64_t)s->cfg.in_frames);
-        memcpy(b->pcm_in + (size_t)b->n * MS_FRAME_SAMPLES, sl->in + k * (size_t)MS_FRAME_SAMPLES, sizeof(float) * (size_t)MS_FRAME_SAMPLES);
-        b->t_in[b->n] = sl->in_t[k];
-        b->slots[b->n++] = i;
+        memcpy(b->pcm_in + (size_t)n * MS_FRAME_SAMPLES, sl->in + k * (size_t)MS_FRAME_SAMPLES, sizeof(float) * (size_t)MS_FRAME_SAMPLES);
+        b->t_in[n] = sl->in_t[k];
+        b->slots[n++] = i;
         sl->in_taken++;
         sl->inflight++;
     }
+    b->f.n = n;
 }
 
 /* Engine thread: the outputs of a finished batch to the slots' rings; the
@@ -235,24 +237,26 @@ static void deliver(sched *s, sched_batch *b, double t0) {
     atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
     met_observe_step_ms(dt);
     met_add(MET_engine_steps_total, 1);
-    met_add(MET_frames_stepped_total, (uint64_t)b->n);
-    for (int j = 0; j < b->n; j++) {
+    const lm_frame *f = &b->f;
+    met_add(MET_frames_stepped_total, (uint64_t)f->n);
+    for (int j = 0; j < f->n; j++) {
         slot *sl = &s->slots[b->slots[j]];
         sched_out o = {.kind = SCHED_OUT_FRAME, .gen = atomic_load(&sl->gen), .step = sl->step++,
-                       .has_pcm = b->has_pcm[j], .text = b->text[j], .latency_ms = t1 - b->t_in[j]};
+                       .has_pcm = f->has_out[j], .text = f->has_out[j] ? f->out[(size_t)j * f->nout] : -1,
+                       .latency_ms = t1 - b->t_in[j]};
         met_observe_frame_ms(o.latency_ms);
         if (o.latency_ms > MS_FRAME_MS) met_add(MET_late_frames_total, 1);
         if (o.latency_ms > SCHED_SLOW_FRAME_MS)
             LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f step_ms=%.1f batch=%d", b->slots[j],
-                 (unsigned long long)o.step, o.latency_ms, dt, b->n);
+                 (unsigned long long)o.step, o.latency_ms, dt, f->n);
         /* a detached slot's outputs are dropped (its session is gone) */
         if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
-            !out_push(s, sl, &o, b->pcm_out + (size_t)j * MS_FRAME_SAMPLES))
+            !out_push(s, sl, &o, f->pcm_out + (size_t)j * MS_FRAME_SAMPLES))
             atomic_store(&sl->overflow, 1);
         atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
         sl->inflight--;
     }
-    b->n = 0;
+    b->f.n = 0;
 }
 
 /* Engine thread: finish the oldest submitted batch and hand its outputs over. */
@@ -261,8 +265,8 @@ static void finish_oldest(sched *s, int *pend, double *pend_t0, int *npend) {
     ms_error e = {0};
     if (s->m.wait(s->m.ctx, p, &e) != MS_OK) {
         engine_fail(s, &e);
-        for (int j = 0; j < p->n; j++) s->slots[p->slots[j]].inflight--;
-        p->n = 0;
+        for (int j = 0; j < p->f.n; j++) s->slots[p->slots[j]].inflight--;
+        p->f.n = 0;
     } else {
         deliver(s, p, pend_t0[0]);
     }
@@ -307,14 +311,14 @@ static void *engine_main(void *arg) {
         }
         sched_batch *b = &s->batch[cur];
         if (!atomic_load(&s->failed)) gather(s, b);
-        else b->n = 0;
-        if (b->n > 0) {
+        else b->f.n = 0;
+        if (b->f.n > 0) {
             ms_error e = {0};
             double t0 = ms_mono_ms();
             if (s->m.submit(s->m.ctx, b, &e) != MS_OK) {
                 engine_fail(s, &e);
-                for (int j = 0; j < b->n; j++) s->slots[b->slots[j]].inflight--;
-                b->n = 0;
+                for (int j = 0; j < b->f.n; j++) s->slots[b->slots[j]].inflight--;
+                b->f.n = 0;
             } else {
                 pend[npend] = cur;
                 pend_t0[npend++] = t0;
@@ -323,7 +327,7 @@ static void *engine_main(void *arg) {
         }
         /* While the newer batches run, finish the oldest when every buffer
          * is taken, or when nothing new came (nothing to overlap it with). */
-        if (npend == SCHED_BUFFERS || (npend > 0 && b->n == 0)) {
+        if (npend == SCHED_BUFFERS || (npend > 0 && b->f.n == 0)) {
             finish_oldest(s, pend, pend_t0, &npend);
             did = 1;
         }
@@ -363,7 +367,8 @@ static void sched_release_memory(sched *s) {
     free(s->slots);
     for (int k = 0; k < SCHED_BUFFERS; k++) {
         sched_batch *b = &s->batch[k];
-        free(b->slots); free(b->pcm_in); free(b->pcm_out); free(b->has_pcm); free(b->text); free(b->t_in);
+        if (k < s->frames_made) s->m.frame_free(s->m.ctx, &b->f);
+        free(b->slots); free(b->pcm_in); free(b->t_in);
     }
     free(s);
 }
@@ -371,7 +376,7 @@ static void sched_release_memory(sched *s) {
 sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model *m, void (*on_output)(void *ud),
                     void *ud, ms_error *err) {
     if (cfg->slots <= 0 || cfg->slots > m->max_slots || cfg->in_frames <= 0 || cfg->out_frames <= 0 || !m->begin ||
-        !m->end || !m->submit || !m->wait) {
+        !m->end || !m->submit || !m->wait || !m->frame_alloc || !m->frame_free) {
         ms_err_set(err, MS_ERR_ARG, "scheduler: bad configuration (slots %d of %d, rings %d/%d)", cfg->slots,
                    m->max_slots, cfg->in_frames, cfg->out_frames);
         return NULL;
@@ -390,11 +395,15 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
         b->id = k;
         b->slots = calloc(S, sizeof *b->slots);
         b->pcm_in = calloc(S * MS_FRAME_SAMPLES, sizeof(float));
-        b->pcm_out = calloc(S * MS_FRAME_SAMPLES, sizeof(float));
-        b->has_pcm = calloc(S, sizeof(int));
-        b->text = calloc(S, sizeof(int));
         b->t_in = calloc(S, sizeof(double));
-        ok = ok && b->slots && b->pcm_in && b->pcm_out && b->has_pcm && b->text && b->t_in;
+        ok = ok && b->slots && b->pcm_in && b->t_in;
+        if (ok && m->frame_alloc(m->ctx, &b->f, cfg->slots, err) != MS_OK) {
+            sched_release_memory(s);
+            return NULL;
+        }
+        s->frames_made += ok;
+        b->f.slots = b->slots;
+        b->f.pcm_in = b->pcm_in;
     }
     for (size_t i = 0; ok && i < S; i++) {
         slot *sl = &s->slots[i];

@@ -22,7 +22,7 @@
  *
  * Thread rules: sched_create/free, attach, push, pop, detach and the
  * accessors run on the loop thread; the model callbacks run on the engine
- * thread only.
+ * thread only (frame_alloc and frame_free: in sched_create and sched_free).
  */
 #ifndef MOSHID_SCHED_H
 #define MOSHID_SCHED_H
@@ -42,19 +42,19 @@ typedef struct sched_params {
     uint64_t session_id;           /* for logs and debug recordings */
 } sched_params;
 
-/* One batch of the engine: the scheduler's buffers (LM_MAX_INFLIGHT of
- * them: the outputs of one are pushed while the others are in the model),
- * lent to the model from submit until wait returns. */
+/* One batch of the engine: the engine's frame (lm_frame, backend.h) and
+ * the scheduler's own arrays around it. The scheduler holds LM_MAX_INFLIGHT
+ * of them (the outputs of one are pushed while the others are in the
+ * model); the model sizes each frame once (frame_alloc) and has it from
+ * submit until wait returns. */
 typedef struct sched_batch {
+    lm_frame f;                    /* f.n rows; f.slots = slots, f.pcm_in = pcm_in; after
+                                      wait f.has_out, f.out (text at out[j * nout]) and
+                                      f.pcm_out; f.gens is the model's */
     int id;                        /* 0 .. LM_MAX_INFLIGHT - 1 */
-    int n;                         /* slots in the batch */
-    int *slots;                    /* (slots) */
-    float *pcm_in;                 /* (slots, MS_FRAME_SAMPLES) */
-    /* results, written by the model by the time wait returns */
-    float *pcm_out;                /* (slots, MS_FRAME_SAMPLES) */
-    int *has_pcm;                  /* (slots) 0 while the model has no audio yet */
-    int *text;                     /* (slots) a token id, or -1 for none */
-    double *t_in;                  /* (slots) scheduler's: when each input frame was complete, ms */
+    int *slots;                    /* (slots) the rows' slots */
+    float *pcm_in;                 /* (slots, MS_FRAME_SAMPLES) the rows' input */
+    double *t_in;                  /* (slots) when each input frame was complete, ms */
 } sched_batch;
 
 /* The model as the engine thread sees it (an adapter over the backend).
@@ -80,7 +80,11 @@ typedef struct sched_model {
      * holds. Called once per begin, never while the slot is in a submitted
      * batch. */
     void (*end)(void *ctx, int slot);
-    /* submit: start one frame for each slot of b; wait: finish the oldest
+    /* frame_alloc: size f's arrays for batches of up to max_n slots (at
+     * sched_create, loop thread); frame_free: release them (sched_free). */
+    int (*frame_alloc)(void *ctx, lm_frame *f, int max_n, ms_error *err);
+    void (*frame_free)(void *ctx, lm_frame *f);
+    /* submit: start the frame b->f (one frame for each of its slots); wait: finish the oldest
      * submitted batch (waits come in submit order; at most LM_MAX_INFLIGHT
      * batches are submitted and not waited; a slot may be in several). A
      * failure is fatal for the process (the service manager restarts it). */

@@ -13,9 +13,11 @@
  *
  * Mimi: the codec model, one mimi_stream per slot (encoder and decoder
  * state) and two batch workspaces (one for encoding, one for decoding),
- * all made at open. With opts.pipeline a codec thread of its own runs the
- * encode and the decode stages of the frames in flight, in order, while
- * the engine thread runs their LM steps, in order: frame t + 1 is encoded
+ * all made at open. The frame step's stages are the dispatcher's host code
+ * (lm_frame_stages, handed once); this backend only schedules them. With
+ * opts.pipeline a codec thread of its own runs the encode and the decode
+ * stages of the frames in flight, in order, while the engine thread runs
+ * their LM steps, in order: frame t + 1 is encoded
  * and frame t - 1 decoded while frame t steps (a slot's encoder state,
  * K/V and decoder state are disjoint). The LM step of a frame runs when
  * the next frame is submitted or when it is waited for, whichever first.
@@ -95,7 +97,7 @@ typedef struct cpu_ctx {
     pthread_t codec_thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    lm_backend *q_b;                          /* the dispatcher handle (set at the first submit) */
+    lm_frame_stages stages;                   /* the frame step's stages (frame_stages, before any frame) */
     cpu_flight fl[LM_MAX_INFLIGHT];           /* under mu: ring of frames in flight */
     uint64_t fl_head, fl_tail;                /* under mu: oldest, next */
     uint64_t jobs[2 * LM_MAX_INFLIGHT];       /* under mu: ring of codec jobs: frame index * 2 + kind */
@@ -625,10 +627,10 @@ static void *codec_main(void *arg) {
         uint64_t job = c->jobs[c->job_head++ % (2 * LM_MAX_INFLIGHT)];
         cpu_flight *fl = &c->fl[(job / 2) % LM_MAX_INFLIGHT];
         int kind = (int)(job % 2), skip = fl->rc != MS_OK;
-        lm_backend *b = c->q_b;
         pthread_mutex_unlock(&c->mu);
         ms_error e = {0};
-        int rc = skip ? MS_OK : kind == JOB_ENCODE ? lm_frame_run_encode(b, fl->f, &e) : lm_frame_run_decode(b, fl->f, &e);
+        const lm_frame_stages *st = &c->stages;
+        int rc = skip ? MS_OK : kind == JOB_ENCODE ? st->encode(st->ctx, fl->f, &e) : st->decode(st->ctx, fl->f, &e);
         pthread_mutex_lock(&c->mu);
         if (rc != MS_OK && fl->rc == MS_OK) {
             fl->rc = rc;
@@ -651,7 +653,7 @@ static void run_lm(cpu_ctx *c, uint64_t idx) {
     int skip = fl->rc != MS_OK;
     pthread_mutex_unlock(&c->mu);
     ms_error e = {0};
-    int rc = skip ? MS_OK : lm_frame_run_step(c->q_b, fl->f, &e);
+    int rc = skip ? MS_OK : c->stages.step(c->stages.ctx, fl->f, &e);
     pthread_mutex_lock(&c->mu);
     if (rc != MS_OK && fl->rc == MS_OK) {
         fl->rc = rc;
@@ -662,17 +664,27 @@ static void run_lm(cpu_ctx *c, uint64_t idx) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Engine thread, before the first frame: the stages to run. */
+static void cpu_frame_stages(void *vctx, const lm_frame_stages *st) {
+    cpu_ctx *c = vctx;
+    c->stages = *st;
+}
+
 /* Engine thread: synchronous without the pipeline; with it, the encode is
  * queued for the codec thread and the LM steps of the earlier frames still
  * waiting for theirs run now (they overlap this frame's encode and the
  * decode of the one before). */
-static int cpu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
+static int cpu_frame_submit(void *vctx, lm_frame *f, ms_error *err) {
     cpu_ctx *c = vctx;
+    const lm_frame_stages *st = &c->stages;
     c->st.frames += (uint64_t)f->n;
-    if (!c->pipeline) return lm_frame_run(b, f, err);
+    if (!c->pipeline) {
+        int rc = st->encode(st->ctx, f, err);
+        if (rc == MS_OK) rc = st->step(st->ctx, f, err);
+        return rc ? rc : st->decode(st->ctx, f, err);
+    }
     pthread_mutex_lock(&c->mu);
     MS_ASSERT(c->fl_tail - c->fl_head < LM_MAX_INFLIGHT);
-    c->q_b = b;
     uint64_t idx = c->fl_tail++;
     c->fl[idx % LM_MAX_INFLIGHT] = (cpu_flight){.f = f};
     job_push(c, idx, JOB_ENCODE);
@@ -689,8 +701,7 @@ static int cpu_frame_submit(void *vctx, lm_backend *b, lm_frame *f, ms_error *er
 
 /* Engine thread: the oldest frame in flight, finished (its LM step run now
  * if no later submit ran it). */
-static int cpu_frame_wait(void *vctx, lm_backend *b, lm_frame *f, ms_error *err) {
-    (void)b;
+static int cpu_frame_wait(void *vctx, lm_frame *f, ms_error *err) {
     cpu_ctx *c = vctx;
     if (!c->pipeline) return MS_OK;
     pthread_mutex_lock(&c->mu);
@@ -728,6 +739,7 @@ const lm_backend_ops lm_cpu_backend = {
     .codec_reset = cpu_codec_reset,
     .mimi_encode = cpu_mimi_encode,
     .mimi_decode = cpu_mimi_decode,
+    .frame_stages = cpu_frame_stages,
     .frame_submit = cpu_frame_submit,
     .frame_wait = cpu_frame_wait,
     .stats = cpu_stats,

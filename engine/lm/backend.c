@@ -58,6 +58,11 @@ lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, co
                    ops->name ? ops->name : "?", lm_weights_name((lm_weights)opts->weights), lm_kv_name((lm_kv)opts->kv));
         return NULL;
     }
+    if (!ops->frame_submit != !ops->frame_wait || !ops->frame_submit != !ops->frame_stages) {
+        ms_err_set(err, MS_ERR_ARG, "backend %s: frame_stages, frame_submit and frame_wait come together",
+                   ops->name ? ops->name : "?");
+        return NULL;
+    }
     lm_backend *b = calloc(1, sizeof *b);
     if (!b) {
         ms_err_set(err, MS_ERR_NOMEM, "out of memory");
@@ -75,7 +80,9 @@ lm_backend *lm_backend_open(const lm_backend_ops *ops, const char *model_dir, co
      * always reads the user's 8 codebooks (its streams 9..16). */
     b->n_user = b->cfg.variant == LM_VARIANT_PERSONAPLEX ? PP_SIDE_CODEBOOKS : b->cfg.n_user;
     b->enc_frames = calloc((size_t)b->max_slots, sizeof *b->enc_frames);
-    if (!b->enc_frames) {
+    b->step_req = calloc((size_t)b->max_slots, sizeof *b->step_req);
+    b->step_rows = calloc((size_t)b->max_slots, sizeof *b->step_rows);
+    if (!b->enc_frames || !b->step_req || !b->step_rows) {
         ms_err_set(err, MS_ERR_NOMEM, "out of memory");
         lm_backend_close(b);
         return NULL;
@@ -96,6 +103,8 @@ void lm_backend_close(lm_backend *b) {
     if (!b) return;
     if (b->ctx) b->ops->close(b->ctx);
     free(b->enc_frames);
+    free(b->step_req);
+    free(b->step_rows);
     free(b);
 }
 

@@ -9,6 +9,9 @@
  * PCM, LM step with sampling, decode the output) as an asynchronous pair:
  * frame_submit returns once the step is under way, frame_wait returns its
  * result, so a device backend overlaps step t's decode with step t+1. The
+ * work of the three stages is shared host code (frame.c): the dispatcher
+ * hands it to the backend once, as a table (lm_frame_stages), and the
+ * backend only chooses when and on which thread each stage runs. The
  * LMGen bookkeeping (token ring, delays, provided flags) is host code
  * (lmgen.h) owned by the caller, one lmgen_slot per slot, borrowed by a
  * frame step between submit and wait. Batch workspaces belong to the
@@ -39,7 +42,7 @@
 #include "lm_config.h"
 
 /* The interface's version; plugins carry it in MOSHID_PLUGIN_ABI. */
-#define LM_BACKEND_VERSION 2
+#define LM_BACKEND_VERSION 3
 
 /* Most slots of one backend, and most slots in one step call. */
 #define LM_MAX_SLOTS 1024
@@ -134,12 +137,13 @@ typedef struct lm_step_slot {
  * frame_wait returns. */
 typedef struct lm_frame {
     int n;                            /* slots in this step (0 <= n <= max_slots) */
+    int nout;                         /* ints per row of out: 1 + dep_q (lm_frame_alloc) */
     const int *slots;                 /* (n) distinct backend slots */
     struct lmgen_slot *const *gens;   /* (n) each slot's bookkeeping (lmgen.h), host */
     const float *pcm_in;              /* (n, MS_FRAME_SAMPLES) the user's audio */
     /* results, valid after frame_wait */
     int *codes;                       /* (n, n_user) the user codes the LM read */
-    int *out;                         /* (n, 1 + dep_q) LMGen's frame: text, audio */
+    int *out;                         /* (n, nout) LMGen's frame: text, audio */
     int *has_out;                     /* (n) 1 where out and pcm_out hold a frame */
     float *pcm_out;                   /* (n, MS_FRAME_SAMPLES) Moshi's audio where has_out */
     /* scratch of the frame step (lm_frame_alloc sizes them) */
@@ -151,6 +155,24 @@ typedef struct lm_frame {
     int rc;                           /* status of the work a backend runs after submit */
     ms_error err;
 } lm_frame;
+
+/* The three stages of a frame step (frame.c), handed once to a backend
+ * that schedules them itself (lm_backend_ops.frame_stages):
+ *   encode: the batch's Mimi encode (encoder state only), the first n_user
+ *     codes of each row to f->codes;
+ *   step: LMGen + LM step (lmgen.h), the list of rows to decode;
+ *   decode: Mimi decode of those rows (decoder state only), their PCM to
+ *     f->pcm_out.
+ * A slot's encoder, LM and decoder state are disjoint, so the stages of
+ * consecutive frames may run on different threads at once, each stage kind
+ * in frame order. ctx is the stages' own (passed back as their first
+ * argument). */
+typedef struct lm_frame_stages {
+    int (*encode)(void *ctx, lm_frame *f, ms_error *err);
+    int (*step)(void *ctx, lm_frame *f, ms_error *err);
+    int (*decode)(void *ctx, lm_frame *f, ms_error *err);
+    void *ctx;
+} lm_frame_stages;
 
 /* What a snapshot holds and where. */
 typedef struct lm_snap_info {
@@ -224,15 +246,17 @@ typedef struct lm_backend_ops {
      *   pcm (n, MS_FRAME_SAMPLES) float32 at 24 kHz, codes (n, codec_books). */
     int (*mimi_encode)(void *ctx, const int *slots, int n, const float *pcm, int *codes, ms_error *err);
     int (*mimi_decode)(void *ctx, const int *slots, int n, const int *codes, float *pcm, ms_error *err);
-    /* frame_submit / frame_wait: the frame step of f (lm_frame_run does it:
-     * encode, LMGen + LM step, decode), started by submit and finished by
-     * wait. At most LM_MAX_INFLIGHT frames are submitted and not waited;
-     * waits come in submit order; a slot may be in consecutive frames (its
-     * step t + 1 starts after step t's LM step). b is the dispatcher's handle,
-     * for the shared host code. NULL: the dispatcher runs lm_frame_run in
-     * submit. */
-    int (*frame_submit)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
-    int (*frame_wait)(void *ctx, struct lm_backend *b, lm_frame *f, ms_error *err);
+    /* frame_stages: the stages of the frame step, given once before the
+     * first frame_submit; the backend keeps a copy of *st. frame_submit /
+     * frame_wait: the frame step of f (st's encode, step and decode, in that
+     * order), started by submit and finished by wait. At most
+     * LM_MAX_INFLIGHT frames are submitted and not waited; waits come in
+     * submit order; a slot may be in consecutive frames (its step t + 1
+     * starts after step t's LM step). All three NULL: the dispatcher runs
+     * the stages in submit. */
+    void (*frame_stages)(void *ctx, const lm_frame_stages *st);
+    int (*frame_submit)(void *ctx, lm_frame *f, ms_error *err);
+    int (*frame_wait)(void *ctx, lm_frame *f, ms_error *err);
     int (*stats)(void *ctx, lm_backend_stats *st);
     unsigned schemes;     /* LM_SCHEME_* bits: the non-default options it implements */
 } lm_backend_ops;
@@ -247,6 +271,11 @@ typedef struct lm_backend {
     int n_user;           /* user codes per frame the bookkeeping reads */
     uint64_t *enc_frames; /* (max_slots) frames encoded since the slot's codec reset */
     int inflight;         /* frames submitted and not waited for */
+    int stages_given;     /* ops->frame_stages called */
+    /* scratch of one step call of the bookkeeping (lmgen_step_batch,
+     * pp_step_batch), max_slots rows each, made at open */
+    lm_step_slot *step_req;   /* the backend step's requests */
+    int *step_rows;           /* request -> row of the batch */
 } lm_backend;
 
 /* The CPU reference backend (cpu_backend.c). */
@@ -292,20 +321,10 @@ int lm_backend_mimi_decode(lm_backend *b, const int *slots, int n, const int *co
 int lm_frame_alloc(lm_backend *b, lm_frame *f, int max_n, ms_error *err);
 void lm_frame_free(lm_frame *f);
 /* lm_frame_submit / lm_frame_wait: see frame_submit (checks: n, slots in
- * range and distinct, gens[i]->slot == slots[i], a codec, in-flight count). */
+ * range and distinct, gens[i]->slot == slots[i], a codec, in-flight count).
+ * The first submit hands the backend its lm_frame_stages (frame_stages). */
 int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err);
 int lm_frame_wait(lm_backend *b, lm_frame *f, ms_error *err);
-/* The three stages of a frame step, for backends and the dispatcher:
- * lm_frame_run_encode: the batch's Mimi encode (encoder state only), the
- * first n_user codes of each row to f->codes; lm_frame_run_step: LMGen + LM
- * step, the list of rows to decode; lm_frame_run_decode: Mimi decode of
- * those rows (decoder state only). A slot's encoder, LM and decoder state
- * are disjoint, so the stages of consecutive frames may run on different
- * threads at once, each stage kind in frame order. lm_frame_run: all three. */
-int lm_frame_run_encode(lm_backend *b, lm_frame *f, ms_error *err);
-int lm_frame_run_step(lm_backend *b, lm_frame *f, ms_error *err);
-int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err);
-int lm_frame_run(lm_backend *b, lm_frame *f, ms_error *err);
 
 int lm_backend_stats_get(lm_backend *b, lm_backend_stats *st);
 

@@ -1,8 +1,10 @@
 /* frame.c - the frame step over the backend interface: encode the user's
  * audio, LMGen + LM step, decode Moshi's audio, for a batch of slots (see
- * lm_frame in backend.h). Host code shared by every backend; a backend that
- * pipelines calls the three stages itself (the CPU backend: encode and
- * decode on its codec thread, the LM step on the engine thread). */
+ * lm_frame in backend.h). Host code shared by every backend: a backend with
+ * frame entries is handed the three stages once (lm_frame_stages) and runs
+ * them on its own schedule (the CPU backend's pipeline: encode and decode
+ * on its codec thread, the LM step on the engine thread); without them
+ * lm_frame_submit runs the stages itself. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@ int lm_frame_alloc(lm_backend *b, lm_frame *f, int max_n, ms_error *err) {
         return ms_err_set(err, MS_ERR_ARG, "frame: %d slots (max %d)", max_n, b->max_slots);
     if (!b->ncb) return ms_err_set(err, MS_ERR_STATE, "frame: backend %s was opened without a codec", b->ops->name);
     size_t N = (size_t)max_n, ncb = (size_t)b->ncb, nout = 1 + (size_t)b->cfg.dep_q;
+    f->nout = (int)nout;
     f->codes = calloc(N * (size_t)b->n_user, sizeof(int));
     f->out = calloc(N * nout, sizeof(int));
     f->has_out = calloc(N, sizeof(int));
@@ -43,7 +46,8 @@ void lm_frame_free(lm_frame *f) {
     memset(f, 0, sizeof *f);
 }
 
-int lm_frame_run_encode(lm_backend *b, lm_frame *f, ms_error *err) {
+static int run_encode(void *vb, lm_frame *f, ms_error *err) {
+    lm_backend *b = vb;
     const int n = f->n, ncb = b->ncb, nu = b->n_user;
     if (n == 0) return MS_OK;
     int rc = lm_backend_mimi_encode(b, f->slots, n, f->pcm_in, f->enc_codes, err);
@@ -53,7 +57,8 @@ int lm_frame_run_encode(lm_backend *b, lm_frame *f, ms_error *err) {
     return MS_OK;
 }
 
-int lm_frame_run_step(lm_backend *b, lm_frame *f, ms_error *err) {
+static int run_step(void *vb, lm_frame *f, ms_error *err) {
+    lm_backend *b = vb;
     const int n = f->n, ncb = b->ncb, nout = 1 + b->cfg.dep_q;
     f->n_dec = 0;
     if (n == 0) return MS_OK;
@@ -70,7 +75,8 @@ int lm_frame_run_step(lm_backend *b, lm_frame *f, ms_error *err) {
     return MS_OK;
 }
 
-int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err) {
+static int run_decode(void *vb, lm_frame *f, ms_error *err) {
+    lm_backend *b = vb;
     if (f->n_dec == 0) return MS_OK;
     int rc = lm_backend_mimi_decode(b, f->dec_slots, f->n_dec, f->dec_codes, f->dec_pcm, err);
     if (rc) return rc;
@@ -81,10 +87,11 @@ int lm_frame_run_decode(lm_backend *b, lm_frame *f, ms_error *err) {
     return MS_OK;
 }
 
-int lm_frame_run(lm_backend *b, lm_frame *f, ms_error *err) {
-    int rc = lm_frame_run_encode(b, f, err);
-    if (rc == MS_OK) rc = lm_frame_run_step(b, f, err);
-    return rc ? rc : lm_frame_run_decode(b, f, err);
+/* the whole frame step, synchronous (a backend without frame entries) */
+static int run_all(lm_backend *b, lm_frame *f, ms_error *err) {
+    int rc = run_encode(b, f, err);
+    if (rc == MS_OK) rc = run_step(b, f, err);
+    return rc ? rc : run_decode(b, f, err);
 }
 
 int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err) {
@@ -102,7 +109,17 @@ int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err) {
         seen[s] = 1;
     }
     f->rc = MS_OK;
-    int rc = b->ops->frame_submit ? b->ops->frame_submit(b->ctx, b, f, err) : lm_frame_run(b, f, err);
+    if (!b->ops->frame_submit) {
+        int rc = run_all(b, f, err);
+        if (rc == MS_OK) b->inflight++;
+        return rc;
+    }
+    if (!b->stages_given) {
+        const lm_frame_stages st = {.encode = run_encode, .step = run_step, .decode = run_decode, .ctx = b};
+        b->ops->frame_stages(b->ctx, &st);
+        b->stages_given = 1;
+    }
+    int rc = b->ops->frame_submit(b->ctx, f, err);
     if (rc == MS_OK) b->inflight++;
     return rc;
 }
@@ -110,5 +127,5 @@ int lm_frame_submit(lm_backend *b, lm_frame *f, ms_error *err) {
 int lm_frame_wait(lm_backend *b, lm_frame *f, ms_error *err) {
     if (b->inflight <= 0) return ms_err_set(err, MS_ERR_STATE, "frame_wait: nothing in flight");
     b->inflight--;
-    return b->ops->frame_wait ? b->ops->frame_wait(b->ctx, b, f, err) : MS_OK;
+    return b->ops->frame_submit ? b->ops->frame_wait(b->ctx, f, err) : MS_OK;
 }

@@ -37,6 +37,8 @@ $(BUILD)/tests/check_lmgen: $(BUILD)/demo/.ok
 CHECK_SUITES += lm_q8
 CHECK_lm_q8_DEPS = $(LIBENGINE)
 
-# The frame step: the dispatcher's checks, the LMGen lag, a slot reset replayed.
+# The frame step: the dispatcher's checks, the LMGen lag, a slot reset
+# replayed, no allocation in steady frames (the allocator wrapped to count).
 CHECK_SUITES += frame
 CHECK_frame_DEPS = $(LIBENGINE)
+CHECK_frame_LIBS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign

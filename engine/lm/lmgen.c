@@ -2,7 +2,6 @@
 #include "lmgen.h"
 #include "lmgen_pp.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 void lmgen_reset(lmgen_slot *g) {
@@ -81,14 +80,12 @@ int lmgen_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const int *user
     if (b->cfg.variant == LM_VARIANT_PERSONAPLEX)   /* its own step: user (n, 8), lmgen_pp.h */
         return pp_step_users(b, g, n, user, out, has_out, text_logits, audio_logits, err);
     const lm_config *c = &b->cfg;
-    if (n < 1 || n > LM_MAX_SLOTS) return ms_err_set(err, MS_ERR_ARG, "lmgen: %d slots", n);
-    lm_step_slot *req = calloc((size_t)n, sizeof *req);
-    if (!req) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
+    if (n < 1 || n > b->max_slots) return ms_err_set(err, MS_ERR_ARG, "lmgen: %d slots (max %d)", n, b->max_slots);
+    lm_step_slot *req = b->step_req;
     for (int i = 0; i < n; i++) {
         int rc = lmgen_prepare(g[i], user + (size_t)i * c->n_user, c->card, &req[i], err);
         if (rc != MS_OK) {
             ms_err_prefix(err, "slot %d", g[i]->slot);
-            free(req);
             return rc;
         }
         req[i].text_logits = text_logits ? text_logits + (size_t)i * c->text_card : NULL;
@@ -97,6 +94,5 @@ int lmgen_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const int *user
     int rc = lm_backend_step(b, req, n, err);
     if (rc == MS_OK)
         for (int i = 0; i < n; i++) has_out[i] = lmgen_commit(g[i], &req[i], out + (size_t)i * (1 + c->dep_q));
-    free(req);
     return rc;
 }

@@ -3,7 +3,9 @@
  *
  * One lmgen_slot per session slot; slots are independent (own offset, ring
  * and provided flags), and any subset is stepped together through
- * lmgen_step_batch. Kyutai's LMGen (moshi 0.2.13, `LMGen._step`):
+ * lmgen_step_batch (its step requests live in the backend's scratch,
+ * lm_backend.step_req, sized at open: nothing is allocated per step).
+ * Kyutai's LMGen (moshi 0.2.13, `LMGen._step`):
  *   ring of max_delay + 2 slots per stream, filled with -2 (ungenerated);
  *   step(user) at offset t: write user stream s at (t + delay[s]) % R; read
  *   slot t % R of every stream, the initial token where t <= delay[s]; run
@@ -27,6 +29,17 @@
 /* Token meaning "not generated yet" (never fed to the model). */
 #define LMGEN_UNGENERATED (-2)
 
+/* One slot's model call between pp_prepare and pp_commit (PersonaPlex's
+ * step, lmgen_pp.h); must not move in between (the backend request points
+ * into it). Streams 0 .. PP_STREAMS - 1 are used. */
+typedef struct pp_call {
+    int model;                            /* 1: a model call is needed */
+    int64_t n;                            /* offset at the call */
+    int in_pos, tgt_pos;                  /* ring slots (n-1) % R and n % R */
+    int target[LM_MAX_STREAMS];           /* ring slot n % R */
+    uint8_t provided[LM_MAX_STREAMS];     /* its provided flags */
+} pp_call;
+
 typedef struct lmgen_slot {
     int slot;                                     /* backend slot */
     lm_variant variant;
@@ -38,6 +51,7 @@ typedef struct lmgen_slot {
     int64_t offset;                               /* LMGen offset t */
     lm_samp samp;                                 /* sampling of this slot */
     int dep_steps;                                /* -1 = all */
+    pp_call call;                                 /* PersonaPlex: pp_step_batch's call in progress */
 } lmgen_slot;
 
 /* lmgen_init: bookkeeping for backend slot `slot` of a model with config c

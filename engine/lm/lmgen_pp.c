@@ -2,7 +2,6 @@
 #include "lmgen_pp.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 int pp_check_config(const lm_config *c, ms_error *err) {
@@ -103,10 +102,12 @@ static void fill_nan(float *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = NAN;
 }
 
-int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in, int *out, int *has_out,
-                  float *text_logits, float *audio_logits, ms_error *err) {
+/* pp_step_batch's work; input i is in[i], or with in NULL the user codes
+ * user + 8 i alone (pp_step_users). */
+static int step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in, const int *user, int *out,
+                      int *has_out, float *text_logits, float *audio_logits, ms_error *err) {
     const lm_config *c = &b->cfg;
-    if (n < 1 || n > LM_MAX_SLOTS || n > b->max_slots || !g || !in || !out || !has_out)
+    if (n < 1 || n > LM_MAX_SLOTS || n > b->max_slots || !g || (!in && !user) || !out || !has_out)
         return ms_err_set(err, MS_ERR_ARG, "PersonaPlex step: %d slots (max %d) or missing argument", n, b->max_slots);
     if (pp_check_config(c, err)) return err ? err->code : MS_ERR_UNSUPPORTED;
     uint8_t seen[LM_MAX_SLOTS] = {0};
@@ -127,20 +128,14 @@ int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in
         if (g[i]->dep_steps != -1 && g[i]->dep_steps != c->dep_q)
             return ms_err_set(err, MS_ERR_RANGE, "PersonaPlex step: dep_steps %d: -1 (kept sub-steps) or %d (all)",
                               g[i]->dep_steps, c->dep_q);
-        if (pp_check_input(c, &in[i], err)) {
+        pp_input ui = {.user = in ? NULL : user + (size_t)i * PP_SIDE_CODEBOOKS, .agent = NULL, .text = PP_NO_TEXT};
+        if (pp_check_input(c, in ? &in[i] : &ui, err)) {
             ms_err_prefix(err, "PersonaPlex step: slot %d", g[i]->slot);
             return err ? err->code : MS_ERR_RANGE;
         }
     }
-    pp_call *calls = calloc((size_t)n, sizeof *calls);
-    lm_step_slot *req = calloc((size_t)n, sizeof *req);
-    int *map = calloc((size_t)n, sizeof *map);
-    if (!calls || !req || !map) {
-        free(calls);
-        free(req);
-        free(map);
-        return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-    }
+    lm_step_slot *req = b->step_req;
+    int *map = b->step_rows;
     int m = 0, rc = MS_OK;
     for (int i = 0; i < n; i++) {
         has_out[i] = 0;
@@ -148,8 +143,9 @@ int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in
         float *al = audio_logits ? audio_logits + (size_t)i * c->dep_q * c->card : NULL;
         if (tl) fill_nan(tl, (size_t)c->text_card);
         if (al) fill_nan(al, (size_t)c->dep_q * c->card);
-        pp_prepare(g[i], &in[i], &calls[i], &req[m]);
-        if (!calls[i].model) continue;
+        pp_input ui = {.user = in ? NULL : user + (size_t)i * PP_SIDE_CODEBOOKS, .agent = NULL, .text = PP_NO_TEXT};
+        pp_prepare(g[i], in ? &in[i] : &ui, &g[i]->call, &req[m]);
+        if (!g[i]->call.model) continue;
         req[m].text_logits = tl;
         req[m].audio_logits = al;
         map[m++] = i;
@@ -157,26 +153,20 @@ int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in
     if (m > 0) rc = lm_backend_step(b, req, m, err);
     for (int j = 0; rc == MS_OK && j < m; j++) {
         int i = map[j];
-        has_out[i] = pp_commit(g[i], &calls[i], &req[j], out + (size_t)i * PP_OUT_TOKENS);
+        has_out[i] = pp_commit(g[i], &g[i]->call, &req[j], out + (size_t)i * PP_OUT_TOKENS);
     }
-    free(calls);
-    free(req);
-    free(map);
     return rc;
+}
+
+int pp_step_batch(lm_backend *b, lmgen_slot *const *g, int n, const pp_input *in, int *out, int *has_out,
+                  float *text_logits, float *audio_logits, ms_error *err) {
+    if (!in) return ms_err_set(err, MS_ERR_ARG, "PersonaPlex step: no inputs");
+    return step_batch(b, g, n, in, NULL, out, has_out, text_logits, audio_logits, err);
 }
 
 int pp_step_users(lm_backend *b, lmgen_slot *const *g, int n, const int *user, int *out, int *has_out,
                   float *text_logits, float *audio_logits, ms_error *err) {
     if (n < 1 || n > LM_MAX_SLOTS || !user)
         return ms_err_set(err, MS_ERR_ARG, "PersonaPlex step: %d slots or no user codes", n);
-    pp_input *in = calloc((size_t)n, sizeof *in);
-    if (!in) return ms_err_set(err, MS_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) {
-        in[i].user = user + (size_t)i * PP_SIDE_CODEBOOKS;
-        in[i].agent = NULL;
-        in[i].text = PP_NO_TEXT;
-    }
-    int rc = pp_step_batch(b, g, n, in, out, has_out, text_logits, audio_logits, err);
-    free(in);
-    return rc;
+    return step_batch(b, g, n, NULL, user, out, has_out, text_logits, audio_logits, err);
 }

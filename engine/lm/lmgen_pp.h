@@ -62,16 +62,6 @@ typedef struct pp_input {
     int text;           /* text id in [0, text_card), or PP_NO_TEXT: forced (priming only) */
 } pp_input;
 
-/* One slot's call between pp_prepare and pp_commit; must not move in
- * between (the backend request points into it). */
-typedef struct pp_call {
-    int model;                            /* 1: a model call is needed */
-    int64_t n;                            /* offset at the call */
-    int in_pos, tgt_pos;                  /* ring slots (n-1) % R and n % R */
-    int target[PP_STREAMS];               /* ring slot n % R */
-    uint8_t provided[PP_STREAMS];         /* its provided flags */
-} pp_call;
-
 /* pp_check_config: MS_OK when c can be stepped PersonaPlex's way
  * (n_q == dep_q == 16, text_card > LM_TEXT_PAD_ID), else an error naming the
  * mismatch. */
@@ -97,7 +87,9 @@ int pp_commit(lmgen_slot *g, const pp_call *call, const lm_step_slot *req, int *
 /* pp_step_batch: one PersonaPlex step of n slots (distinct backend slots,
  * each an lmgen_slot of variant PersonaPlex whose backend slot holds
  * n-1 positions): checks every input first, prepares, runs one backend
- * step over the slots that need a model call, commits.
+ * step over the slots that need a model call, commits. Each slot's call
+ * is kept in g[i]->call, the requests in the backend's scratch
+ * (lm_backend.step_req): nothing is allocated.
  *   in (n); out (n, 1 + dep_q); has_out (n): 1 when out row holds a frame.
  *   text_logits (n, text_card), audio_logits (n, dep_q, card): optional;
  *   rows (and skipped sub-steps) that were not computed are NaN.

@@ -81,8 +81,9 @@ static int fake_reset_slot(void *ctx, int slot, ms_error *err) {
     return lm_cpu_backend.reset_slot(ctx, slot, err);
 }
 
-/* Frames are stepped by the dispatcher (lm_frame_run through step), so
- * every LM step goes through fake_step: no frame_submit, no pipeline. */
+/* Frames are stepped by the dispatcher (lm_frame_submit runs the frame
+ * stages itself, through step), so every LM step goes through fake_step:
+ * no frame entries, no pipeline. */
 static int fake_stats(void *ctx, lm_backend_stats *st) {
     int rc = lm_cpu_backend.stats(ctx, st);
     st->pipeline = 0;
@@ -97,6 +98,7 @@ static const void *fake_table(void) {
     fake_ops.open = fake_open;
     fake_ops.step = fake_step;
     fake_ops.reset_slot = fake_reset_slot;
+    fake_ops.frame_stages = NULL;
     fake_ops.frame_submit = NULL;
     fake_ops.frame_wait = NULL;
     fake_ops.stats = fake_stats;
