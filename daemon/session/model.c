@@ -64,6 +64,7 @@ struct model {
     lm_backend_stats open_stats;   /* the backend's figures once open (loop thread reads them) */
     lm_frame frame[LM_MAX_INFLIGHT];
     lmgen_slot **gens[LM_MAX_INFLIGHT];   /* (slots) */
+    sched_batch *batch[LM_MAX_INFLIGHT];  /* the batch each frame steps, from submit to wait */
 };
 
 static void rec_close(model_slot *s);
@@ -366,6 +367,29 @@ static void debug_delay(const model *m) {
     }
 }
 
+/* A finished frame's results into its batch (text, audio). */
+static void frame_results(const model *m, const lm_frame *f, sched_batch *b) {
+    const int nout = 1 + m->cfg->dep_q;
+    for (int j = 0; j < b->n; j++) {
+        b->has_pcm[j] = f->has_out[j];
+        b->text[j] = f->has_out[j] ? f->out[(size_t)j * nout] : -1;
+        if (f->has_out[j])
+            memcpy(b->pcm_out + (size_t)j * MS_FRAME_SAMPLES, f->pcm_out + (size_t)j * MS_FRAME_SAMPLES,
+                   sizeof(float) * MS_FRAME_SAMPLES);
+    }
+}
+
+/* lm_frame.on_done: the backend's thread that finished the frame (the CPU
+ * backend's codec thread with the pipeline), before m_wait's
+ * lm_frame_wait returns: the results to the batch and the batch handed
+ * over to the sessions at once (the early hand-over). */
+static void m_frame_done(void *ud, const lm_frame *f) {
+    model *m = ud;
+    sched_batch *b = m->batch[f - m->frame];
+    frame_results(m, f, b);
+    b->handover(b);
+}
+
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
     lm_frame *f = &m->frame[b->id];
@@ -375,6 +399,9 @@ static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     f->slots = b->slots;
     f->gens = m->gens[b->id];
     f->pcm_in = b->pcm_in;
+    m->batch[b->id] = b;
+    f->on_done = b->handover ? m_frame_done : NULL;
+    f->on_done_ud = m;
     return lm_frame_submit(m->lm, f, err);
 }
 
@@ -397,16 +424,11 @@ static int m_wait(void *ctx, sched_batch *b, ms_error *err) {
     lm_frame *f = &m->frame[b->id];
     int rc = lm_frame_wait(m->lm, f, err);
     if (rc) return rc;
-    const int nout = 1 + m->cfg->dep_q;
     for (int j = 0; j < b->n; j++) {
         record(m, f, j);
         m->s[b->slots[j]].frames++;
-        b->has_pcm[j] = f->has_out[j];
-        b->text[j] = f->has_out[j] ? f->out[(size_t)j * nout] : -1;
-        if (f->has_out[j])
-            memcpy(b->pcm_out + (size_t)j * MS_FRAME_SAMPLES, f->pcm_out + (size_t)j * MS_FRAME_SAMPLES,
-                   sizeof(float) * MS_FRAME_SAMPLES);
     }
+    if (!b->handed) frame_results(m, f, b);   /* not handed over early */
     return MS_OK;
 }
 

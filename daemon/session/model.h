@@ -7,10 +7,13 @@
  * backend owns each slot's K/V and codec state and applies the variant's
  * first-frame rule). The model owns each slot's LMGen bookkeeping and one
  * lm_frame per scheduler batch buffer, so that a batch's decode can run
- * while the next batch steps.
+ * while the next batch steps; a backend that decodes on a thread of its own
+ * hands each batch's results to the sessions from there as soon as they are
+ * final (lm_frame.on_done -> sched_batch.handover).
  *
  * Threads: model_open/close and the accessors on the loop thread at start
- * and exit; the sched_model callbacks on the engine thread only.
+ * and exit; the sched_model callbacks on the engine thread only; the early
+ * hand-over on the backend's thread.
  */
 #ifndef MOSHID_MODEL_H
 #define MOSHID_MODEL_H
