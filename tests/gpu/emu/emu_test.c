@@ -11,6 +11,13 @@
  *     barrier counts, atomics, 3-D indices, dynamic shared memory), and the
  *     runtime: launch configuration errors, copy checks, graph capture and
  *     replay, capture invalidation, the cuBLAS stand-in.
+ *     Asynchronous streams: a missing event wait reads what the producer
+ *     has not written, the legacy stream's implicit synchronisation, the
+ *     order of independent streams drawn from the seed, a reused pinned
+ *     staging buffer reported, pageable sources staged, host destinations
+ *     poisoned until their copy's event; the cuBLAS stand-in's
+ *     shape-dependent order and its refusal to be captured without a
+ *     workspace.
  *     Per host thread state: the last error and the current device, and
  *     the two-device mode (a thread that never set the device works on
  *     device 0); allocation calls counted.
@@ -44,7 +51,7 @@ EF(bar_exit_early) EF(bar_divergent) EF(warp_exited_lane) EF(warp_partial) EF(wa
 EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad_width) EF(ldg_misaligned)
 EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
 EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
-EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait)
+EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait) EF(write_race)
 #undef EF
 cudaError_t ef_matvec_vec_direct(float *y, const float *x, const uint16_t *w, int B, int N, int K);
 cudaError_t es_shuffles_run(int *out);
@@ -126,6 +133,8 @@ static const fault_case fault_cases[] = {
      "dynamic shared memory", 1, EMU_ORDER_FORWARD},
     {"use-after-free: a freed buffer", ef_read_all, BUF_FREED, EMU_FAULT_FREED, "read_all", 0, 0, "was freed", 1,
      EMU_ORDER_FORWARD},
+    {"write-race: two blocks store to one address (race check on)", ef_write_race, BUF_INIT, EMU_FAULT_WRITE_RACE,
+     "write_race", 1, 0, "block #0 of this launch also stores", 1, EMU_ORDER_FORWARD},
     {"host-memory: a malloc'd pointer", ef_read_all, BUF_HOST, EMU_FAULT_HOST, "read_all", 0, 0, "host pointer", 1,
      EMU_ORDER_FORWARD},
     {"host-memory: NULL", ef_read_all, BUF_NULL, EMU_FAULT_HOST, "read_all", 0, 0, "NULL", 1, EMU_ORDER_FORWARD},
@@ -190,6 +199,7 @@ static void expect_fault(const char *name, emu_fault_kind kind, const char *kern
     emu_set_order(EMU_ORDER_RANDOM);
     emu_set_hooks(1);
     emu_set_timeout_ms(120000);
+    emu_set_race_check(0);
     int ok = got == kind && sync == emu_fault_error(kind) && later == sync && after == cudaSuccess &&
              strstr(f.kernel, kernel) && f.block.x == bx && f.thread.x == tx && strstr(f.msg, why);
     if (ok)
@@ -210,6 +220,7 @@ static void test_detectors(void) {
         emu_set_order(c->order);
         emu_set_hooks(c->hooks);
         if (c->kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
+        emu_set_race_check(c->kind == EMU_FAULT_WRITE_RACE);
         void *host;
         float *d = case_buffer(c->buf, &host);
         c->run(d, NBUF);
@@ -602,6 +613,86 @@ static void test_traffic(void) {
     cudaFree(mx); cudaFree(my); cudaFree(mw);
 }
 
+/* The codec's kernels (cuda/cu_mimi_kern.cu) at the Mimi's shapes, cut to
+ * a few items and channels where the grid allows: each kernel's global
+ * requests against the issue's bound (sector efficiency >= 0.80). The
+ * values in memory do not matter, only the addresses. */
+static double codec_eff(const char *what) {
+    emu_traffic rows[16];
+    int n = emu_traffic_get(rows, 16);
+    emu_traffic_reset();
+    const emu_traffic *r = traffic_row(rows, n, what);
+    return r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+}
+
+static void test_traffic_codec(void) {
+    const int n = 4, T = 2, D = 512, H = 8, ctx = 16, Dq = 256, bins = 2048, ci = 512, co = 256;
+    float *a = gu_dalloc(sizeof(float) * 4 * 1024 * 1024), *b = gu_dalloc(sizeof(float) * 4 * 1024 * 1024);
+    float *w = gu_dalloc(sizeof(float) * 4 * 1024 * 1024), *st = gu_dalloc(sizeof(float) * 1024 * 1024);
+    float *kv = gu_dalloc(sizeof(float) * (size_t)n * 2 * ctx * D), *freq = gu_dalloc(sizeof(float) * D);
+    int32_t hslot[4] = {0, 1, 2, 3}, *slot = gu_dalloc(sizeof hslot), *codes = gu_dalloc(sizeof(int32_t) * 64);
+    int64_t hoff[4] = {40, 41, 3, 0}, *off = gu_dalloc(sizeof hoff);
+    CU_CHECK_FATAL(cudaMemset(codes, 0, sizeof(int32_t) * 64));
+    CU_CHECK_FATAL(cudaMemset(w, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(a, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(b, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(st, 0, sizeof(float) * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(kv, 0, sizeof(float) * (size_t)n * 2 * ctx * D));
+    CU_CHECK_FATAL(cudaMemset(freq, 0, sizeof(float) * D));
+    gu_h2d(slot, hslot, sizeof hslot);
+    gu_h2d(off, hoff, sizeof hoff);
+    double e[11];
+    const char *name[11] = {"conv (first, 1 -> 64, K 7, T 1920)", "conv (K 3 at T 2, 512 -> 256)",
+                           "conv (down, K 16 stride 8, 256 -> 512)", "product (transformer, N = 8)",
+                           "convtr (K 16 stride 8, 512 -> 256, T 2)", "RVQ search", "RVQ sum", "LayerNorm",
+                           "RoPE + K/V store", "convtr depthwise (upsample, 512, K 4 stride 2, T 1)",
+                           "convtr (K 12 stride 6, 256 -> 128, T 16, 64 items, 1 block in 16)"};
+    /* each conv keeps its slots' state (the last P columns of its input) */
+    const cu_mimi_keep keep7 = {st, 8 * 1024, 0, slot, 6}, keep3 = {st, 8 * 1024, 0, slot, 2},
+                       keep16 = {st, 8 * 1024, 0, slot, 8};
+    emu_traffic_start(1);
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, 1, 64, 7, 1, 1, 1926, 1920, 0, &keep7, 0));
+    e[0] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, n, ci, co, 3, 1, 1, T + 2, T, 1, &keep3, 0));
+    e[1] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, co, 2 * co, 16, 8, 1, 128 + 8, 16, 0, &keep16, 0));
+    e[2] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_gemm(a, w, b, 3 * D, n * T, D, 0, 0));
+    e[3] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 8 * co, 0, a + 2 * 1024 * 1024, w, w, slot, n, ci, co, 16, 8, T, 0, 0, 0));
+    e[4] = codec_eff("mimi_convtr_tiled");
+    CU_CHECK_FATAL(cu_mimi_rvq_level(codes, 8, a, w, b, n, Dq, bins, 0));
+    e[5] = codec_eff("mimi_rvq_level");
+    CU_CHECK_FATAL(cu_mimi_rvq_sum(a, codes, 8, w, 7, n, Dq, bins, 0));
+    e[6] = codec_eff("mimi_rvq_sum");
+    CU_CHECK_FATAL(cu_mimi_layer_norm(a, b, w, w, D, n * T, 0));
+    e[7] = codec_eff("mimi_layer_norm");
+    CU_CHECK_FATAL(cu_mimi_rope_store(a, kv, (size_t)2 * ctx * D, slot, off, freq, 0, n, T, D, H, ctx, 0));
+    double rope = codec_eff("mimi_rope");
+    CU_CHECK_FATAL(cu_mimi_rope_store(a, kv, (size_t)2 * ctx * D, slot, off, freq, 0, n, T, D, H, ctx, 0));
+    double store = codec_eff("mimi_kv_store");
+    e[8] = rope < store ? rope : store;
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 8 * co, 0, a + 2 * 1024 * 1024, w, w, slot, n, D, D, 4, 2, 1, 1, 0, 0));
+    e[9] = codec_eff("mimi_convtr_dw");
+    emu_traffic_stop();
+    /* the decoder's second transposed conv at 64 slots: a tile spans items, its input runs are
+     * short; blocks sampled (the addresses, not the values, matter) */
+    int32_t hslot64[64], *slot64 = gu_dalloc(sizeof hslot64);
+    for (int i = 0; i < 64; i++) hslot64[i] = i;
+    gu_h2d(slot64, hslot64, sizeof hslot64);
+    emu_traffic_start(16);
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 6 * 128, 0, a + 2 * 1024 * 1024, w, NULL, slot64, 64, 256, 128, 12, 6, 16,
+                                  0, 0, 0));
+    e[10] = codec_eff("mimi_convtr_tiled");
+    emu_traffic_stop();
+    cudaFree(slot64);
+    for (int i = 0; i < 11; i++)
+        result(e[i] >= 0.80, "traffic: the codec's reads and writes are coalesced", "%s: sector efficiency %.3f "
+               "(bound 0.80)", name[i], e[i]);
+    cudaFree(a); cudaFree(b); cudaFree(w); cudaFree(st); cudaFree(kv); cudaFree(freq); cudaFree(slot);
+    cudaFree(codes); cudaFree(off);
+}
+
 /* Graph capture: nothing runs while capturing; each replay runs again. */
 static void test_graphs(void) {
     const int n = 100;
@@ -645,6 +736,7 @@ static void test_graphs(void) {
     cudaGraphExecUpdateResultInfo info;
     cudaError_t up = cudaGraphExecUpdate(x, g2, &info);
     CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    CU_CHECK_FATAL(cudaStreamSynchronize(s));   /* s is non-blocking: the legacy stream's copies do not wait */
     float a[100], b[100];
     gu_d2h(a, d, sizeof a);
     gu_d2h(b, d2, sizeof b);
@@ -757,7 +849,9 @@ static void test_cublas(void) {
            "cuBLAS stand-in: cublasGemmEx as engine-bench calls it",
            "vs kern_matvec_bf16: max normalised error %.3g; f32 inputs under _FAST_16BF equal bf16 inputs: %s", worst,
            same ? "yes" : "no");
-    /* a GemmEx reading past its buffer is a fault, like a kernel's */
+    /* a GemmEx reading past its buffer is a fault, like a kernel's, seen
+     * when the stream's work runs (with asynchronous streams the call
+     * itself returns success) */
     cublasStatus_t bad = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N + 1, B, K, &one, dw, CUDA_R_16BF, K, dxb,
                                       CUDA_R_16BF, K, &zero, dc, CUDA_R_32F, N + 1, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT);
@@ -765,7 +859,8 @@ static void test_cublas(void) {
     emu_fault_kind k = emu_fault_last(&f);
     cudaError_t sync = cudaDeviceSynchronize();
     cudaDeviceReset();
-    result(bad == CUBLAS_STATUS_EXECUTION_FAILED && k == EMU_FAULT_OOB && sync == cudaErrorIllegalAddress,
+    result((bad == CUBLAS_STATUS_SUCCESS || bad == CUBLAS_STATUS_EXECUTION_FAILED) && k == EMU_FAULT_OOB &&
+               sync == cudaErrorIllegalAddress,
            "cuBLAS stand-in: A one row short is out of bounds", "%s: %s", emu_fault_name(k), f.msg);
     cublasDestroy(h);
 }
@@ -809,6 +904,209 @@ static void test_orders(void) {
     free(w);
 }
 
+/* ---- asynchronous streams ------------------------------------------------------------------ */
+
+/* The value of d[0] after a consumer stream copies it, with or without an
+ * event wait on the producer. */
+static float consumer_reads(int wait, unsigned flags_b) {
+    float *d = gu_dalloc(64 * sizeof(float)), *o = gu_dalloc(64 * sizeof(float)), got = -1.0f;
+    CU_CHECK_FATAL(cudaMemset(d, 0, 64 * sizeof(float)));
+    gu_sync();
+    cudaStream_t a, b;
+    cudaEvent_t ev;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&b, flags_b));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CU_CHECK_FATAL(es_add_one_run(d, 64, a));   /* the producer: d = 1 */
+    CU_CHECK_FATAL(cudaEventRecord(ev, a));
+    if (wait) CU_CHECK_FATAL(cudaStreamWaitEvent(b, ev, 0));
+    CU_CHECK_FATAL(cudaMemcpyAsync(o, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));
+    CU_CHECK_FATAL(cudaMemcpyAsync(&got, o, sizeof got, cudaMemcpyDeviceToHost, b));
+    CU_CHECK_FATAL(cudaStreamSynchronize(b));
+    gu_sync();
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    cudaEventDestroy(ev);
+    gu_dfree(d);
+    gu_dfree(o);
+    return got;
+}
+
+static void test_async_streams(void) {
+    cudaDeviceReset();
+    const char *mode = getenv("EMU_STREAMS");
+    emu_set_streams(1);   /* these cases are about the asynchronous mode, whatever EMU_STREAMS says */
+    float with = consumer_reads(1, cudaStreamNonBlocking), without = consumer_reads(0, cudaStreamNonBlocking);
+    result(with == 1.0f && without == 0.0f, "streams: a missing event wait reads stale data",
+           "consumer with cudaStreamWaitEvent reads %g (1 expected), without it %g (the producer had not run)", with,
+           without);
+
+    /* the legacy stream: a blocking stream waits for it, a non-blocking one does not */
+    float *d = gu_dalloc(64 * sizeof(float));
+    float seen[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        CU_CHECK_FATAL(cudaMemset(d, 0, 64 * sizeof(float)));
+        gu_sync();
+        cudaStream_t s;
+        CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, k ? cudaStreamNonBlocking : cudaStreamDefault));
+        CU_CHECK_FATAL(es_add_one_run(d, 64, NULL));   /* on the legacy stream */
+        CU_CHECK_FATAL(cudaMemcpyAsync(&seen[k], d, sizeof(float), cudaMemcpyDeviceToHost, s));
+        CU_CHECK_FATAL(cudaStreamSynchronize(s));
+        gu_sync();
+        cudaStreamDestroy(s);
+    }
+    result(seen[0] == 1.0f && seen[1] == 0.0f, "streams: the legacy stream's implicit synchronisation",
+           "a blocking stream's copy after a legacy-stream kernel reads %g (1), a non-blocking stream's %g (0)",
+           seen[0], seen[1]);
+
+    /* two unordered streams writing one buffer: the winner depends on the seed */
+    int wins[3] = {0, 0, 0};
+    cudaStream_t s1, s2;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    unsigned char *db = gu_dalloc(16);
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        emu_set_seed(seed);
+        for (int i = 0; i < 4; i++) {
+            CU_CHECK_FATAL(cudaMemsetAsync(db, 1, 16, s1));
+            CU_CHECK_FATAL(cudaMemsetAsync(db, 2, 16, s2));
+        }
+        gu_sync();
+        unsigned char v = 0;
+        gu_d2h(&v, db, 1);
+        wins[v < 3 ? v : 0]++;
+    }
+    emu_set_seed(1);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    gu_dfree(db);
+    result(wins[1] > 0 && wins[2] > 0 && wins[0] == 0, "streams: independent streams complete in a seeded order",
+           "16 seeds: stream 1 last %d times, stream 2 last %d times", wins[1], wins[2]);
+
+    /* a pinned staging buffer refilled before its copy ran: reported */
+    float *h = NULL, *d2 = gu_dalloc(64 * sizeof(float));
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h, 64 * sizeof(float)));
+    cudaStream_t s;
+    cudaEvent_t ev;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    for (int i = 0; i < 64; i++) h[i] = 1.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    for (int i = 0; i < 64; i++) h[i] = 2.0f;   /* the next frame's data, no wait: the bug */
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    cudaError_t sync = cudaStreamSynchronize(s);
+    emu_fault f;
+    emu_fault_kind k = emu_fault_last(&f);
+    cudaDeviceReset();
+    result(k == EMU_FAULT_ASYNC_COPY && sync == cudaErrorLaunchFailure && strstr(f.msg, "staging buffer"),
+           "streams: a reused pinned staging buffer is reported", "%s (%s): %s", emu_fault_name(k),
+           cudaGetErrorName(sync), f.msg);
+
+    /* the same with the event waited for: no fault; pageable sources are staged at the call */
+    d = gu_dalloc(64 * sizeof(float));
+    d2 = gu_dalloc(64 * sizeof(float));
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h, 64 * sizeof(float)));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    for (int i = 0; i < 64; i++) h[i] = 1.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    CU_CHECK_FATAL(cudaEventRecord(ev, s));
+    CU_CHECK_FATAL(cudaEventSynchronize(ev));
+    for (int i = 0; i < 64; i++) h[i] = 2.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    float pg[64];
+    for (int i = 0; i < 64; i++) pg[i] = 3.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2 + 32, pg, 32 * sizeof(float), cudaMemcpyHostToDevice, s));
+    for (int i = 0; i < 64; i++) pg[i] = 4.0f;   /* allowed: the runtime staged it */
+    /* a host destination holds garbage until its copy's event */
+    float *h2 = NULL;
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h2, 64 * sizeof(float)));
+    for (int i = 0; i < 64; i++) h2[i] = 0.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(h2, d2, 64 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    int poisoned = isnan(h2[0]) && isnan(h2[63]);
+    CU_CHECK_FATAL(cudaEventRecord(ev, s));
+    CU_CHECK_FATAL(cudaEventSynchronize(ev));
+    float a0 = -1.0f;
+    gu_d2h(&a0, d, sizeof a0);
+    result(emu_fault_last(NULL) == EMU_FAULT_NONE && a0 == 1.0f && h2[0] == 2.0f && h2[32] == 3.0f && poisoned,
+           "streams: staging waited for; pageable staged; results after the event",
+           "first copy %g (1), refilled buffer %g (2), pageable source %g (3, changed after the call), host "
+           "destination before its event: %s", a0, h2[0], h2[32], poisoned ? "poisoned (NaN)" : "not poisoned");
+    cudaStreamDestroy(s);
+    cudaEventDestroy(ev);
+    cudaFreeHost(h);
+    cudaFreeHost(h2);
+    gu_dfree(d);
+    gu_dfree(d2);
+    emu_set_streams(!(mode && !strcmp(mode, "sync")));
+}
+
+/* The cuBLAS stand-in: its summation order follows the shape (as split-K
+ * and tile choices do on a device), and a GEMM is captured only with a
+ * workspace of the handle's own. */
+static void test_cublas_shape_workspace(void) {
+    const int M = 64, K = 2048, N1 = 16, N2 = 64;
+    gu_rng r = {23};
+    uint16_t *a = malloc((size_t)M * K * 2), *b = malloc((size_t)K * N2 * 2);
+    float *c1 = malloc((size_t)M * N1 * 4), *c2 = malloc((size_t)M * N2 * 4);
+    for (int i = 0; i < M * K; i++) a[i] = st_f32_to_bf16((float)gu_normal(&r));
+    for (int i = 0; i < K * N2; i++) b[i] = st_f32_to_bf16((float)gu_normal(&r));
+    uint16_t *da = gu_dalloc((size_t)M * K * 2), *db = gu_dalloc((size_t)K * N2 * 2);
+    float *dc = gu_dalloc((size_t)M * N2 * 4);
+    gu_h2d(da, a, (size_t)M * K * 2);
+    gu_h2d(db, b, (size_t)K * N2 * 2);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float one = 1.0f, zero = 0.0f;
+    /* the same 16 columns, in a batch of 16 and in one of 64 */
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N1, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K, &zero, dc,
+                 CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(c1, dc, (size_t)M * N1 * 4);
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N2, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K, &zero, dc,
+                 CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(c2, dc, (size_t)M * N2 * 4);
+    int differ = 0;
+    double worst = 0.0;
+    for (int i = 0; i < M * N1; i++) {
+        differ += c1[i] != c2[i];
+        double e = fabs((double)c1[i] - c2[i]) / (fabs((double)c2[i]) + 1.0);
+        worst = e > worst ? e : worst;
+    }
+    result(differ > 0 && worst < 1e-5, "cuBLAS stand-in: the summation order follows the shape",
+           "%d of %d outputs differ in their bits between a batch of %d and one of %d (largest difference %.2g, "
+           "relative to |c| + 1)", differ, M * N1, N1, N2, worst);
+
+    cudaStream_t s;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *ws = gu_dalloc(1 << 20);
+    cublasStatus_t st[3];
+    cudaGraph_t g[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        cublasSetStream(h, s);   /* resets the workspace (cuBLAS: cublasSetStream) */
+        if (i == 1) cublasSetWorkspace(h, ws, 1 << 20);
+        CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        st[i] = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N1, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K,
+                             &zero, dc, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        CU_CHECK_FATAL(cudaStreamEndCapture(s, &g[i]));
+        if (g[i]) cudaGraphDestroy(g[i]);
+    }
+    result(st[0] == CUBLAS_STATUS_NOT_SUPPORTED && st[1] == CUBLAS_STATUS_SUCCESS &&
+               st[2] == CUBLAS_STATUS_NOT_SUPPORTED,
+           "cuBLAS stand-in: capture needs a workspace of its own",
+           "captured GEMM without a workspace: %s; after cublasSetWorkspace: %s; after another cublasSetStream: %s",
+           cublasGetStatusName(st[0]), cublasGetStatusName(st[1]), cublasGetStatusName(st[2]));
+    cublasDestroy(h);
+    cudaStreamDestroy(s);
+    gu_dfree(ws);
+    gu_dfree(da);
+    gu_dfree(db);
+    gu_dfree(dc);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+
 int main(void) {
     emu_set_quiet(1);
     printf("emu-test: the CUDA emulator's detectors and semantics\n");
@@ -822,8 +1120,11 @@ int main(void) {
     test_copies();
     test_devices();
     test_traffic();
+    test_traffic_codec();
     test_graphs();
     test_cublas();
+    test_async_streams();
+    test_cublas_shape_workspace();
     test_orders();
     printf("%d passed, %d failed, 0 skipped\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
