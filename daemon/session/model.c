@@ -25,7 +25,11 @@
  * in the largest bucket, bf16 weights, Mimi on the device unless
  * MOSHID_CU_MIMI=cpu): the figures the daemon logs and quotes agree with the
  * backend's own check. */
-#define PLAN_REQ(n) ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec()})
+/* (o: the model_opts in scope; the 8-bit schemes as configured, a q8
+ * checkpoint under engine.weights = stored counted as bf16: an over-count) */
+#define PLAN_REQ(n)                                                                                       \
+    ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec(),      \
+                   .w8 = o->weights == LM_WEIGHTS_INT8, .kv8 = o->kv == LM_KV_INT8})
 static int plan_codec(void) {
     const char *where = getenv("MOSHID_CU_MIMI");
     return !(where && !strcmp(where, "cpu"));
