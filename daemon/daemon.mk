@@ -129,10 +129,11 @@ run: $(BUILD)/moshid $(DEMO_DIR)/.ok
 # Benchmark of the daemon (make bench-daemon, outside CI: about 15 minutes):
 # clients streaming in real time, doubling until a level fails, then halving
 # the gap; once with engine.pipeline off (the synchronous engine) and once
-# on, same commit, same run.
+# on, same commit, same run. Every client comes from 127.0.0.1: the per-address
+# connection limits are raised above sessions.max.
 bench-daemon: $(BUILD)/moshid $(DEMO_DIR)/.ok build/venv/.ok
 	$(Q)build/venv/bin/python tests/bench/loadgen.py --moshid $(BUILD)/moshid --config-args \
-	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn" \
+	  "--config config/demo/moshid-demo.json --set model.lm_dir=$(abspath $(DEMO_DIR))/lm --set model.mimi=$(abspath $(DEMO_DIR))/mimi.safetensors --set model.mimi_config=$(abspath $(DEMO_DIR))/mimi.json --set model.tokenizer=$(abspath $(DEMO_DIR))/tokenizer.model --set server.port=0 --set sessions.max=64 --set log.level=warn --set server.max_connections_per_ip=128 --set server.max_pending_per_ip=128" \
 	  --seconds $(or $(BENCH_SECONDS),60) --start-n $(or $(BENCH_START_N),4) --max-n 64 --compare-pipeline
 .PHONY: run demo-model bench-daemon
 

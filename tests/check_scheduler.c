@@ -2,7 +2,8 @@
  * batching, slot generations, admission, input overrun, model failure,
  * detach during a slow begin, a failed begin ended once, the output ring's
  * entry lifetime (pop + release), the pipeline (submit t + 1 before wait t),
- * start-up jobs interleaved with live steps, the input backlog the loop
+ * the early hand-over (a batch's outputs handed over from the model's own
+ * thread while the engine steps the next), start-up jobs interleaved with live steps, the input backlog the loop
  * reads (sched_backlog) and the overload flag. Tests wait for events
  * (semaphores, loop iterations with a bound), never for time. */
 #include <pthread.h>
@@ -43,6 +44,10 @@ typedef struct {
     sem_t wait_sem;
     char log[LOG_MAX];    /* S<batch id> / W<batch id> in engine order */
     int nlog;
+    int early;            /* hand each batch over from a thread of the model's, started by submit */
+    pthread_t hand[LM_MAX_INFLIGHT];   /* by batch id: the thread handing it over, joined by wait */
+    int hand_on[LM_MAX_INFLIGHT];
+    _Atomic int submits_done;          /* submits returned */
 } fake;
 
 static void logc(fake *f, char a, int b) {
@@ -97,6 +102,12 @@ static void f_frame_free(void *ctx, lm_frame *fr) {
     free(fr->has_out);
     free(fr->pcm_out);
 }
+static void *hand_main(void *arg) {
+    sched_batch *b = arg;
+    b->handover(b);
+    return NULL;
+}
+
 static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     if (f->gate) {
@@ -117,12 +128,22 @@ static int f_submit(void *ctx, sched_batch *b, ms_error *err) {
         fr->has_out[j] = 1;
         fr->out[j] = f->steps[fr->slots[j]]++;
     }
+    if (f->early) {
+        ck_assert_int_eq(pthread_create(&f->hand[b->id], NULL, hand_main, b), 0);
+        f->hand_on[b->id] = 1;
+    }
+    f->submits_done++;
     return MS_OK;
 }
 static int f_wait(void *ctx, sched_batch *b, ms_error *err) {
     fake *f = ctx;
     (void)err;
     if (f->nwait == f->wait_gate_at) sem_wait(&f->wait_sem);
+    if (f->hand_on[b->id]) { /* the hand-over is done before wait returns */
+        pthread_join(f->hand[b->id], NULL);
+        f->hand_on[b->id] = 0;
+        ck_assert(b->handed);
+    }
     logc(f, 'W', b->id);
     f->nwait++;
     return MS_OK;
@@ -505,6 +526,57 @@ START_TEST(test_pipeline_order) {
 }
 END_TEST
 
+/* The early hand-over: a model that finishes batches on a thread of its
+ * own hands each over from there (sched_batch.handover): frame 0 reaches
+ * the session while the engine is still inside frame 1's step (its submit,
+ * held here), in order, and once (the engine does not push it again after
+ * the wait). */
+START_TEST(test_early_handover) {
+    fake f;
+    sched *s = make(&f, 8);
+    sched_params p = {.samp.seed = 20};
+    int slot;
+    uint32_t gen;
+    sched_out o;
+    ck_assert_int_eq(sched_attach(s, &p, &slot, &gen), MS_OK);
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_int_eq(o.kind, SCHED_OUT_READY);
+    f.early = 1;
+    f.gate = 1;
+    for (int i = 0; i < 3; i++) {
+        frame(pcm_buf, (float)i);
+        ck_assert_int_eq(sched_push(s, slot, gen, pcm_buf), MS_OK);
+    }
+    for (int i = 0; i < 3; i++) {
+        sem_wait(&f.gate_in);   /* the engine is in frame i's step */
+        if (i > 0) {
+            /* frame i - 1 is delivered while frame i's step has not completed */
+            ck_assert_msg(next_held(s, slot, gen, &o), "frame %d not delivered during frame %d's step", i - 1, i);
+            ck_assert_int_eq(atomic_load(&f.submits_done), i);
+            ck_assert_int_eq(o.kind, SCHED_OUT_FRAME);
+            ck_assert_uint_eq(o.step, (uint64_t)(i - 1));
+            ck_assert_int_eq(o.text, 20 + i - 1);
+            ck_assert(o.has_pcm);
+            ck_assert(o.pcm[5] == 2 * ((float)(i - 1) + 5) + (float)slot);
+            sched_release(s, slot, gen);
+        }
+        sem_post(&f.sem);
+    }
+    ck_assert(next_out(s, slot, gen, &o));
+    ck_assert_uint_eq(o.step, 2);
+    ck_assert_int_eq(o.text, 22);
+    RUN_UNTIL(sched_idle(s) && atomic_load(&f.nwait) == 3);
+    ck_assert_int_eq(atomic_load(&f.nwait), 3);
+    ck_assert(!sched_pop(s, slot, gen, &o));   /* each frame once */
+    int frames = -1;
+    double oldest = -1;
+    ck_assert_int_eq(sched_backlog(s, slot, gen, &frames, &oldest), MS_OK);
+    ck_assert_int_eq(frames, 0);   /* every input frame released */
+    ck_assert_str_eq(f.log, "S0S1S2W0W1W2");
+    finish(s);
+}
+END_TEST
+
 /* A start-up job runs in chunks between steps: a live session is served
  * while another slot's job is under way; the job's slot is READY when the
  * job says done; a detach during a job ends the slot once. */
@@ -632,6 +704,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_failed_begin_ends_once);
     tcase_add_test(tc, test_output_ring_full);
     tcase_add_test(tc, test_pipeline_order);
+    tcase_add_test(tc, test_early_handover);
     tcase_add_test(tc, test_job_interleaves);
     tcase_add_test(tc, test_backlog);
     tcase_add_test(tc, test_overload_flag);

@@ -377,12 +377,24 @@ static void m_frame_free(void *ctx, lm_frame *f) {
     lm_frame_free(f);
 }
 
+/* lm_frame.on_done: the backend's thread that finished the frame (the CPU
+ * backend's codec thread with the pipeline), before m_wait's
+ * lm_frame_wait returns: the batch (its frame holds the results) handed
+ * over to the sessions at once (the early hand-over). */
+static void m_frame_done(void *ud, const lm_frame *f) {
+    (void)f;
+    sched_batch *b = ud;
+    b->handover(b);
+}
+
 static int m_submit(void *ctx, sched_batch *b, ms_error *err) {
     model *m = ctx;
     lm_frame *f = &b->f;
     debug_delay(m);
     for (int j = 0; j < f->n; j++) m->gens[b->id][j] = &m->s[f->slots[j]].g;
     f->gens = m->gens[b->id];
+    f->on_done = b->handover ? m_frame_done : NULL;
+    f->on_done_ud = b;
     return lm_frame_submit(m->lm, f, err);
 }
 

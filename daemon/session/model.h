@@ -8,10 +8,14 @@
  * first-frame rule). The model owns each slot's LMGen bookkeeping; the
  * scheduler's batches are the backend's frames (sched_batch embeds an
  * lm_frame, sized here by frame_alloc), so a batch goes to the backend as
- * it is, and its decode can run while the next batch steps.
+ * it is, and its decode can run while the next batch steps; a backend that
+ * decodes on a thread of its own hands each batch's results to the
+ * sessions from there as soon as they are final (lm_frame.on_done ->
+ * sched_batch.handover).
  *
  * Threads: model_open/close and the accessors on the loop thread at start
- * and exit; the sched_model callbacks on the engine thread only.
+ * and exit; the sched_model callbacks on the engine thread only; the early
+ * hand-over on the backend's thread.
  */
 #ifndef MOSHID_MODEL_H
 #define MOSHID_MODEL_H

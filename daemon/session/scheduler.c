@@ -33,16 +33,19 @@ typedef struct slot {
     float *in;          /* (in_frames, MS_FRAME_SAMPLES) */
     double *in_t;       /* (in_frames) time the frame was complete, ms */
     _Atomic uint64_t in_head, in_tail;
-    /* output ring: engine -> loop; an entry is the loop's from sched_pop
-     * until sched_release advances out_tail */
+    /* output ring: engine (or the model's thread, in handover) -> loop;
+     * one producer at a time: a slot's frames are handed over under
+     * hand_mu, its READY or ERROR only while no batch holds it; an entry is
+     * the loop's from sched_pop until sched_release advances out_tail */
     sched_out *out;     /* (out_frames) */
     float *out_pcm;     /* (out_frames, MS_FRAME_SAMPLES) */
     _Atomic uint64_t out_head, out_tail;
     _Atomic int overflow;
     int overflow_told;  /* loop thread */
     int holding;        /* loop thread: sched_pop returned an entry not yet released */
+    uint64_t step;      /* the next output frame's index: handover's (under hand_mu),
+                           reset by the engine at begin (no batch holds the slot) */
     /* engine thread */
-    uint64_t step;
     uint64_t in_taken;  /* next input frame to put in a batch (>= in_tail) */
     int inflight;       /* submitted batches holding the slot */
 } slot;
@@ -57,6 +60,9 @@ struct sched {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* held while a batch's outputs are handed over (handover): the engine
+     * thread or the model's own thread */
+    pthread_mutex_t hand_mu;
     int work;            /* under mu: something changed since the engine looked */
     int stop;            /* under mu */
     _Atomic int failed;
@@ -80,7 +86,8 @@ static void wake_engine(sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Engine thread: append one output to the slot's ring; 0 when full. */
+/* The slot's producer (see slot.out): append one output to its ring; 0
+ * when full. */
 static int out_push(sched *s, slot *sl, const sched_out *o, const float *pcm) {
     uint64_t h = atomic_load_explicit(&sl->out_head, memory_order_relaxed);
     uint64_t t = atomic_load_explicit(&sl->out_tail, memory_order_acquire);
@@ -222,23 +229,19 @@ static void gather(sched *s, sched_batch *b) {
         sl->inflight++;
     }
     b->f.n = n;
+    b->handed = 0;
 }
 
-/* Engine thread: the outputs of a finished batch to the slots' rings; the
- * input frames it consumed are released. t0: when it was submitted. The
- * step time (overload, the step histogram) is the engine's time for this
- * batch: from its submit or from the previous batch's end, whichever is
- * later (batches in flight overlap: their time in flight is not the
- * engine's cost per batch). */
-static void deliver(sched *s, sched_batch *b, double t0) {
-    double t1 = ms_mono_ms(), dt = t1 - (t0 > s->last_done_ms ? t0 : s->last_done_ms);
-    s->last_done_ms = t1;
-    s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
-    atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
-    met_observe_step_ms(dt);
-    met_add(MET_engine_steps_total, 1);
+/* sched_batch.handover: the outputs of a finished batch to the slots'
+ * rings, the input frames it consumed released, the loop signalled. On the
+ * model's thread that finished the batch (before the model's wait returns)
+ * or on the engine thread (after it); the slots stay the batch's until the
+ * engine's wait, so none is freed or re-attached meanwhile. */
+static void handover(sched_batch *b) {
+    sched *s = b->owner;
+    pthread_mutex_lock(&s->hand_mu);
+    double t1 = ms_mono_ms();
     const lm_frame *f = &b->f;
-    met_add(MET_frames_stepped_total, (uint64_t)f->n);
     for (int j = 0; j < f->n; j++) {
         slot *sl = &s->slots[b->slots[j]];
         sched_out o = {.kind = SCHED_OUT_FRAME, .gen = atomic_load(&sl->gen), .step = sl->step++,
@@ -247,15 +250,35 @@ static void deliver(sched *s, sched_batch *b, double t0) {
         met_observe_frame_ms(o.latency_ms);
         if (o.latency_ms > MS_FRAME_MS) met_add(MET_late_frames_total, 1);
         if (o.latency_ms > SCHED_SLOW_FRAME_MS)
-            LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f step_ms=%.1f batch=%d", b->slots[j],
-                 (unsigned long long)o.step, o.latency_ms, dt, f->n);
+            LOGD("slow_frame", "slot=%d step=%llu latency_ms=%.1f batch=%d", b->slots[j], (unsigned long long)o.step,
+                 o.latency_ms, f->n);
         /* a detached slot's outputs are dropped (its session is gone) */
         if (atomic_load_explicit(&sl->state, memory_order_acquire) == SLOT_ACTIVE &&
             !out_push(s, sl, &o, f->pcm_out + (size_t)j * MS_FRAME_SAMPLES))
             atomic_store(&sl->overflow, 1);
         atomic_fetch_add_explicit(&sl->in_tail, 1, memory_order_release);
-        sl->inflight--;
     }
+    b->handed = 1;
+    pthread_mutex_unlock(&s->hand_mu);
+    uv_async_send(&s->async);
+}
+
+/* Engine thread: a batch the model finished (its wait returned): its
+ * outputs handed over unless the model did already, the slots no longer
+ * its. t0: when it was submitted. The step time (overload, the step
+ * histogram) is the engine's time for this batch: from its submit or from
+ * the previous batch's end, whichever is later (batches in flight overlap:
+ * their time in flight is not the engine's cost per batch). */
+static void deliver(sched *s, sched_batch *b, double t0) {
+    double t1 = ms_mono_ms(), dt = t1 - (t0 > s->last_done_ms ? t0 : s->last_done_ms);
+    s->last_done_ms = t1;
+    s->ewma_ms = s->ewma_ms == 0 ? dt : (1 - SCHED_EWMA_ALPHA) * s->ewma_ms + SCHED_EWMA_ALPHA * dt;
+    atomic_store(&s->overloaded, s->ewma_ms > MS_FRAME_MS);
+    met_observe_step_ms(dt);
+    met_add(MET_engine_steps_total, 1);
+    met_add(MET_frames_stepped_total, (uint64_t)b->f.n);
+    if (!b->handed) handover(b);
+    for (int j = 0; j < b->f.n; j++) s->slots[b->slots[j]].inflight--;
     b->f.n = 0;
 }
 
@@ -393,6 +416,8 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
     for (int k = 0; k < SCHED_BUFFERS; k++) {
         sched_batch *b = &s->batch[k];
         b->id = k;
+        b->handover = handover;
+        b->owner = s;
         b->slots = calloc(S, sizeof *b->slots);
         b->pcm_in = calloc(S * MS_FRAME_SAMPLES, sizeof(float));
         b->t_in = calloc(S, sizeof(double));
@@ -421,10 +446,12 @@ sched *sched_create(uv_loop_t *loop, const sched_config *cfg, const sched_model 
     s->nfree = cfg->slots;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->hand_mu, NULL);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
         ms_err_set(err, MS_ERR_NOMEM, "scheduler: cannot start the engine thread");
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->hand_mu);
         sched_release_memory(s);
         return NULL;
     }
@@ -438,6 +465,7 @@ static void async_closed(uv_handle_t *h) {
     sched *s = h->data;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->hand_mu);
     sched_release_memory(s);
 }
 

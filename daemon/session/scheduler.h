@@ -13,7 +13,10 @@
  * Pipelining: the engine submits each batch as soon as it is gathered and
  * finishes the oldest submitted one (waits for it, pushes its outputs) when
  * every batch buffer is taken or when nothing new came: the model works on
- * the newer batches meanwhile (LM_MAX_INFLIGHT buffers). A slot's life: FREE -> BEGIN (attached by the loop) -> JOB (the
+ * the newer batches meanwhile (LM_MAX_INFLIGHT buffers). A model that
+ * finishes batches on a thread of its own hands their outputs over from
+ * there as soon as they are final (sched_batch.handover), ahead of the
+ * engine's wait. A slot's life: FREE -> BEGIN (attached by the loop) -> JOB (the
  * model's start-up work, in chunks between steps) -> ACTIVE -> DETACH (the
  * loop detached it; the engine ends it once no submitted batch holds it) ->
  * FREE. A start that fails ends the slot at once (ENDED) and the loop's
@@ -22,7 +25,9 @@
  *
  * Thread rules: sched_create/free, attach, push, pop, detach and the
  * accessors run on the loop thread; the model callbacks run on the engine
- * thread only (frame_alloc and frame_free: in sched_create and sched_free).
+ * thread only (frame_alloc and frame_free: in sched_create and
+ * sched_free); sched_batch.handover on the model's thread that finished
+ * the batch, or the engine thread.
  */
 #ifndef MOSHID_SCHED_H
 #define MOSHID_SCHED_H
@@ -55,6 +60,14 @@ typedef struct sched_batch {
     int *slots;                    /* (slots) the rows' slots */
     float *pcm_in;                 /* (slots, MS_FRAME_SAMPLES) the rows' input */
     double *t_in;                  /* (slots) when each input frame was complete, ms */
+    /* The early hand-over: handover(b) (the scheduler's) gives the
+     * results to the sessions. A model whose frame's results are final
+     * before its wait returns, on a thread of its own, may call it there,
+     * once per submitted batch, before its wait returns; for a batch it did
+     * not hand over, the engine thread does after wait. */
+    void (*handover)(struct sched_batch *b);
+    void *owner;                   /* scheduler's: for handover */
+    int handed;                    /* scheduler's: set by handover, read after wait */
 } sched_batch;
 
 /* The model as the engine thread sees it (an adapter over the backend).

@@ -21,6 +21,8 @@
  * and frame t - 1 decoded while frame t steps (a slot's encoder state,
  * K/V and decoder state are disjoint). The LM step of a frame runs when
  * the next frame is submitted or when it is waited for, whichever first.
+ * A frame's results are handed over from the codec thread as soon as its
+ * decode ends (lm_frame.on_done), without waiting for the next LM step.
  */
 #include <math.h>
 #include <pthread.h>
@@ -631,6 +633,10 @@ static void *codec_main(void *arg) {
         ms_error e = {0};
         const lm_frame_stages *st = &c->stages;
         int rc = skip ? MS_OK : kind == JOB_ENCODE ? st->encode(st->ctx, fl->f, &e) : st->decode(st->ctx, fl->f, &e);
+        /* the early hand-over: the frame's results are final (its LM step
+         * ended before its decode was queued); the engine thread's wait
+         * returns only after dec_done below */
+        if (kind == JOB_DECODE && !skip && rc == MS_OK && fl->f->on_done) fl->f->on_done(fl->f->on_done_ud, fl->f);
         pthread_mutex_lock(&c->mu);
         if (rc != MS_OK && fl->rc == MS_OK) {
             fl->rc = rc;

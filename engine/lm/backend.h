@@ -154,6 +154,16 @@ typedef struct lm_frame {
     int n_dec;
     int rc;                           /* status of the work a backend runs after submit */
     ms_error err;
+    /* The early hand-over (optional, set by the caller): a backend that
+     * finishes a frame on a thread of its own (the CPU backend's codec
+     * thread with opts.pipeline) calls on_done(on_done_ud, f) on that
+     * thread as soon as the frame's results (codes, out, has_out, pcm_out)
+     * are final, once per successful frame, before frame_wait returns; the
+     * buffers stay lent to the backend until frame_wait. Not called for a
+     * frame that failed, nor by a backend that finishes frames in
+     * frame_submit or frame_wait (the results are read after frame_wait). */
+    void (*on_done)(void *ud, const struct lm_frame *f);
+    void *on_done_ud;
 } lm_frame;
 
 /* The three stages of a frame step (frame.c), handed once to a backend
