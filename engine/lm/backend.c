@@ -6,8 +6,6 @@
 #include <string.h>
 
 #include "lm.h"
-#include "lmgen.h"
-#include "lmgen_pp.h"
 #include "samp.h"
 
 void lm_samp_defaults(lm_samp *s, uint64_t seed) {

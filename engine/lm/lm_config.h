@@ -20,6 +20,8 @@
 #define LM_MAX_STREAMS (1 + LM_MAX_NQ)
 /* Most depformer sub-steps (PersonaPlex: 16). */
 #define LM_MAX_DEP_Q 16
+/* Audio codebooks per side (agent, user) in PersonaPlex's step. */
+#define PP_SIDE_CODEBOOKS 8
 /* Largest stream delay accepted, frames. */
 #define LM_MAX_DELAY 8
 /* Bounds on sizes read from config.json (hostile files). */

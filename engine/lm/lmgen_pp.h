@@ -46,8 +46,6 @@
 #include "lm_config.h"
 #include "lmgen.h"
 
-/* Audio codebooks per side (agent, user) in PersonaPlex's step. */
-#define PP_SIDE_CODEBOOKS 8
 /* Streams of a PersonaPlex model: text + 8 agent + 8 user. */
 #define PP_STREAMS (1 + 2 * PP_SIDE_CODEBOOKS)
 /* Output tokens of one step: text + dep_q (16) audio. */
