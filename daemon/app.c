@@ -428,38 +428,23 @@ static void on_hup(uv_signal_t *h, int sig) {
         }
         return;
     }
-    /* What can change without a restart: sampling defaults, session limits
+    /* n holds the reloadable options' new values (the table's reload
+     * flag) and the others as they were: sampling defaults, session limits
      * applied to new sessions and to the checks of open ones, idle and
-     * close timeouts. */
-    a->o.text_temperature = n.text_temperature;
-    a->o.text_topk = n.text_topk;
-    a->o.audio_temperature = n.audio_temperature;
-    a->o.audio_topk = n.audio_topk;
-    a->o.output_queue_s = n.output_queue_s;
-    a->o.idle_timeout_s = n.idle_timeout_s;
-    a->o.close_timeout_s = n.close_timeout_s;
-    a->o.max_steps = n.max_steps;
-    a->o.input_pre_skip = n.input_pre_skip;
-    a->o.metrics = n.metrics;
+     * close timeouts, TLS paths, personas, origins, tokens. The strings and
+     * lists are borrowed from the configuration reload just updated. */
     /* TLS: the pair is read again for new connections (srv_reload_tls:
-     * open ones keep theirs; a pair that does not load keeps the old one).
-     * The paths are borrowed from the configuration reload just updated. */
+     * open ones keep theirs; a pair that does not load keeps the old one). */
     if (a->server && (srv_tls(a->server) || (n.srv.tls_cert && n.srv.tls_cert[0]))) {
         ms_error te = {0};
         if (srv_reload_tls(a->server, n.srv.tls_cert, n.srv.tls_key, &te) != MS_OK)
             LOGE("reload_tls_refused", "msg=\"%s\"", te.msg);
     }
-    a->o.srv.tls_cert = n.srv.tls_cert;
-    a->o.srv.tls_key = n.srv.tls_key;
-    a->o.personas = n.personas;   /* borrowed from the configuration reload just updated */
+    a->o = n;
     pers_reload(a->pers, &n.personas);
     /* Access: origins and tokens for new upgrades; open sessions keep
      * running, also those of a withdrawn token (access.h). A bad tokens
      * file keeps the tokens in force. */
-    a->o.origins = n.origins;     /* borrowed, as personas */
-    a->o.norigins = n.norigins;
-    a->o.tokens_file = n.tokens_file;
-    a->o.protect_http = n.protect_http;
     ms_error ae = {0};
     if (access_set_origins(a->acc, n.origins, n.norigins, &ae) != MS_OK)
         LOGE("reload_origins_refused", "msg=\"%s\"", ae.msg);
