@@ -752,6 +752,8 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     c->st_.weight_bytes = c->wbytes;
     c->st_.kv_bytes = kv_bytes;
     c->st_.where = LM_MEM_DEVICE;
+    c->st_.weights_scheme = "bf16";   /* every matrix in the slab */
+    c->st_.kv_scheme = "bf16";
     c->st_.threads = 1;
     c->st_.pipeline = 0;
     /* Two knobs for measurements and tests, read once here (lm_gpu_opts:

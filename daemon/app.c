@@ -544,6 +544,8 @@ int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *
     a->m = model_open(&o->model, err);
     load_keepalive_stop(&ka);
     if (!a->m) goto fail_loop;
+    const lm_backend_stats *bst = model_open_stats(a->m);
+    met_set_engine_info(model_backend_name(a->m), bst->weights_scheme, bst->kv_scheme);
     sched_model sm = model_sched(a->m);
     sched_config sc = {o->model.slots, a->in_frames, a->out_frames};
     if (!(a->sch = sched_create(&a->loop, &sc, &sm, on_output, a, err))) goto fail_model;

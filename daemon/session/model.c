@@ -253,11 +253,12 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_stats_get(m->lm, &m->open_stats);
     const lm_backend_stats st = m->open_stats;
-    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d context=%d slots=%d prime_slots=%d "
-         "mimi=%s codebooks=%d pipeline=%d mem_used_mib=%.0f",
-         o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name, m->cfg->dim, m->cfg->num_layers,
-         m->cfg->dep_q, m->cfg->context, m->slots, m->prime_slots, o->mimi, m->lm->ncb, st.pipeline,
-         (double)st.mem_used / 1048576.0);
+    LOGI("model_open", "lm=%s variant=%s backend=%s weights=%s kv=%s dim=%d layers=%d dep_q=%d context=%d slots=%d "
+         "prime_slots=%d mimi=%s codebooks=%d pipeline=%d mem_used_mib=%.0f",
+         o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name,
+         st.weights_scheme ? st.weights_scheme : "unknown", st.kv_scheme ? st.kv_scheme : "unknown", m->cfg->dim,
+         m->cfg->num_layers, m->cfg->dep_q, m->cfg->context, m->slots, m->prime_slots, o->mimi, m->lm->ncb,
+         st.pipeline, (double)st.mem_used / 1048576.0);
     if (o->step_delay_ms > 0)
         LOGW("step_delay", "ms=%d msg=\"debug.step_delay_ms: every engine step sleeps (a test aid)\"", o->step_delay_ms);
     return m;
