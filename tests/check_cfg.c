@@ -13,6 +13,7 @@
 #include "cfg_int.h"
 #include "check_main.h"
 #include "log.h"
+#include "query.h"
 
 static int load(cfg *c, const char *json, ms_error *e) {
     return cfg_load_buf(c, json, strlen(json), "t.json", NULL, e);
@@ -182,6 +183,18 @@ START_TEST(test_bounds) {
     refused("{\"limits\":{\"input_buffer_s\":0.1}}", MS_ERR_RANGE, "limits.input_buffer_s", NULL);
     refused("{\"limits\":{\"max_header_bytes\":65536}}", MS_ERR_RANGE, "limits.max_header_bytes", NULL);
     refused("{\"limits\":{\"close_timeout_s\":0}}", MS_ERR_RANGE, "limits.close_timeout_s", NULL);
+    /* top-k: up to PROTO_TOPK_MAX, as a query's and a persona's */
+    refused("{\"sampling\":{\"text_topk\":1048577}}", MS_ERR_RANGE, "sampling.text_topk", "[0, 1048576]");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"audio_topk\":1048577}]}}", MS_ERR_RANGE, "audio_topk",
+            NULL);
+    {
+        cfg t;
+        ms_error te = {0};
+        ck_assert_int_eq(PROTO_TOPK_MAX, 1048576);
+        ck_assert_msg(load(&t, "{\"sampling\":{\"audio_topk\":1048576},\"personas\":{\"list\":[{\"name\":\"a\","
+                               "\"text_topk\":1048576}]}}", &te) == MS_OK, "%s", te.msg);
+        cfg_close(&t);
+    }
     /* the ends of each range are accepted */
     cfg c;
     ms_error e = {0};

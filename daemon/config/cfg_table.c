@@ -232,11 +232,11 @@ const cfg_option cfg_options[] = {
 
     OPT_DBL("sampling.text_temperature", sampling.text_temperature, TO(DOUBLE, text_temperature), R, SAMP_TEXT_TEMP, 0.0, PROTO_TEMPERATURE_MAX,
             "Default text temperature; 0 = greedy. Clients may override per session."),
-    OPT_INT("sampling.text_topk", sampling.text_topk, TO(INT, text_topk), R, SAMP_TEXT_TOPK, 0, 65536,
+    OPT_INT("sampling.text_topk", sampling.text_topk, TO(INT, text_topk), R, SAMP_TEXT_TOPK, 0, PROTO_TOPK_MAX,
             "Default text top-k; 0 = the whole vocabulary."),
     OPT_DBL("sampling.audio_temperature", sampling.audio_temperature, TO(DOUBLE, audio_temperature), R, SAMP_AUDIO_TEMP, 0.0, PROTO_TEMPERATURE_MAX,
             "Default audio temperature; 0 = greedy."),
-    OPT_INT("sampling.audio_topk", sampling.audio_topk, TO(INT, audio_topk), R, SAMP_AUDIO_TOPK, 0, 65536,
+    OPT_INT("sampling.audio_topk", sampling.audio_topk, TO(INT, audio_topk), R, SAMP_AUDIO_TOPK, 0, PROTO_TOPK_MAX,
             "Default audio top-k; 0 = the whole codebook."),
 
     OPT_INT("limits.max_message_bytes", limits.max_message_bytes, TO(SIZE, srv.max_message_bytes), 0, 1 << 20, 4096, 64 << 20,
