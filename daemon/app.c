@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "access.h"
 #include "app_int.h"
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -55,17 +55,13 @@ typedef struct load_keepalive {
 
 static void *load_keepalive_main(void *arg) {
     load_keepalive *k = arg;
-    struct timespec end, t;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += NOTIFY_LOAD_CAP_S;
+    double end_ms = ms_mono_ms() + NOTIFY_LOAD_CAP_S * 1e3;
     pthread_mutex_lock(&k->mu);
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_sec += NOTIFY_EXTEND_EVERY_S;
+        struct timespec t = ms_mono_deadline(NOTIFY_EXTEND_EVERY_S);   /* k->cv waits on CLOCK_MONOTONIC */
         while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &t) == 0) {
         }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (k->done || t.tv_sec >= end.tv_sec) break;
+        if (k->done || ms_mono_ms() >= end_ms) break;
         notify_extend_timeout(NOTIFY_EXTEND_USEC);
     }
     pthread_mutex_unlock(&k->mu);
