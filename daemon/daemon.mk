@@ -147,6 +147,12 @@ CHECK_SUITES += persona
 CHECK_persona_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 CHECK_persona_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
 CHECK_persona_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
+# A session's query, sampling and metadata (daemon/session/sess.c), linked
+# as moshid is.
+CHECK_SUITES += sess
+CHECK_sess_DEPS = $(CHECK_persona_DEPS)
+CHECK_sess_CFLAGS = $(CHECK_persona_CFLAGS)
+CHECK_sess_LIBS = $(CHECK_persona_LIBS)
 
 # daemon/web/wire_gen.js: the wire's facts for the page (close statuses,
 # limits), printed from the C headers by moshid-web-gen; `make web-gen`
