@@ -127,7 +127,10 @@ START_TEST(test_query_hostile) {
     char *arg = malloc(big + 32);
     ck_assert_ptr_nonnull(arg);
     static const struct { const char *key; size_t over; } sizes[] = {
-        {"persona", PROTO_NAME_MAX + 1}, {"voice_prompt", PROTO_NAME_MAX + 1}, {"text_prompt", PROTO_TEXT_PROMPT_MAX + 1}};
+        {"persona", PROTO_NAME_MAX + 1},
+        {"voice_prompt", PROTO_NAME_MAX + 1},
+        {"text_prompt", PROTO_TEXT_PROMPT_MAX + 1},
+    };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int fits = 1; fits >= 0; fits--) {
             size_t n = sizes[i].over - (size_t)fits;

@@ -72,7 +72,8 @@ typedef struct cfg_option {
     /* offsetof(app_opts, field) + 1 of the fields written (0: none); a
      * second field gets the same value (CFG_TO_LIST: the count) */
     size_t at[2];
-    const int *values;         /* CFG_ENUM, CFG_BOOL: the value written for each index (false, true), or NULL (the index) */
+    const int *values;         /* CFG_ENUM, CFG_BOOL: the value written for each index (a
+                                  boolean's: false, true), or NULL (the index itself) */
     unsigned flags;            /* CFG_F_* */
     int64_t idef, imin, imax;  /* CFG_INT; idef also CFG_BOOL and CFG_ENUM */
     double ddef, dmin, dmax;   /* CFG_DOUBLE */
