@@ -425,11 +425,11 @@ static void on_hup(uv_signal_t *h, int sig) {
         return;
     }
     /* n holds the reloadable options' new values (the table's reload
-     * flag) and the others as they were: sampling defaults, session limits
-     * applied to new sessions and to the checks of open ones, idle and
-     * close timeouts, TLS paths, personas, origins, tokens. The strings and
-     * lists are borrowed from the configuration reload just updated. */
-    /* TLS: the pair is read again for new connections (srv_reload_tls:
+     * flag; strings and lists borrowed from the configuration reload just
+     * updated) and the others as they were: sampling defaults, session
+     * limits applied to new sessions and to the checks of open ones, idle
+     * and close timeouts, TLS paths, personas, origins, tokens.
+     * TLS: the pair is read again for new connections (srv_reload_tls:
      * open ones keep theirs; a pair that does not load keeps the old one). */
     if (a->server && (srv_tls(a->server) || (n.srv.tls_cert && n.srv.tls_cert[0]))) {
         ms_error te = {0};
