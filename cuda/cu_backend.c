@@ -567,11 +567,14 @@ static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
 }
 
 /* Fill the host upload block for bucket B with padding rows (scratch slot,
- * position 0, no tokens, greedy, no sub-steps). */
+ * no tokens, greedy, no sub-steps), each at a position of its own: rows of
+ * one launch store their K/V row concurrently, so two padding rows at one
+ * position would write one address from two blocks (distinct while a
+ * bucket's padding rows are no more than the context). */
 static void pad_rows(cu_ctx *c, const cu_rows *h, int i0, int B) {
     const lm_config *g = &c->cfg;
     for (int i = i0; i < B; i++) {
-        h->pos[i] = 0;
+        h->pos[i] = (i - i0) % g->context;
         h->slot[i] = c->nslots;
         h->dsteps[i] = 0;
         h->text[i] = (samp_row){0};
@@ -778,6 +781,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
 fail:
     if (rc == MS_OK) rc = err && err->code ? err->code : MS_ERR_DEVICE;
     cu_close(c);
+    cudaGetLastError();   /* a failed allocation is answered here, not by this thread's next launch */
     return rc;
 }
 

@@ -135,10 +135,14 @@ static int dmalloc(cu_mimi *g, float **p, size_t nfloats, ms_error *err) {
     return MS_OK;
 }
 
+/* On the encode stream, which open waits for before anything runs: a
+ * cudaMemcpy from pageable memory returns once the source is staged, its
+ * copy to the device possibly still pending on the legacy stream, which the
+ * codec's non-blocking streams do not wait for. */
 static int upload(cu_mimi *g, float **dst, const float *src, size_t n, ms_error *err) {
     int rc = dmalloc(g, dst, n, err);
     if (rc) return rc;
-    CU_CHECK(err, cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    CU_CHECK(err, cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g->es.st));
     return MS_OK;
 }
 
@@ -426,6 +430,7 @@ int cu_mimi_open_with(cu_mimi **out, const mimi_model *m, int max_slots, const l
 fail:
     if (rc == MS_OK) rc = MS_ERR_DEVICE;
     cu_mimi_close(g);
+    cudaGetLastError();   /* a failed allocation is answered here, not by this thread's next launch */
     return rc;
 }
 
@@ -555,10 +560,7 @@ static int begin(cu_mimi *g, unsigned char *hup, const int *slots, int n, const 
 /* The bucket of n items, and its padding rows [n, B) in the host block:
  * the scratch slot, step 0, no first frame, a zero payload (finite
  * samples, code 0). Their results are never read. */
-static int pad(cu_mimi *g, unsigned char *hup, int n, size_t row_bytes) {
-    int bi = 0;
-    while (g->bucket[bi] < n) bi++;
-    const int B = g->bucket[bi];
+static void pad_rows(cu_mimi *g, unsigned char *hup, int n, int B, size_t row_bytes) {
     int32_t *hs = (int32_t *)(hup + g->lay.slot), *hf = (int32_t *)(hup + g->lay.first);
     int64_t *ho = (int64_t *)(hup + g->lay.off);
     for (int j = n; j < B; j++) {
@@ -567,6 +569,12 @@ static int pad(cu_mimi *g, unsigned char *hup, int n, size_t row_bytes) {
         ho[j] = 0;
     }
     memset(hup + g->lay.payload + (size_t)n * row_bytes, 0, (size_t)(B - n) * row_bytes);
+}
+
+static int pad(cu_mimi *g, unsigned char *hup, int n, size_t row_bytes) {
+    int bi = 0;
+    while (g->bucket[bi] < n) bi++;
+    pad_rows(g, hup, n, g->bucket[bi], row_bytes);
     return bi;
 }
 
@@ -604,14 +612,40 @@ static int encode_enqueue(cu_mimi *g, int n, ms_error *err) {
     return MS_OK;
 }
 
-/* One graph per bucket and side, captured at open (nothing runs while
- * capturing; the launches read the upload blocks and workspaces at their
- * fixed addresses). */
+/* A warm-up: bucket B's launches of one side run once on padding rows
+ * (the scratch slot), outside any capture, so that every kernel has been
+ * loaded and run before it is captured (CUDA loads a kernel lazily, at its
+ * first launch, by default). */
+static int warm_up(cu_mimi *g, int k, int B, ms_error *err) {
+    const mimi_config *c = &g->m->cfg;
+    side *w = k ? &g->ds : &g->es;
+    const size_t row = k ? (size_t)c->num_codebooks * sizeof(int32_t) : (size_t)c->frame_samples * sizeof(float);
+    unsigned char *hup = w->hup[0], *dup = w->dup[0];
+    pad_rows(g, hup, 0, B, row);
+    CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)B * row, cudaMemcpyHostToDevice, w->st));
+    int rc;
+    if (k) {
+        float *out = NULL;
+        rc = decode_enqueue(g, B, &out, err);
+    } else {
+        CU_CHECK(err, cudaMemcpyAsync(w->act0, dup + g->lay.payload, (size_t)B * row, cudaMemcpyDeviceToDevice, w->st));
+        rc = encode_enqueue(g, B, err);
+    }
+    if (rc) return rc;
+    CU_CHECK(err, cudaStreamSynchronize(w->st));
+    return MS_OK;
+}
+
+/* One graph per bucket and side, captured at open after a warm-up run of
+ * the same launches (nothing runs while capturing; the launches read the
+ * upload blocks and workspaces at their fixed addresses). */
 static int capture(cu_mimi *g, ms_error *err) {
     for (int i = 0; i < g->nbuckets; i++) {
         for (int k = 0; k < 2; k++) {
             cudaStream_t st = k ? g->ds.st : g->es.st;
             cudaGraph_t graph = NULL;
+            int wrc = warm_up(g, k, g->bucket[i], err);
+            if (wrc) return wrc;
             CU_CHECK(err, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             int rc = k ? decode_enqueue(g, g->bucket[i], &g->dec_out[i], err) : encode_enqueue(g, g->bucket[i], err);
             cudaError_t e = cudaStreamEndCapture(st, &graph);
@@ -716,25 +750,30 @@ int cu_mimi_decode_submit(cu_mimi *g, const int *slots, int n, const int *codes,
     CU_CHECK(err, cudaMemcpyAsync(dup, hup, g->lay.payload + (size_t)B * K * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   w->st));
     float *dpcm = g->dec_out[bi];
-    if (g->graphs) CU_CHECK(err, cudaGraphLaunch(g->dg[bi], w->st));
-    else if ((rc = decode_enqueue(g, B, &dpcm, err))) return rc;
-    CU_CHECK(err, cudaMemcpyAsync(hup + g->lay.payload, dpcm, (size_t)n * F * sizeof(float), cudaMemcpyDeviceToHost,
-                                  w->st));
-    CU_CHECK(err, cudaEventRecord(w->done[t], w->st));
+    if (g->graphs) CU_CHECK_GOTO(err, cudaGraphLaunch(g->dg[bi], w->st), drain);
+    else if ((rc = decode_enqueue(g, B, &dpcm, err))) goto drain;
+    CU_CHECK_GOTO(err, cudaMemcpyAsync(hup + g->lay.payload, dpcm, (size_t)n * F * sizeof(float),
+                                       cudaMemcpyDeviceToHost, w->st), drain);
+    CU_CHECK_GOTO(err, cudaEventRecord(w->done[t], w->st), drain);
     for (int i = 0; i < n; i++) g->dec_steps[slots[i]] += c->resample_stride;
     w->busy[t] = 1;
     w->n[t] = n;
     *ticket = t;
     return MS_OK;
+drain:   /* the upload may still read hup[t]: wait before the ticket is free again */
+    if (cudaStreamSynchronize(w->st) != cudaSuccess) cudaGetLastError();
+    return rc ? rc : err ? err->code : MS_ERR_DEVICE;
 }
 
 int cu_mimi_decode_finish(cu_mimi *g, int ticket, float *pcm, ms_error *err) {
     side *w = &g->ds;
     if (ticket < 0 || ticket >= CU_MIMI_TICKETS || !w->busy[ticket])
         return ms_err_set(err, MS_ERR_ARG, "cuda mimi: decode ticket %d not in flight", ticket);
-    w->busy[ticket] = 0;
+    /* the ticket stays in flight until its event has completed: its pinned
+     * block is still the target of the PCM copy until then */
     GM_BIND(g, err);
     CU_CHECK(err, cudaEventSynchronize(w->done[ticket]));
+    w->busy[ticket] = 0;
     if (pcm)
         memcpy(pcm, w->hup[ticket] + g->lay.payload, (size_t)w->n[ticket] * g->m->cfg.frame_samples * sizeof(float));
     return MS_OK;

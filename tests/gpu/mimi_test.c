@@ -24,6 +24,10 @@
  *                             fixture's, 24; about 5 s on the emulator)
  *
  * Cases:
+ *  - warmup (emulator only; first, before any other launch of the codec's
+ *    kernels): cu_mimi_open captures its graphs after a warm-up run, so no
+ *    kernel's first launch is recorded into a capture
+ *    (emu_capture_cold_kernels: 0);
  *  - parity: one slot encodes the fixture's frames (the K/V ring of
  *    context 8 wraps after 4): every code equal
  *    to the CPU codec's and to the official reference's; the CPU's codes
@@ -44,6 +48,18 @@
  *    equal; then two slots (bucket 2, no padding) on the graph side;
  *  - refuse: a non-finite sample and a code out of range are refused with
  *    MS_ERR_RANGE and advance nothing (the next frame still matches);
+ *  - ticket (emulator only): a decode_finish that fails before its event
+ *    has completed (the device made unreachable: EMU_NO_DEVICE=1 for the
+ *    call) keeps the ticket in flight: the next submit takes the other
+ *    pinned block (reusing this one while its PCM copy is pending is a
+ *    race the emulator reports), and finishing the first again returns
+ *    its PCM, equal to the CPU's;
+ *  - oom (emulator only): cu_mimi_open with its n-th allocation failing
+ *    (emu_inject_alloc_failure), n = 1..8 then every 13th until an open
+ *    succeeds: each
+ *    fails with the thread's last error left clean, and an open after
+ *    them works (a stale cudaErrorMemoryAllocation would be returned by
+ *    the next launcher's cudaGetLastError);
  *  - backend: the CUDA backend table's codec entries (cuda/cu_backend.c on
  *    the device codec, its default) against the CPU backend's on a model
  *    moshid-mkmodel writes ($MKMODEL; skipped, and says so, without it):
@@ -91,6 +107,8 @@
 extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
 /* Defined by the emulator (tests/gpu/emu/emu.h) only. */
 const char *emu_last_kernel(void) __attribute__((weak));
+void emu_inject_alloc_failure(unsigned n) __attribute__((weak));
+unsigned emu_capture_cold_kernels(void) __attribute__((weak));
 
 static const char *filter;
 static int n_pass, n_fail;
@@ -171,6 +189,23 @@ static int first_mismatch(const int *a, const int *b, int n) {
     for (int i = 0; i < n; i++)
         if (a[i] != b[i]) return i;
     return -1;
+}
+
+static void test_warmup(const fixture *fx) {
+    const char *name = "warmup";
+    if (!begin(name)) return;
+    if (!emu_capture_cold_kernels) {
+        printf("skip %-10s the emulator counts kernels first launched into a capture\n", name);
+        return;
+    }
+    ms_error e = {0};
+    cu_mimi *g = NULL;
+    unsigned c0 = emu_capture_cold_kernels();
+    if (cu_mimi_open(&g, fx->m, 3, &e)) die("open", &e);
+    unsigned cold = emu_capture_cold_kernels() - c0;
+    result(cold == 0 && cu_mimi_graphs(g), name, "graphs captured: %s; kernels first launched into a capture: %u",
+           cu_mimi_graphs(g) ? "yes" : "no", cold);
+    cu_mimi_close(g);
 }
 
 static void test_parity(const fixture *fx, int frames) {
@@ -391,6 +426,78 @@ static void test_refuse(const fixture *fx) {
     result(ok, name, "NaN sample: \"%s\"; code %d: \"%s\"; repeated slot: \"%s\"; then codes %s, max|d|/rms %.3g",
            e1.msg, mimi_cardinality(fx->m), e2.msg, e3.msg, first_mismatch(cg, cc, K) < 0 ? "equal" : "DIFFER", r);
     free(bad); free(pc); free(pg);
+    mimi_stream_free(s);
+    cu_mimi_close(g);
+}
+
+static void test_ticket(const fixture *fx) {
+    const char *name = "ticket";
+    if (!begin(name)) return;
+    if (!emu_last_kernel) {
+        printf("skip %-10s the emulator's EMU_NO_DEVICE makes the failing call\n", name);
+        return;
+    }
+    ms_error e = {0};
+    const int K = fx->K, F = fx->F;
+    mimi_stream *s = mimi_stream_create(fx->m, &e);
+    cu_mimi *g = NULL;
+    if (!s || cu_mimi_open(&g, fx->m, 2, &e)) die("open", &e);
+    int slot0 = 0, slot1 = 1, cc[64], t0 = -1, t1 = -1;
+    float *pc = malloc(sizeof(float) * F), *pg = malloc(sizeof(float) * F), *pg1 = malloc(sizeof(float) * F);
+    if (mimi_encode_batch(fx->m, &s, 1, fx->pcm, cc, &e)) die("encode", &e);
+    if (cu_mimi_decode_submit(g, &slot0, 1, cc, &t0, &e)) die("submit", &e);
+    ms_error ef = {0};
+    setenv("EMU_NO_DEVICE", "1", 1);
+    int rcf = cu_mimi_decode_finish(g, t0, pg, &ef);   /* fails at cudaSetDevice */
+    unsetenv("EMU_NO_DEVICE");
+    cudaGetLastError();
+    ms_error e1 = {0}, e2 = {0}, e3 = {0};
+    int rc1 = cu_mimi_decode_submit(g, &slot1, 1, cc, &t1, &e1);
+    int rc2 = rc1 ? rc1 : cu_mimi_decode_finish(g, t1, pg1, &e2);
+    int rc3 = cu_mimi_decode_finish(g, t0, pg, &e3);   /* again, now reachable */
+    if (mimi_decode_batch(fx->m, &s, 1, cc, pc, &e)) die("decode", &e);
+    double r = rel_err(pg, pc, (size_t)F);
+    int ok = rcf != MS_OK && rc1 == MS_OK && t1 != t0 && rc2 == MS_OK && rc3 == MS_OK && r <= TOL_REL;
+    result(ok, name,
+           "failed finish: \"%s\"; next submit: ticket %d after %d (%s); finish: %s; first ticket again: %s, "
+           "max|d|/rms %.3g",
+           ef.msg, t1, t0, rc1 ? e1.msg : "ok", rc2 ? e2.msg : "ok", rc3 ? e3.msg : "ok", r);
+    (void)K;
+    free(pc); free(pg); free(pg1);
+    mimi_stream_free(s);
+    cu_mimi_close(g);
+}
+
+static void test_oom(const fixture *fx) {
+    const char *name = "oom";
+    if (!begin(name)) return;
+    if (!emu_inject_alloc_failure) {
+        printf("skip %-10s the emulator's emu_inject_alloc_failure makes the allocation fail\n", name);
+        return;
+    }
+    int n = 1, failed = 0, stale = 0, wrong_code = 0;
+    cu_mimi *g = NULL;
+    for (;; n += n < 8 ? 1 : 13) {   /* the first allocations, then one in 13 (each open makes two streams) */
+        ms_error e = {0};
+        emu_inject_alloc_failure((unsigned)n);
+        int rc = cu_mimi_open(&g, fx->m, 2, &e);
+        emu_inject_alloc_failure(0);
+        if (rc == MS_OK) break;
+        failed++;
+        wrong_code += rc != MS_ERR_DEVICE || !strstr(e.msg, "out of memory");
+        stale += cudaPeekAtLastError() != cudaSuccess;
+        cudaGetLastError();
+        if (n > 5000) break;
+    }
+    /* the open that succeeded ran after every failed one on this thread: it works */
+    ms_error e = {0};
+    int slot = 0, cg[64], cc[64];
+    mimi_stream *s = mimi_stream_create(fx->m, &e);
+    int rc = g ? cu_mimi_encode(g, &slot, 1, fx->pcm, cg, &e) : MS_ERR_STATE;
+    if (!s || mimi_encode_batch(fx->m, &s, 1, fx->pcm, cc, &e)) die("cpu encode", &e);
+    int ok = g && failed > 0 && !stale && !wrong_code && rc == MS_OK && first_mismatch(cg, cc, fx->K) < 0;
+    result(ok, name, "%d opens failed on their n-th allocation (%d with a wrong code, %d leaving a stale last error); "
+           "the open after them: encode %s", failed, wrong_code, stale, rc ? e.msg : "ok, codes equal");
     mimi_stream_free(s);
     cu_mimi_close(g);
 }
@@ -689,11 +796,14 @@ int main(int argc, char **argv) {
     const char *fe = getenv("MIMI_TEST_FRAMES");
     if (fe && atoi(fe) > 0) frames = atoi(fe);
     if (frames > fx.frames) frames = fx.frames;
+    test_warmup(&fx);
     test_parity(&fx, frames);
     test_batch(&fx);
     test_graphs(&fx);
     test_real();
     test_refuse(&fx);
+    test_ticket(&fx);
+    test_oom(&fx);
     test_backend();
     test_pipeline();
     printf("%d passed, %d failed\n", n_pass, n_fail);

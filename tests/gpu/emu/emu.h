@@ -41,7 +41,9 @@ extern "C" {
     X(EMU_FAULT_STACK, "stack-overflow", cudaErrorHardwareStackError)             \
     X(EMU_FAULT_TRAP, "trap", cudaErrorLaunchFailure)                             \
     X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
-    X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)
+    X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)                       \
+    X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)                 \
+    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)
 
 #define EMU_FAULT_ENUM_(e, name, err) e,
 typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
@@ -61,8 +63,8 @@ typedef struct emu_fault {
 } emu_fault;
 
 /* emu_fault_last: the fault that made the runtime's error sticky, copied
- * to *f; returns its kind (EMU_FAULT_NONE when there is none). Cleared by
- * cudaDeviceReset. */
+ * to *f; returns its kind (EMU_FAULT_NONE when there is none). Pending
+ * stream work runs first. Cleared by cudaDeviceReset. */
 emu_fault_kind emu_fault_last(emu_fault *f);
 /* emu_fault_name: "barrier", "warp", ...; emu_fault_error: the CUDA error
  * a fault of kind k leaves sticky. */
@@ -90,10 +92,36 @@ void emu_set_timeout_ms(unsigned ms);
  * (cudaErrorIllegalAddress, sticky until cudaDeviceReset): for tests of a
  * caller's device-error handling. 0 cancels. */
 void emu_inject_fault(unsigned n);
+/* emu_inject_alloc_failure: the n-th cudaMalloc or cudaMallocHost call
+ * from now fails with cudaErrorMemoryAllocation (not sticky: it becomes
+ * the calling thread's last error, as on a device): for tests of a
+ * caller's out-of-memory paths. 0 cancels. */
+void emu_inject_alloc_failure(unsigned n);
+/* emu_set_race_check: 1 = a plain (not atomic) store to device memory
+ * that another block of the same launch has stored to faults (kind
+ * write-race): blocks run one after the other here, so such a pair is
+ * otherwise never seen. Off by default (a hash probe per byte stored);
+ * EMU_RACE=1 turns it on for a whole run. */
+void emu_set_race_check(int on);
+/* emu_capture_cold_kernels: how many kernels so far had their first launch
+ * recorded into a graph capture, never launched outside one before (with
+ * lazy loading, CUDA's default, such a kernel is loaded while the stream
+ * captures; a warm-up run of the same launches first avoids it). */
+unsigned emu_capture_cold_kernels(void);
 /* emu_last_kernel: the name of the last kernel launched (or recorded), ""
  * before any. */
 const char *emu_last_kernel(void);
 
+/* emu_set_streams: 1 = streams run asynchronously (the default; also
+ * EMU_STREAMS=async): enqueued work waits until the host waits for it, the
+ * order among independent streams drawn from EMU_SEED, host memory that a
+ * copy will write poisoned until it runs, a pinned source checked unchanged
+ * when its copy runs (fault kind async-copy). 0 = each call runs its work at
+ * once, in order (EMU_STREAMS=sync). Set it before any work is enqueued. */
+void emu_set_streams(int async);
+/* emu_set_seed: the seed of the resume orders and of the streams' order
+ * (EMU_SEED; default 1). */
+void emu_set_seed(uint64_t seed);
 /* emu_set_devices: 1 or 2 emulated devices (also EMU_DEVICES=2). With 2, a
  * host thread that never called cudaSetDevice works on device 0, as on a
  * machine with two GPUs: a kernel launched into another device's stream

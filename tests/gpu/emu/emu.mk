@@ -12,7 +12,8 @@
 #                              against the emulator's runtime and cuBLAS)
 #                              against the CPU backend
 #   $(BUILD)/emu-test          the detectors against faulty kernels, the
-#                              emulated semantics, graphs, the cuBLAS stand-in
+#                              emulated semantics, graphs, asynchronous
+#                              streams and copies, the cuBLAS stand-in
 #   make test-emu              build both and run them
 #   make gpu-model             the H200 performance model of the LM step
 #                              (tests/gpu/gpu_model.c; predictions, docs/cuda.md)

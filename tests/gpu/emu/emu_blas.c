@@ -1,13 +1,19 @@
 /* emu_blas.c - plain C stand-ins for the cuBLAS entries the project calls
  * (include/cublas_api.h): a loop with cuBLAS's arguments, the compute
  * type's rounding of the inputs and f32 accumulation. They are not fast and
- * not cuBLAS's summation order (a test comparing against one allows for
- * that); they check what a device would fault on: every element read or
- * written must lie in a live device buffer, and every element read must
- * have been written. Enqueued in stream order, so a call on a capturing
- * stream becomes a graph node.
+ * not cuBLAS's kernels, but like them they sum in an order that depends on
+ * the shape (gemm_order below: k-tiles and split-K chosen from m, n and k as
+ * a device's heuristics do), so a result that changes with the batch size
+ * on a device changes here too. They check what a device would fault on:
+ * every element read or written must lie in a live device buffer, and every
+ * element read must have been written. Enqueued in stream order, so a call
+ * on a capturing stream becomes a graph node; such a call is refused
+ * (CUBLAS_STATUS_NOT_SUPPORTED) unless the handle has a workspace of its
+ * own (cublasSetWorkspace after the last cublasSetStream, which resets it),
+ * as the cuBLAS guide's "CUDA Graphs Support" asks (docs/cuda.md).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,8 @@
 struct cublasContext {
     unsigned magic;
     cudaStream_t stream;
+    void *ws;         /* the user workspace (cublasSetWorkspace), or NULL: the library's default pool */
+    size_t ws_bytes;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
@@ -41,6 +49,8 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
     h->stream = s;
+    h->ws = NULL;   /* cublasSetStream resets the workspace to the default pool (cuBLAS guide, cublasSetStream) */
+    h->ws_bytes = 0;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -55,6 +65,8 @@ cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
  * (a graph captured with a freed or short workspace fails on a GPU). */
 cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes) {
     if (!h || h->magic != MAGIC_BLAS) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->ws = NULL;
+    h->ws_bytes = 0;
     if (bytes == 0) return CUBLAS_STATUS_SUCCESS;
     int span = 0;
     emu_alloc *a = emu_alloc_at(workspace, bytes, &span);
@@ -62,6 +74,12 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t byte
         emu_note("cublasSetWorkspace(%p, %zu): not a live device buffer of that size", workspace, bytes);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    if ((uintptr_t)workspace % 256) {   /* the guide: at least 256-byte alignment */
+        emu_note("cublasSetWorkspace(%p): not 256-byte aligned", workspace);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    h->ws = workspace;
+    h->ws_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -166,6 +184,23 @@ static int operand(const char *name, const void *p, int rows, int cols, int ld, 
     return 0;
 }
 
+/* The summation order of one output element, from the shape alone (as a
+ * device's kernel choice is): the depth k is cut into splits (split-K: used
+ * when the output has too few 128 x 128 tiles to fill the H200's 132 SMs and
+ * each split keeps at least 256 of k), each split summed k-tile by k-tile
+ * (64 deep for outputs under 4096 elements, else 32), a tile's products
+ * accumulated in order from zero and added to its split's sum; the splits'
+ * sums added in order. So the same row of A and B gives bits that depend on
+ * m, n and k, as on a device. */
+typedef struct gemm_order { int splits, ktile; } gemm_order;
+
+static gemm_order gemm_order_of(int m, int n, int k) {
+    gemm_order o = {1, (long)m * n < 4096 ? 64 : 32};
+    long tiles = (long)((m + 127) / 128) * ((n + 127) / 128);
+    while (o.splits < 16 && tiles * o.splits * 2 <= 132 && k / (o.splits * 2) >= 256) o.splits *= 2;
+    return o;
+}
+
 static void gemm_run(const void *arg) {
     const gemm_args *g = arg;
     snprintf(emu_g.kname, sizeof emu_g.kname, "cublasGemmEx (emulator stand-in)");
@@ -175,13 +210,27 @@ static void gemm_run(const void *arg) {
     if (operand("A", g->A, ar, ac, g->lda, g->at, 1, 0) || operand("B", g->B, br, bc, g->ldb, g->bt, 1, 0) ||
         operand("C", g->C, g->m, g->n, g->ldc, g->ct, g->beta != 0.0f, 0))
         return;
+    const gemm_order o = gemm_order_of(g->m, g->n, g->k);
+    const int per = (g->k + o.splits - 1) / o.splits;
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             float acc = 0.0f;
-            for (int l = 0; l < g->k; l++) {
-                size_t ia = g->ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g->lda : (size_t)l + (size_t)i * g->lda;
-                size_t ib = g->tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g->ldb : (size_t)j + (size_t)l * g->ldb;
-                acc = fmaf(load(g->A, ia, g->at, g->compute), load(g->B, ib, g->bt, g->compute), acc);
+            for (int s0 = 0; s0 < g->k; s0 += per) {
+                const int s1 = s0 + per < g->k ? s0 + per : g->k;
+                float split = 0.0f;
+                for (int t0 = s0; t0 < s1; t0 += o.ktile) {
+                    const int t1 = t0 + o.ktile < s1 ? t0 + o.ktile : s1;
+                    float tile = 0.0f;
+                    for (int l = t0; l < t1; l++) {
+                        size_t ia = g->ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g->lda
+                                                         : (size_t)l + (size_t)i * g->lda;
+                        size_t ib = g->tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g->ldb
+                                                         : (size_t)j + (size_t)l * g->ldb;
+                        tile = fmaf(load(g->A, ia, g->at, g->compute), load(g->B, ib, g->bt, g->compute), tile);
+                    }
+                    split += tile;
+                }
+                acc += split;
             }
             size_t ic = (size_t)i + (size_t)j * g->ldc;
             float c = g->alpha * acc;
@@ -214,6 +263,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(h->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone && !h->ws) {
+        emu_note("cublasGemmEx captured into a graph without a workspace of its own: call cublasSetWorkspace after "
+                 "cublasSetStream (the cuBLAS guide, \"CUDA Graphs Support\")");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     size_t es_a = at == CUDA_R_16BF ? 2 : 4, es_b = bt == CUDA_R_16BF ? 2 : 4, es_c = ct == CUDA_R_16BF ? 2 : 4;
     emu_traffic_gemm(m, n, k, es_a, es_b, es_c);
     if (emu_traffic_stride() > 1) return CUBLAS_STATUS_SUCCESS;   /* the model prices it from its shape */

@@ -128,6 +128,10 @@ __global__ void read_all(float *d) {   /* freed, host, NULL, uninitialised: the 
     d[64 + threadIdx.x] = d[threadIdx.x] * 2.0f;
 }
 
+__global__ void write_race(float *d) {   /* every block writes its index to d[0..31]: no defined winner */
+    d[threadIdx.x] = (float)blockIdx.x;
+}
+
 __global__ void ldg_shared(float *d) {
     __shared__ float s[64];
     s[threadIdx.x] = 1.0f;
@@ -312,6 +316,7 @@ __global__ void es_add_one(float *d, int n) {
     }
 
 LAUNCHER(bar_exit_early, 1, 64, 0, d)
+LAUNCHER(write_race, 3, 32, 0, d)
 LAUNCHER(bar_divergent, 1, 64, 0, d)
 LAUNCHER(warp_exited_lane, 1, 32, 0, d)
 LAUNCHER(warp_partial, 1, 48, 0, d)

@@ -58,6 +58,10 @@ void emu_init(void) {
     if (o && !strcmp(o, "reverse")) E.order = EMU_ORDER_REVERSE;
     const char *s = getenv("EMU_SEED");
     if (s) E.seed = strtoull(s, NULL, 10);
+    const char *rc = getenv("EMU_RACE");
+    E.race_check = rc && rc[0] == '1';
+    const char *as = getenv("EMU_STREAMS");
+    E.async = !(as && !strcmp(as, "sync"));
     const char *t = getenv("EMU_TIMEOUT_S");
     E.timeout_ms = t ? (unsigned)strtoul(t, NULL, 10) * 1000u : EMU_TIMEOUT_MS;
     const char *st = getenv("EMU_STATS");
@@ -77,7 +81,13 @@ void emu_set_timeout_ms(unsigned ms) { emu_init(); E.timeout_ms = ms; }
 void emu_set_quiet(int quiet) { emu_init(); E.quiet = quiet; }
 void emu_set_hooks(int on) { emu_init(); E.hooks = on; }
 void emu_inject_fault(unsigned n) { emu_init(); E.inject_after = n; }
-const char *emu_last_kernel(void) { return E.kname; }
+const char *emu_last_kernel(void) { return E.launched; }
+void emu_set_streams(int async) { emu_init(); E.async = async != 0; }
+void emu_set_seed(uint64_t seed) {
+    emu_init();
+    E.seed = seed;
+    E.sched = 0;   /* drawn again from the seed */
+}
 void emu_stats_get(emu_stats *s) { *s = E.stats; }
 
 /* ---- faults ---------------------------------------------------------------------------- */
@@ -91,6 +101,8 @@ const char *emu_fault_name(emu_fault_kind k) { return k < EMU_FAULT_NKINDS ? fau
 cudaError_t emu_fault_error(emu_fault_kind k) { return k < EMU_FAULT_NKINDS ? fault_errs[k] : cudaErrorUnknown; }
 
 emu_fault_kind emu_fault_last(emu_fault *f) {
+    emu_init();
+    if (!E.sticky) emu_sync_all();   /* the pending work runs first: its fault is the one asked for */
     if (f) *f = E.fault;
     return E.fault.kind;
 }
@@ -142,6 +154,9 @@ void emu_vfault_note(emu_fault_kind k, const emu_fiber *f, const char *fmt, va_l
                 r->thread.z, r->warp, r->lane, r->msg);
         if (E.call && E.call->site.file)
             fprintf(stderr, "emu:   launched at %s:%d\n", E.call->site.file, E.call->site.line);
+        if (E.async)
+            fprintf(stderr, "emu:   streams asynchronous, their order drawn from EMU_SEED=%llu (EMU_STREAMS=sync runs "
+                    "work in call order)\n", (unsigned long long)E.seed);
         fflush(stderr);
     }
 }

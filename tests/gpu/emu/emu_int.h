@@ -71,11 +71,16 @@ typedef struct emu_state {
     int quiet, hooks;
     unsigned timeout_ms;
     unsigned inject_after;  /* emu_inject_fault: kernel runs left before the injected fault (0: none) */
+    unsigned alloc_fail_after;   /* emu_inject_alloc_failure: allocations left before the failing one (0: none) */
     /* errors */
     cudaError_t sticky;     /* device-wide: a fault; the last error is per host thread (emu_t_last) */
     int ndev;               /* emulated devices (EMU_DEVICES, emu_set_devices; 0: not read yet) */
     int run_dev;            /* the device of the kernel being run (its stream's) */
     uint64_t alloc_calls;   /* cudaMalloc/cudaFree/cudaMallocHost/cudaHostAlloc/cudaFreeHost calls */
+    int race_check;         /* emu_set_race_check */
+    int async;              /* streams run asynchronously (EMU_STREAMS, emu_set_streams; default 1) */
+    uint64_t sched;         /* the stream scheduler's random state (from EMU_SEED) */
+    char launched[EMU_NAME_LEN];   /* the kernel launched last (emu_last_kernel) */
     emu_fault fault;
     /* the grid being run */
     const emu_call *call;
@@ -183,6 +188,9 @@ typedef enum { EMU_NODE_KERNEL, EMU_NODE_MEMCPY, EMU_NODE_MEMSET, EMU_NODE_HOST 
 
 typedef struct emu_node {
     emu_node_kind kind;
+    void *own;                /* a buffer the node owns (a staged host copy), or NULL */
+    const void *chk;          /* EMU_NODE_MEMCPY from pinned memory: the source as it was at the call */
+    int dst_host;             /* EMU_NODE_MEMCPY into host memory (poisoned until the copy runs) */
     emu_call call;            /* EMU_NODE_KERNEL; call.params owned */
     void *dst;
     const void *src;
@@ -202,8 +210,16 @@ cudaError_t emu_enqueue_host(cudaStream_t stream, emu_host_fn fn, const void *ar
 /* A stream captures in a mode that forbids synchronising calls; and the
  * invalidation of every capture by such a call (why names it). */
 int emu_capture_active(void);
+/* emu_stream_capturing: s is a capturing stream. */
+int emu_stream_capturing(cudaStream_t s);
 void emu_capture_invalidate(const char *why);
-/* cudaDeviceReset: no stream captures any more. */
+/* cudaDeviceReset: no stream captures any more, pending work is dropped. */
 void emu_streams_reset(void);
+/* Asynchronous streams (docs/cuda.md, "Streams run asynchronously"):
+ * emu_sync_stream runs pending work until everything enqueued on stream so
+ * far has completed (and what it waits for); emu_sync_all until nothing is
+ * pending. Both return the sticky error, if any. */
+cudaError_t emu_sync_stream(cudaStream_t stream);
+cudaError_t emu_sync_all(void);
 
 #endif

@@ -240,6 +240,42 @@ static emu_alloc *owner(const char *p) {
     return a;
 }
 
+/* The write-race check: the bytes stored in this launch and the block that
+ * stored each (open addressing; entries of earlier launches count as
+ * empty; past RACE_PROBES probes a byte goes unchecked). */
+#define RACE_SLOTS (1u << 20)
+#define RACE_PROBES 32
+typedef struct race_ent { uintptr_t addr; uint64_t launch; uint32_t block; } race_ent;
+static race_ent *race_tab;
+
+static void race_note(const emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
+    if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
+    const dim3 g = E.call->grid;
+    const uint32_t blk = E.bidx.x + g.x * (E.bidx.y + g.y * E.bidx.z);
+    const uint64_t launch = E.stats.launches + 1;   /* 0 marks an empty entry */
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t key = (uintptr_t)(p + i);
+        uint32_t h = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 44) & (RACE_SLOTS - 1);
+        for (int k = 0; k < RACE_PROBES; k++, h = (h + 1) & (RACE_SLOTS - 1)) {
+            race_ent *e = &race_tab[h];
+            if (e->launch != launch) {
+                *e = (race_ent){key, launch, blk};
+                break;
+            }
+            if (e->addr != key) continue;
+            if (e->block != blk) {
+                char where[256], d[96];
+                emu_where(where, sizeof where, site, pc);
+                describe(d, sizeof d, a, p + i);
+                emu_fault_raise(EMU_FAULT_WRITE_RACE,
+                                "store to %s, which block #%u of this launch also stores to: two blocks write one "
+                                "address in one launch, in no defined order (%s)", d, e->block, where);
+            }
+            break;
+        }
+    }
+}
+
 void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *pc) {
     const char *p = vp;
     E.stats.accesses++;
@@ -315,6 +351,8 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
                                             : (uint64_t)(uintptr_t)pc);
         if (a->kind == EMU_A_DEVICE && emu_traffic_stride() > 1) return;   /* sampled: skipped blocks wrote nothing */
     }
+    if (E.race_check && a->kind == EMU_A_DEVICE && (flags & EMU_STORE) && !(flags & EMU_ATOMIC))
+        race_note(a, p, n, site, pc);
     if (!a->shadow) return;
     unsigned char *sh = a->shadow + (p - a->ptr);
     if (flags & EMU_LOAD)
@@ -332,6 +370,11 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
                                 where);
             }
     if (flags & EMU_STORE) memset(sh, 1, n);
+}
+
+void emu_set_race_check(int on) {
+    emu_init();
+    E.race_check = on != 0;
 }
 
 void emu_access(const void *p, size_t bytes, int flags, emu_site site) {

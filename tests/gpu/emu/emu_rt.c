@@ -141,6 +141,11 @@ void emu_set_devices(int n) { E.ndev = n == 2 ? 2 : 1; }
 
 uint64_t emu_alloc_calls(void) { return E.alloc_calls; }
 
+void emu_inject_alloc_failure(unsigned n) {
+    emu_init();
+    E.alloc_fail_after = n;
+}
+
 cudaError_t cudaGetDeviceCount(int *count) {
     emu_init();
     if (no_device()) {
@@ -221,7 +226,7 @@ cudaError_t cudaDeviceSynchronize(void) {
         emu_capture_invalidate("cudaDeviceSynchronize");
         return emu_ret(cudaErrorStreamCaptureUnsupported);
     }
-    return cudaSuccess;
+    return emu_ret(emu_sync_all());
 }
 
 cudaError_t cudaDeviceReset(void) {
@@ -276,6 +281,33 @@ static cudaError_t check_config(const emu_call *c) {
     return cudaSuccess;
 }
 
+/* Kernels launched outside a capture so far, and those whose first launch
+ * was recorded into one (emu_capture_cold_kernels). */
+#define EMU_KERNELS_MAX 4096
+static const void *warm_kernels[EMU_KERNELS_MAX], *cold_kernels[EMU_KERNELS_MAX];
+static int nwarm, ncold;
+
+static int kernel_in(const void *const *set, int n, const void *f) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == f) return 1;
+    return 0;
+}
+
+unsigned emu_capture_cold_kernels(void) { return (unsigned)ncold; }
+
+static void note_first_launch(const emu_call *c) {
+    if (emu_stream_capturing(c->stream)) {
+        if (!kernel_in(warm_kernels, nwarm, c->func) && !kernel_in(cold_kernels, ncold, c->func) &&
+            ncold < EMU_KERNELS_MAX) {
+            cold_kernels[ncold++] = c->func;
+            emu_note("%s: first launched into a graph capture at %s:%d (no warm-up run loaded it)", E.kname,
+                     c->site.file, c->site.line);
+        }
+    } else if (!kernel_in(warm_kernels, nwarm, c->func) && nwarm < EMU_KERNELS_MAX) {
+        warm_kernels[nwarm++] = c->func;
+    }
+}
+
 void emu_launch(const emu_call *c) {
     emu_init();
     if (E.sticky) {
@@ -283,6 +315,7 @@ void emu_launch(const emu_call *c) {
         return;
     }
     emu_kernel_name(E.kname, sizeof E.kname, c->pretty);
+    snprintf(E.launched, sizeof E.launched, "%s", E.kname);
     cudaError_t e = check_config(c);
     if (e) {
         emu_t_last = e;
@@ -295,6 +328,7 @@ void emu_launch(const emu_call *c) {
         emu_t_last = cudaErrorInvalidResourceHandle;
         return;
     }
+    note_first_launch(c);
     emu_node nd = {.kind = EMU_NODE_KERNEL, .call = *c};
     emu_enqueue(c->stream, &nd);
 }
@@ -320,6 +354,7 @@ static cudaError_t malloc_kind(void **ptr, size_t bytes, emu_akind kind, const c
         return cudaSuccess;
     }
     if (device_used + bytes > EMU_DEVICE_BYTES) return emu_ret(cudaErrorMemoryAllocation);
+    if (E.alloc_fail_after && --E.alloc_fail_after == 0) return emu_ret(cudaErrorMemoryAllocation);
     emu_alloc *a = emu_alloc_new(bytes, 256, kind);
     if (!a) return emu_ret(cudaErrorMemoryAllocation);
     device_used += bytes;
@@ -339,6 +374,10 @@ static cudaError_t free_kind(void *ptr, emu_akind kind, const char *call) {
     EMU_ENTER();
     E.alloc_calls++;
     if (!ptr) return cudaSuccess;
+    /* the runtime's frees wait for the device (NVIDIA's "Using the NVIDIA CUDA
+     * Stream-Ordered Memory Allocator": cudaFree synchronises the device) */
+    cudaError_t se = emu_sync_all();
+    if (se) return emu_ret(se);
     emu_alloc *a = alloc_start(ptr);
     if (!a || a->kind != kind || a->freed) {
         emu_note("%s(%p): %s", call, ptr, !a ? "not the start of an allocation" : a->freed ? "already freed" :
@@ -391,22 +430,49 @@ static cudaError_t copy_check(void *dst, const void *src, size_t n, enum cudaMem
     return cudaSuccess;
 }
 
+/* A copy as the runtime's "API synchronization behavior" describes it
+ * (docs/cuda.md, "Streams run asynchronously"): from pageable memory the
+ * source is staged at the call, so the caller may reuse it at once; from
+ * pinned memory the copy reads it when it runs, and the emulator checks
+ * that it is unchanged then; host memory a copy writes is poisoned until it
+ * runs. sync: cudaMemcpy, which returns once the copy has completed, except
+ * from pageable memory to the device (staged, the DMA may still be pending)
+ * and between two device buffers (no host synchronisation). */
+static cudaError_t copy_enqueue(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s,
+                                int sync) {
+    const char *call = sync ? "cudaMemcpy" : "cudaMemcpyAsync";
+    cudaError_t e = copy_check(dst, src, n, k, call);
+    if (e) return emu_ret(e);
+    int d = space_of(dst, n, call, "destination"), sp = space_of(src, n, call, "source");
+    if (d != 1 && sp != 1) {   /* host to host: at once */
+        memmove(dst, src, n);
+        return cudaSuccess;
+    }
+    emu_node nd = {.kind = EMU_NODE_MEMCPY, .dst = dst, .src = src, .n = n, .ckind = k, .dst_host = d != 1};
+    if (sp == 0 && E.async) {   /* pageable: staged now */
+        if (!(nd.own = malloc(n))) return emu_ret(cudaErrorMemoryAllocation);
+        memcpy(nd.own, src, n);
+    } else if (sp == 2 && E.async) {   /* pinned: read when it runs */
+        void *c = malloc(n);
+        if (!c) return emu_ret(cudaErrorMemoryAllocation);
+        memcpy(c, src, n);
+        nd.chk = c;
+    }
+    e = emu_enqueue(s, &nd);
+    if (e || !sync || (sp == 0 && d == 1) || (sp == 1 && d == 1)) return e;
+    return emu_ret(emu_sync_stream(s));
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
     EMU_ENTER();
     if (!n) return cudaSuccess;
-    cudaError_t e = copy_check(dst, src, n, k, "cudaMemcpyAsync");
-    if (e) return emu_ret(e);
-    emu_node nd = {.kind = EMU_NODE_MEMCPY, .dst = dst, .src = src, .n = n, .ckind = k};
-    return emu_enqueue(s, &nd);
+    return copy_enqueue(dst, src, n, k, s, 0);
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
     EMU_ENTER();
     if (!n) return cudaSuccess;
-    cudaError_t e = copy_check(dst, src, n, k, "cudaMemcpy");
-    if (e) return emu_ret(e);
-    emu_node nd = {.kind = EMU_NODE_MEMCPY, .dst = dst, .src = src, .n = n, .ckind = k};
-    return emu_enqueue(NULL, &nd);
+    return copy_enqueue(dst, src, n, k, NULL, 1);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {

@@ -11,6 +11,13 @@
  *     barrier counts, atomics, 3-D indices, dynamic shared memory), and the
  *     runtime: launch configuration errors, copy checks, graph capture and
  *     replay, capture invalidation, the cuBLAS stand-in.
+ *     Asynchronous streams: a missing event wait reads what the producer
+ *     has not written, the legacy stream's implicit synchronisation, the
+ *     order of independent streams drawn from the seed, a reused pinned
+ *     staging buffer reported, pageable sources staged, host destinations
+ *     poisoned until their copy's event; the cuBLAS stand-in's
+ *     shape-dependent order and its refusal to be captured without a
+ *     workspace.
  *     Per host thread state: the last error and the current device, and
  *     the two-device mode (a thread that never set the device works on
  *     device 0); allocation calls counted.
@@ -44,7 +51,7 @@ EF(bar_exit_early) EF(bar_divergent) EF(warp_exited_lane) EF(warp_partial) EF(wa
 EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad_width) EF(ldg_misaligned)
 EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
 EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
-EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait)
+EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait) EF(write_race)
 #undef EF
 cudaError_t ef_matvec_vec_direct(float *y, const float *x, const uint16_t *w, int B, int N, int K);
 cudaError_t es_shuffles_run(int *out);
@@ -126,6 +133,8 @@ static const fault_case fault_cases[] = {
      "dynamic shared memory", 1, EMU_ORDER_FORWARD},
     {"use-after-free: a freed buffer", ef_read_all, BUF_FREED, EMU_FAULT_FREED, "read_all", 0, 0, "was freed", 1,
      EMU_ORDER_FORWARD},
+    {"write-race: two blocks store to one address (race check on)", ef_write_race, BUF_INIT, EMU_FAULT_WRITE_RACE,
+     "write_race", 1, 0, "block #0 of this launch also stores", 1, EMU_ORDER_FORWARD},
     {"host-memory: a malloc'd pointer", ef_read_all, BUF_HOST, EMU_FAULT_HOST, "read_all", 0, 0, "host pointer", 1,
      EMU_ORDER_FORWARD},
     {"host-memory: NULL", ef_read_all, BUF_NULL, EMU_FAULT_HOST, "read_all", 0, 0, "NULL", 1, EMU_ORDER_FORWARD},
@@ -190,6 +199,7 @@ static void expect_fault(const char *name, emu_fault_kind kind, const char *kern
     emu_set_order(EMU_ORDER_RANDOM);
     emu_set_hooks(1);
     emu_set_timeout_ms(120000);
+    emu_set_race_check(0);
     int ok = got == kind && sync == emu_fault_error(kind) && later == sync && after == cudaSuccess &&
              strstr(f.kernel, kernel) && f.block.x == bx && f.thread.x == tx && strstr(f.msg, why);
     if (ok)
@@ -210,6 +220,7 @@ static void test_detectors(void) {
         emu_set_order(c->order);
         emu_set_hooks(c->hooks);
         if (c->kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
+        emu_set_race_check(c->kind == EMU_FAULT_WRITE_RACE);
         void *host;
         float *d = case_buffer(c->buf, &host);
         c->run(d, NBUF);
@@ -645,6 +656,7 @@ static void test_graphs(void) {
     cudaGraphExecUpdateResultInfo info;
     cudaError_t up = cudaGraphExecUpdate(x, g2, &info);
     CU_CHECK_FATAL(cudaGraphLaunch(x, s));
+    CU_CHECK_FATAL(cudaStreamSynchronize(s));   /* s is non-blocking: the legacy stream's copies do not wait */
     float a[100], b[100];
     gu_d2h(a, d, sizeof a);
     gu_d2h(b, d2, sizeof b);
@@ -757,7 +769,9 @@ static void test_cublas(void) {
            "cuBLAS stand-in: cublasGemmEx as engine-bench calls it",
            "vs kern_matvec_bf16: max normalised error %.3g; f32 inputs under _FAST_16BF equal bf16 inputs: %s", worst,
            same ? "yes" : "no");
-    /* a GemmEx reading past its buffer is a fault, like a kernel's */
+    /* a GemmEx reading past its buffer is a fault, like a kernel's, seen
+     * when the stream's work runs (with asynchronous streams the call
+     * itself returns success) */
     cublasStatus_t bad = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N + 1, B, K, &one, dw, CUDA_R_16BF, K, dxb,
                                       CUDA_R_16BF, K, &zero, dc, CUDA_R_32F, N + 1, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT);
@@ -765,7 +779,8 @@ static void test_cublas(void) {
     emu_fault_kind k = emu_fault_last(&f);
     cudaError_t sync = cudaDeviceSynchronize();
     cudaDeviceReset();
-    result(bad == CUBLAS_STATUS_EXECUTION_FAILED && k == EMU_FAULT_OOB && sync == cudaErrorIllegalAddress,
+    result((bad == CUBLAS_STATUS_SUCCESS || bad == CUBLAS_STATUS_EXECUTION_FAILED) && k == EMU_FAULT_OOB &&
+               sync == cudaErrorIllegalAddress,
            "cuBLAS stand-in: A one row short is out of bounds", "%s: %s", emu_fault_name(k), f.msg);
     cublasDestroy(h);
 }
@@ -809,6 +824,209 @@ static void test_orders(void) {
     free(w);
 }
 
+/* ---- asynchronous streams ------------------------------------------------------------------ */
+
+/* The value of d[0] after a consumer stream copies it, with or without an
+ * event wait on the producer. */
+static float consumer_reads(int wait, unsigned flags_b) {
+    float *d = gu_dalloc(64 * sizeof(float)), *o = gu_dalloc(64 * sizeof(float)), got = -1.0f;
+    CU_CHECK_FATAL(cudaMemset(d, 0, 64 * sizeof(float)));
+    gu_sync();
+    cudaStream_t a, b;
+    cudaEvent_t ev;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&b, flags_b));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CU_CHECK_FATAL(es_add_one_run(d, 64, a));   /* the producer: d = 1 */
+    CU_CHECK_FATAL(cudaEventRecord(ev, a));
+    if (wait) CU_CHECK_FATAL(cudaStreamWaitEvent(b, ev, 0));
+    CU_CHECK_FATAL(cudaMemcpyAsync(o, d, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b));
+    CU_CHECK_FATAL(cudaMemcpyAsync(&got, o, sizeof got, cudaMemcpyDeviceToHost, b));
+    CU_CHECK_FATAL(cudaStreamSynchronize(b));
+    gu_sync();
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    cudaEventDestroy(ev);
+    gu_dfree(d);
+    gu_dfree(o);
+    return got;
+}
+
+static void test_async_streams(void) {
+    cudaDeviceReset();
+    const char *mode = getenv("EMU_STREAMS");
+    emu_set_streams(1);   /* these cases are about the asynchronous mode, whatever EMU_STREAMS says */
+    float with = consumer_reads(1, cudaStreamNonBlocking), without = consumer_reads(0, cudaStreamNonBlocking);
+    result(with == 1.0f && without == 0.0f, "streams: a missing event wait reads stale data",
+           "consumer with cudaStreamWaitEvent reads %g (1 expected), without it %g (the producer had not run)", with,
+           without);
+
+    /* the legacy stream: a blocking stream waits for it, a non-blocking one does not */
+    float *d = gu_dalloc(64 * sizeof(float));
+    float seen[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        CU_CHECK_FATAL(cudaMemset(d, 0, 64 * sizeof(float)));
+        gu_sync();
+        cudaStream_t s;
+        CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, k ? cudaStreamNonBlocking : cudaStreamDefault));
+        CU_CHECK_FATAL(es_add_one_run(d, 64, NULL));   /* on the legacy stream */
+        CU_CHECK_FATAL(cudaMemcpyAsync(&seen[k], d, sizeof(float), cudaMemcpyDeviceToHost, s));
+        CU_CHECK_FATAL(cudaStreamSynchronize(s));
+        gu_sync();
+        cudaStreamDestroy(s);
+    }
+    result(seen[0] == 1.0f && seen[1] == 0.0f, "streams: the legacy stream's implicit synchronisation",
+           "a blocking stream's copy after a legacy-stream kernel reads %g (1), a non-blocking stream's %g (0)",
+           seen[0], seen[1]);
+
+    /* two unordered streams writing one buffer: the winner depends on the seed */
+    int wins[3] = {0, 0, 0};
+    cudaStream_t s1, s2;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    unsigned char *db = gu_dalloc(16);
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        emu_set_seed(seed);
+        for (int i = 0; i < 4; i++) {
+            CU_CHECK_FATAL(cudaMemsetAsync(db, 1, 16, s1));
+            CU_CHECK_FATAL(cudaMemsetAsync(db, 2, 16, s2));
+        }
+        gu_sync();
+        unsigned char v = 0;
+        gu_d2h(&v, db, 1);
+        wins[v < 3 ? v : 0]++;
+    }
+    emu_set_seed(1);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    gu_dfree(db);
+    result(wins[1] > 0 && wins[2] > 0 && wins[0] == 0, "streams: independent streams complete in a seeded order",
+           "16 seeds: stream 1 last %d times, stream 2 last %d times", wins[1], wins[2]);
+
+    /* a pinned staging buffer refilled before its copy ran: reported */
+    float *h = NULL, *d2 = gu_dalloc(64 * sizeof(float));
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h, 64 * sizeof(float)));
+    cudaStream_t s;
+    cudaEvent_t ev;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    for (int i = 0; i < 64; i++) h[i] = 1.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    for (int i = 0; i < 64; i++) h[i] = 2.0f;   /* the next frame's data, no wait: the bug */
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    cudaError_t sync = cudaStreamSynchronize(s);
+    emu_fault f;
+    emu_fault_kind k = emu_fault_last(&f);
+    cudaDeviceReset();
+    result(k == EMU_FAULT_ASYNC_COPY && sync == cudaErrorLaunchFailure && strstr(f.msg, "staging buffer"),
+           "streams: a reused pinned staging buffer is reported", "%s (%s): %s", emu_fault_name(k),
+           cudaGetErrorName(sync), f.msg);
+
+    /* the same with the event waited for: no fault; pageable sources are staged at the call */
+    d = gu_dalloc(64 * sizeof(float));
+    d2 = gu_dalloc(64 * sizeof(float));
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h, 64 * sizeof(float)));
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU_CHECK_FATAL(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    for (int i = 0; i < 64; i++) h[i] = 1.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    CU_CHECK_FATAL(cudaEventRecord(ev, s));
+    CU_CHECK_FATAL(cudaEventSynchronize(ev));
+    for (int i = 0; i < 64; i++) h[i] = 2.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2, h, 64 * sizeof(float), cudaMemcpyHostToDevice, s));
+    float pg[64];
+    for (int i = 0; i < 64; i++) pg[i] = 3.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(d2 + 32, pg, 32 * sizeof(float), cudaMemcpyHostToDevice, s));
+    for (int i = 0; i < 64; i++) pg[i] = 4.0f;   /* allowed: the runtime staged it */
+    /* a host destination holds garbage until its copy's event */
+    float *h2 = NULL;
+    CU_CHECK_FATAL(cudaMallocHost((void **)&h2, 64 * sizeof(float)));
+    for (int i = 0; i < 64; i++) h2[i] = 0.0f;
+    CU_CHECK_FATAL(cudaMemcpyAsync(h2, d2, 64 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    int poisoned = isnan(h2[0]) && isnan(h2[63]);
+    CU_CHECK_FATAL(cudaEventRecord(ev, s));
+    CU_CHECK_FATAL(cudaEventSynchronize(ev));
+    float a0 = -1.0f;
+    gu_d2h(&a0, d, sizeof a0);
+    result(emu_fault_last(NULL) == EMU_FAULT_NONE && a0 == 1.0f && h2[0] == 2.0f && h2[32] == 3.0f && poisoned,
+           "streams: staging waited for; pageable staged; results after the event",
+           "first copy %g (1), refilled buffer %g (2), pageable source %g (3, changed after the call), host "
+           "destination before its event: %s", a0, h2[0], h2[32], poisoned ? "poisoned (NaN)" : "not poisoned");
+    cudaStreamDestroy(s);
+    cudaEventDestroy(ev);
+    cudaFreeHost(h);
+    cudaFreeHost(h2);
+    gu_dfree(d);
+    gu_dfree(d2);
+    emu_set_streams(!(mode && !strcmp(mode, "sync")));
+}
+
+/* The cuBLAS stand-in: its summation order follows the shape (as split-K
+ * and tile choices do on a device), and a GEMM is captured only with a
+ * workspace of the handle's own. */
+static void test_cublas_shape_workspace(void) {
+    const int M = 64, K = 2048, N1 = 16, N2 = 64;
+    gu_rng r = {23};
+    uint16_t *a = malloc((size_t)M * K * 2), *b = malloc((size_t)K * N2 * 2);
+    float *c1 = malloc((size_t)M * N1 * 4), *c2 = malloc((size_t)M * N2 * 4);
+    for (int i = 0; i < M * K; i++) a[i] = st_f32_to_bf16((float)gu_normal(&r));
+    for (int i = 0; i < K * N2; i++) b[i] = st_f32_to_bf16((float)gu_normal(&r));
+    uint16_t *da = gu_dalloc((size_t)M * K * 2), *db = gu_dalloc((size_t)K * N2 * 2);
+    float *dc = gu_dalloc((size_t)M * N2 * 4);
+    gu_h2d(da, a, (size_t)M * K * 2);
+    gu_h2d(db, b, (size_t)K * N2 * 2);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float one = 1.0f, zero = 0.0f;
+    /* the same 16 columns, in a batch of 16 and in one of 64 */
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N1, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K, &zero, dc,
+                 CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(c1, dc, (size_t)M * N1 * 4);
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N2, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K, &zero, dc,
+                 CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    gu_d2h(c2, dc, (size_t)M * N2 * 4);
+    int differ = 0;
+    double worst = 0.0;
+    for (int i = 0; i < M * N1; i++) {
+        differ += c1[i] != c2[i];
+        double e = fabs((double)c1[i] - c2[i]) / (fabs((double)c2[i]) + 1.0);
+        worst = e > worst ? e : worst;
+    }
+    result(differ > 0 && worst < 1e-5, "cuBLAS stand-in: the summation order follows the shape",
+           "%d of %d outputs differ in their bits between a batch of %d and one of %d (largest difference %.2g, "
+           "relative to |c| + 1)", differ, M * N1, N1, N2, worst);
+
+    cudaStream_t s;
+    CU_CHECK_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *ws = gu_dalloc(1 << 20);
+    cublasStatus_t st[3];
+    cudaGraph_t g[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        cublasSetStream(h, s);   /* resets the workspace (cuBLAS: cublasSetStream) */
+        if (i == 1) cublasSetWorkspace(h, ws, 1 << 20);
+        CU_CHECK_FATAL(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        st[i] = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N1, K, &one, da, CUDA_R_16BF, K, db, CUDA_R_16BF, K,
+                             &zero, dc, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        CU_CHECK_FATAL(cudaStreamEndCapture(s, &g[i]));
+        if (g[i]) cudaGraphDestroy(g[i]);
+    }
+    result(st[0] == CUBLAS_STATUS_NOT_SUPPORTED && st[1] == CUBLAS_STATUS_SUCCESS &&
+               st[2] == CUBLAS_STATUS_NOT_SUPPORTED,
+           "cuBLAS stand-in: capture needs a workspace of its own",
+           "captured GEMM without a workspace: %s; after cublasSetWorkspace: %s; after another cublasSetStream: %s",
+           cublasGetStatusName(st[0]), cublasGetStatusName(st[1]), cublasGetStatusName(st[2]));
+    cublasDestroy(h);
+    cudaStreamDestroy(s);
+    gu_dfree(ws);
+    gu_dfree(da);
+    gu_dfree(db);
+    gu_dfree(dc);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+
 int main(void) {
     emu_set_quiet(1);
     printf("emu-test: the CUDA emulator's detectors and semantics\n");
@@ -824,6 +1042,8 @@ int main(void) {
     test_traffic();
     test_graphs();
     test_cublas();
+    test_async_streams();
+    test_cublas_shape_workspace();
     test_orders();
     printf("%d passed, %d failed, 0 skipped\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -16,6 +16,8 @@ printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' <<<"$out" | tail -n 1)
 if [ $rc -ne 0 ] || ! grep -qE '^[0-9]+ passed, 0 failed' <<<"$sum"; then
     echo "emu-test failed (exit $rc)"
+    echo "(streams asynchronous, their order from EMU_SEED=${EMU_SEED:-1}: the same seed repeats it;" \
+        "EMU_STREAMS=sync runs work in call order)"
     exit 1
 fi
 printf 'emu-test: %s in %.1f s\n' "${sum%%,*}" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"

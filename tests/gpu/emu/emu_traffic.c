@@ -133,26 +133,37 @@ static struct {
     int nrows;
 } T;
 
+/* Pending stream work runs before the table changes hands: what was
+ * enqueued before a start is not counted, what was enqueued before a get
+ * or a stop is. */
 void emu_traffic_start(unsigned stride) {
     emu_init();
+    emu_sync_all();
     T.on = 1;
     T.stride = stride ? stride : 1;
     T.nrows = 0;
 }
 
-void emu_traffic_stop(void) { T.on = 0; }
+void emu_traffic_stop(void) {
+    emu_sync_all();
+    T.on = 0;
+}
 
 int emu_traffic_on(void) { return T.on; }
 
 unsigned emu_traffic_stride(void) { return T.on ? T.stride : 1; }
 
 int emu_traffic_get(emu_traffic *rows, int max) {
+    emu_sync_all();
     int n = T.nrows < max ? T.nrows : max;
     memcpy(rows, T.rows, sizeof *rows * (size_t)n);
     return n;
 }
 
-void emu_traffic_reset(void) { T.nrows = 0; }
+void emu_traffic_reset(void) {
+    emu_sync_all();
+    T.nrows = 0;
+}
 
 static emu_traffic *row_of(const char *name) {
     for (int i = 0; i < T.nrows; i++)

@@ -18,6 +18,8 @@ printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' <<<"$out" | tail -n 1)
 if [ $rc -ne 0 ] || ! grep -qE '^[0-9]+ passed, 0 failed, 0 skipped$' <<<"$sum"; then
     echo "engine-test on the emulator failed (exit $rc): $sum"
+    echo "(streams asynchronous, their order from EMU_SEED=${EMU_SEED:-1}: the same seed repeats it;" \
+        "EMU_STREAMS=sync runs work in call order)"
     exit 1
 fi
 nodev=$(EMU_NO_DEVICE=1 timeout -k 10 120 "$bin" 2>&1); nrc=$?

@@ -20,9 +20,11 @@ printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
 if [ $rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
     echo "mimi-test on the emulator failed (exit $rc): $sum"
+    echo "(streams asynchronous, their order from EMU_SEED=${EMU_SEED:-1}: the same seed repeats it;" \
+        "EMU_STREAMS=sync runs work in call order)"
     exit 1
 fi
-for c in parity batch graphs refuse backend pipeline; do
+for c in warmup parity batch graphs refuse ticket oom backend pipeline; do
     if ! grep -q "^ok   $c " <<<"$out"; then
         echo "mimi-test on the emulator: case $c did not pass (is $BUILD/moshid-mkmodel built?)"
         exit 1
