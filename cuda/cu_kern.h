@@ -211,17 +211,26 @@ cudaError_t cu_mimi_gemm(float *C, const float *A, const float *B, int M, int N,
                          cudaStream_t stream);
 /* Causal conv input: xb (n, cin, P + T) = [slot state (cin, P) | elu?(x)
  * columns of item s], first[s] (NULL: none) replicates the first input
- * column into the state part; then the slot's state = the last P columns.
- * state + slot[s] * state_stride + state_off is the slot's (cin, P). */
+ * column into the state part. state + slot[s] * state_stride + state_off
+ * is the slot's (cin, P); the conv that reads xb keeps the new state
+ * (cu_mimi_conv's keep). */
 cudaError_t cu_mimi_conv_stage(float *xb, float *state, size_t state_stride, size_t state_off,
                                const float *x /* (cin, n*T) */, const int32_t *slot /* (n) */,
                                const int32_t *first /* (n) or NULL */, int n, int cin, int T, int P, int elu,
                                cudaStream_t stream);
+/* The state a causal conv keeps: the last P columns of each item's xb
+ * into state + slot[s] * stride + off, (cin, P). */
+typedef struct cu_mimi_keep {
+    float *state;
+    size_t stride, off;
+    const int32_t *slot;   /* (n) */
+    int P;
+} cu_mimi_keep;
 /* y (cout, n*Tout) [+]= b + w (cout, cin*K) conv xb (n, cin, L), stride S,
- * dilation dil. */
+ * dilation dil; keep (NULL: none) the slots' new state, from the same xb. */
 cudaError_t cu_mimi_conv(float *y, const float *xb, const float *w, const float *b /* (cout) or NULL */, int n,
                          int cin, int cout, int K, int S, int dil, int L, int Tout, int accumulate,
-                         cudaStream_t stream);
+                         const cu_mimi_keep *keep, cudaStream_t stream);
 /* Transposed conv (K >= S, kept partial sums (cout, K - S) per slot):
  * y (cout, n*T*S) [+]= b + convtr(x (cin, n*T)); w (cout*K, cin), or
  * depthwise (cout, K) with cin == cout; full: scratch (n, cout, T*S + K - S). */

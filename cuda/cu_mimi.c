@@ -482,8 +482,9 @@ static int conv(const call *k, const gconv *d, int T, const float *x, int elu, f
     }
     KTRY(cu_mimi_conv_stage(k->w->xb, k->state, k->state_stride, c->state_off, x, k->slot, c->replicate ? first : NULL,
                             k->n, c->cin, T, c->pad, elu, k->w->st));
+    const cu_mimi_keep keep = {k->state, k->state_stride, c->state_off, k->slot, c->pad};
     KTRY(cu_mimi_conv(y, k->w->xb, d->w, d->b, k->n, c->cin, c->cout, c->k, c->stride, c->dil, c->pad + T,
-                      T / c->stride, accumulate, k->w->st));
+                      T / c->stride, accumulate, &keep, k->w->st));
     return MS_OK;
 }
 

@@ -66,6 +66,7 @@ cu-config:
 	@echo "CU_HOME=$(CU_HOME)"
 	@echo "NVCC_VERSION=$(NVCC_VERSION)"
 	@echo "CU_LIBDIR=$(CU_LIBDIR)"
+	@echo "NVCCFLAGS=$(NVCCFLAGS)"
 	@printf 'CU_LINE=%b\n' $(CU_LINE)
 .PHONY: cu-config
 

@@ -3,7 +3,11 @@
  * batches of 1, 4, 8, 16 and 32 slots, one engine thread (threads 1, as
  * config/demo/moshid-demo.json), and the whole step synchronous against
  * pipelined (LM_MAX_INFLIGHT frames in flight) in the same run: the time per
- * frame of a batch and the ratio. Model: $BUILD/demo (make demo-model). */
+ * frame of a batch and the ratio. The codec is at its steady state: after
+ * each slot's reset its codec alone runs context x hop / 1920 frames (every
+ * transformer ring full, as a session after its first seconds); the
+ * pipelined time from the fresh state (no such frames) is printed beside.
+ * Model: $BUILD/demo (make demo-model). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +16,7 @@
 
 #include "backend.h"
 #include "lmgen.h"
+#include "mimi.h"
 
 #define ROUNDS 40
 
@@ -33,9 +38,23 @@ static lm_backend *open_demo(const char *dir, int slots, int pipeline) {
     return b;
 }
 
+/* fill frames of the codec alone for slots 0..n-1 (encode, then decode of
+ * the codes): their transformer rings full. */
+static void fill_codec(lm_backend *b, const int *slots, int n, const float *pcm, int fill) {
+    int *codes = calloc((size_t)n * (b->ncb > 0 ? b->ncb : 1), sizeof(int));
+    float *out = calloc((size_t)n * MS_FRAME_SAMPLES, sizeof(float));
+    ms_error e = {0};
+    for (int f = 0; f < fill && !e.code; f++)
+        if (!lm_backend_mimi_encode(b, slots, n, pcm, codes, &e)) lm_backend_mimi_decode(b, slots, n, codes, out, &e);
+    if (e.code) fprintf(stderr, "bench_frame: filling the codec: %s\n", e.msg);
+    free(codes);
+    free(out);
+}
+
 /* ms per frame step of n slots: parts[3] (encode, LM, decode) when
- * split, else the whole (sync or pipelined, rounds frames). */
-static double run(lm_backend *b, int n, int split, double parts[3]) {
+ * split, else the whole (sync or pipelined, rounds frames); fill: codec
+ * frames run first (0: the fresh state). */
+static double run(lm_backend *b, int n, int split, double parts[3], int fill) {
     lmgen_slot *g = calloc((size_t)n, sizeof *g), **gp = calloc((size_t)n, sizeof *gp);
     int *slots = calloc((size_t)n, sizeof(int));
     float *pcm = calloc((size_t)n * MS_FRAME_SAMPLES, sizeof(float));
@@ -49,6 +68,7 @@ static double run(lm_backend *b, int n, int split, double parts[3]) {
         lm_backend_reset_slot(b, i, &e);
     }
     for (size_t k = 0; k < (size_t)n * MS_FRAME_SAMPLES; k++) pcm[k] = 0.3f * sinf(0.01f * (float)k);
+    if (fill) fill_codec(b, slots, n, pcm, fill);
     enum { K = LM_MAX_INFLIGHT };
     lm_frame f[K];
     for (int k = 0; k < K; k++) {
@@ -102,15 +122,26 @@ int main(int argc, char **argv) {
     const int ns[] = {1, 4, 8, 16, 32};
     lm_backend *bs = open_demo(dir, 32, 0), *bp = open_demo(dir, 32, 1);
     if (!bs || !bp) return 1;
-    printf("frame step of the demo model, CPU backend, 1 LM thread, ms per batch step (%d rounds)\n", ROUNDS);
-    printf("%6s %9s %9s %9s %9s %10s %10s %8s\n", "slots", "encode", "LM", "decode", "sum", "sync", "pipelined",
-           "speedup");
+    char mcfg[600];
+    snprintf(mcfg, sizeof mcfg, "%s/mimi.json", dir);
+    mimi_config mc;
+    ms_error e = {0};
+    if (mimi_config_load(&mc, mcfg, &e)) {
+        fprintf(stderr, "bench_frame: %s\n", e.msg);
+        return 1;
+    }
+    const int fill = (int)(((long)mc.context * mc.hop + MS_FRAME_SAMPLES - 1) / MS_FRAME_SAMPLES);
+    printf("frame step of the demo model, CPU backend, 1 LM thread, ms per batch step (%d rounds), codec context "
+           "full (after %d codec frames; \"pipe fresh\": pipelined from a reset)\n", ROUNDS, fill);
+    printf("%6s %9s %9s %9s %9s %10s %10s %8s %10s\n", "slots", "encode", "LM", "decode", "sum", "sync", "pipelined",
+           "speedup", "pipe fresh");
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         double parts[3];
-        run(bs, ns[i], 1, parts);
-        double sync = run(bs, ns[i], 0, NULL), pipe = run(bp, ns[i], 0, NULL);
-        printf("%6d %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f %7.2fx\n", ns[i], parts[0], parts[1], parts[2],
-               parts[0] + parts[1] + parts[2], sync, pipe, sync / pipe);
+        run(bs, ns[i], 1, parts, fill);
+        double sync = run(bs, ns[i], 0, NULL, fill), pipe = run(bp, ns[i], 0, NULL, fill);
+        double fresh = run(bp, ns[i], 0, NULL, 0);
+        printf("%6d %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f %7.2fx %10.2f\n", ns[i], parts[0], parts[1], parts[2],
+               parts[0] + parts[1] + parts[2], sync, pipe, sync / pipe, fresh);
     }
     lm_backend_close(bs);
     lm_backend_close(bp);

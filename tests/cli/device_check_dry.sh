@@ -2,7 +2,12 @@
 # device_check_dry.sh - `tests/gpu/device_check.sh --dry-run` in `make test`:
 # the device check's every stage on the CPU (the emulator builds, tiny
 # shapes), so the script a GPU machine runs once is itself tested. Checks:
-#  - the script exits 0 and its stage table has a row for every stage;
+#  - the script exits 0 and its stage table has a row for every stage, in
+#    the order the device runs them (the target points right after the
+#    build, the official side last); the preflight's lines, the line for
+#    wheels not carried, the stated budget; the JSON summary parses and has
+#    every figure; the real run without a device stops in the preflight
+#    (exit 2) before building anything;
 #  - lm-bench's rows: the full set (a step row per batch and position, the
 #    prefill, the largest batch under the budget) or, while the plugin has
 #    no backend table, the row that says so; the comparison table is there;
@@ -37,12 +42,55 @@ PY=${DEVICE_CHECK_PYTHON:-python3}
 case "$BUILD" in /*) absb=$BUILD ;; *) absb=$root/$BUILD ;; esac
 mkdir -p "$TMP/out"
 t0=$(date +%s)
-run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" bash "$root/tests/gpu/device_check.sh" --dry-run
+run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" DEVICE_CHECK_WHEELS="$TMP/no-wheels" \
+    bash "$root/tests/gpu/device_check.sh" --dry-run
 expect_rc 0 "device_check.sh --dry-run (report: $(cat "$TMP/out/device_check.md" 2>/dev/null | tail -n 40))"
+dryout=$out
 st=$TMP/out/stages.md
 for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer; do
     grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
 done
+# the order: the target points (lm-bench) right after the build, the official side last
+order=$(awk -F'|' '{gsub(/ /, "", $2); print $2}' "$st" | paste -sd ' ' -)
+case "$order" in
+    "build lm-bench engine-test "*" official") ;;
+    *) fail "stage order: $order (want build, lm-bench, engine-test, ..., official last)" ;;
+esac
+rep=$(cat "$TMP/out/device_check.md")
+expect_in "$rep" "### Preflight" "the report's preflight"
+expect_in "$rep" "code=sm_90" "the preflight's compiler flags"
+expect_in "$rep" "- preflight: passed" "the preflight's verdict"
+expect_in "$rep" "make fetch-wheels" "the line for wheels not carried"
+expect_in "$rep" "of a 200-s budget" "the stated budget"
+# the target points first: batch 2 (the tiny shape's largest) at its full context
+first=$(grep -m1 '^| moshid | step |' "$TMP/out/lm_bench.md" | awk -F'|' '{gsub(/ /, ""); print $4 "@" $5}')
+[ "$first" = "2@32" ] || fail "lm-bench measured $first first, not the target point 2@32"
+# the JSON summary: parses, carries every figure docs/benchmarks.md takes
+python3 - "$TMP/out/summary.json" <<'PYEOF' || fail "summary.json: $(cat "$TMP/out/summary.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+keys = ["commit", "date", "gpu", "driver", "toolkit", "budget_s", "total_s", "result", "stages", "copy_d2d_gbps",
+        "fits_slots", "prefill_300_ms", "max_batch_under_80ms", "lm_step", "official_step", "e2e", "mimi", "targets"]
+missing = [k for k in keys if k not in d]
+assert not missing, missing
+assert d["result"] == "PASS" and d["budget_s"] == 200, d["result"]
+assert {(r["batch"], r["position"]) for r in d["lm_step"]} == {(1, 4), (2, 4), (1, 32), (2, 32)}, d["lm_step"]
+assert all(r["ms"] > 0 for r in d["lm_step"])
+assert {(r["batch"], r["position"]) for r in d["e2e"]} == {(1, 32), (2, 32)}, d["e2e"]
+assert all(r["pipelined_ms"] > 0 and r["pipelined_fresh_codec_ms"] > 0 for r in d["e2e"]), d["e2e"]
+assert [s["stage"] for s in d["stages"]][-1] == "official", d["stages"]
+PYEOF
+# the real run's preflight on this machine (no device): one line, exit 2, nothing built
+mkdir -p "$TMP/pre"
+run pre env OUT="$TMP/pre" DEVICE_CHECK_BUILD="$TMP/pre-build" bash "$root/tests/gpu/device_check.sh"
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+    echo "a device is present: the preflight's stop on no device is not exercised here"
+else
+    expect_rc 2 "device_check.sh without a device"
+    expect_in "$out" "**preflight: STOP**" "the preflight's stop line"
+    [ -e "$TMP/pre-build" ] && fail "the preflight stopped but something was built in $TMP/pre-build"
+fi
+out=$dryout
 grep -qE '^\| [a-z-]+ \| FAILED' "$st" && fail "a stage failed: $(grep FAILED "$st")"
 expect_in "$out" "### moshid / official per batch size" "the report"
 expect_in "$out" "| batch | position | moshid ms | official ms | moshid / official |" "the comparison table"
@@ -124,7 +172,7 @@ expect_rc 2 "lm-bench with a position past the context"
 run mk2 "$BUILD/moshid-mkmodel" --out "$TMP/mk2" --text-card 48 --dep-q 8 --context 32
 expect_rc 0 "moshid-mkmodel (with Mimi)"
 run e2ecpu "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --mimi-dims real --out "$TMP/e2e_cpu.md" \
-    --batches 1,2 --max-slots 2 --warmup 1 --steps 3
+    --batches 1,2 --max-slots 2 --warmup 1 --steps 3 --codec-fill 2
 expect_rc 0 "lm-bench --backend cpu --e2e --mimi-dims real"
 grep -qE '^\| moshid \| codec \| - \| - \| [0-9.]+ \| random Mimi written: real dimensions \(SEANet 64 filters, d_model 512, 8 \+ 8 transformer layers\), 8 codebooks of 2048 \|' "$TMP/e2e_cpu.md" ||
     fail "cpu e2e: no real-dimension codec row: $(cat "$TMP/e2e_cpu.md")"
@@ -132,7 +180,14 @@ run e2ecpu2 "$LB" --shape tiny --backend cpu --model-dir "$TMP/mk2/lm" --e2e --m
     --mimi-config "$TMP/mk2/mimi.json" --out "$TMP/e2e_cpu2.md" --batches 1,2 --max-slots 2 --warmup 1 --steps 3
 expect_rc 0 "lm-bench --backend cpu --e2e --mimi"
 grep -q '| moshid | codec |' "$TMP/e2e_cpu2.md" && fail "cpu e2e --mimi: a codec was written: $(cat "$TMP/e2e_cpu2.md")"
+grep -qE '^\| moshid \| e2e fill \| - \| - \| [0-9.]+ \| codec context filled: 2 frames of 2 slots' "$TMP/e2e_cpu.md" ||
+    fail "cpu e2e: no fill row for --codec-fill 2: $(cat "$TMP/e2e_cpu.md")"
+# the given codec (moshid-mkmodel's: context 250) is filled to its context
+grep -qE '^\| moshid \| e2e fill \| - \| - \| [0-9.]+ \| codec context filled: 125 frames of 2 slots' "$TMP/e2e_cpu2.md" ||
+    fail "cpu e2e --mimi: no fill row of 125 frames: $(cat "$TMP/e2e_cpu2.md")"
 for f in "$TMP/e2e_cpu.md" "$TMP/e2e_cpu2.md"; do
+    grep -qE '^\| moshid \| e2e pipelined \| 2 \| 32 \| [0-9.]+ \| .*codec context full; fresh codec state [0-9.]+ ms' "$f" ||
+        fail "cpu e2e: the pipelined row lacks the fresh figure: $(cat "$f")"
     grep -qE '^\| moshid \| open \| 2 \| .*codec: 8 codebooks, .*frame steps pipelined \|' "$f" || fail "cpu e2e: open row: $(cat "$f")"
     for p in 4 32; do
         for b in 1 2; do

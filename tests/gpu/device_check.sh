@@ -1,41 +1,56 @@
 #!/usr/bin/env bash
 # device_check.sh - the one script to run on a machine with a GPU (a lent
 # H200 with the CUDA toolkit, a C compiler, Python with torch, no package
-# registry), in one call. It builds `make engine-only` (nothing but the
-# toolkit and a C compiler: no apt, no pip), then runs, each stage under its
-# own timeout:
+# registry), in one call, within 9 minutes. In this order, each stage under
+# its own timeout:
+#   preflight        before anything is built: the toolkit's version, the
+#                    compiler flags the build will use (they must target
+#                    sm_90), the driver against the toolkit, the device's
+#                    compute capability (9.0) and free memory; a failed
+#                    check stops the script with one line saying which
+#                    (exit 2), before the build
+#   build            `make engine-only`: nothing but the toolkit and a C
+#                    compiler (no apt, no pip)
+#   lm-bench         the target points first: the backend at the real 7B
+#                    shape, random bf16 weights generated on the device,
+#                    batch 64 at position 3000, then batch 1 (at 3000, then
+#                    at 16, the weight-read target), then 8 and 32; weight-
+#                    read bandwidth against a D2D copy, the largest batch
+#                    under 80 ms beside the largest that fits, prefill of 300
+#                    positions (tests/gpu/lm_bench.c)
 #   engine-test      every kernel against its C twin (the cases `make test`
 #                    runs on the emulator); the name of each case is printed
 #                    before it runs, so a crash or a hang names its kernel
 #   backend-test     the CUDA backend table against the CPU backend on tiny
 #                    models (exit 77 = skipped: not built, or no device)
-#   lm-bench         the backend at the real 7B shape, random bf16 weights
-#                    generated on the device: step time per batch and
-#                    position, weight-read bandwidth against a D2D copy, the
-#                    largest batch under 80 ms beside the largest that fits,
-#                    prefill of 300 positions (tests/gpu/lm_bench.c)
 #   e2e              `lm-bench --e2e`: the end-to-end frame step (encode +
 #                    LMGen + LM step + decode, lm_frame_submit/wait) for
 #                    batches 1, 8, 32, 64 at positions 16 and 3000, the
 #                    backend opened with the random LM and a random Mimi at
 #                    the real dimensions (written to a temporary directory),
-#                    synchronous and pipelined (frame t+1 submitted before t
-#                    is waited for, as the daemon runs it) beside the LM
-#                    step alone (rows to e2e.md as measured)
-#   official         the official moshi package's LMGen.step with CUDA
-#                    graphs at the same shape, random weights
-#                    (tests/gpu/bench_official.py; its wheels from
-#                    tests/gpu/wheels/, `make fetch-wheels` beforehand)
-#   engine-bench     the kernels' bandwidth against cudaMemcpy and cuBLAS
-#   compute-sanitizer  engine-test --small under memcheck, racecheck and
-#                    synccheck when the toolkit has it
+#                    the codec at its steady state (every slot's context
+#                    filled first; the fresh state's pipelined time beside
+#                    it), synchronous and pipelined (frame t+1 submitted
+#                    before t is waited for, as the daemon runs it) beside
+#                    the LM step alone (rows to e2e.md as measured)
 #   mimi-test        the device Mimi against the CPU codec on the committed
 #                    tiny fixture (codes equal, PCM within 1e-4 of its rms),
 #                    then `mimi-test --bench`: encode + decode per step for
 #                    1, 8, 32, 64 slots at the real dimensions with random
-#                    weights (rows to mimi_bench.md as measured)
+#                    weights, at full context and fresh (rows to
+#                    mimi_bench.md as measured)
+#   engine-bench     the kernels' bandwidth against cudaMemcpy and cuBLAS
+#   compute-sanitizer  engine-test --small under memcheck, racecheck and
+#                    synccheck when the toolkit has it
+#   official         last: the official moshi package's LMGen.step with CUDA
+#                    graphs and torch.compile at the same shape, random
+#                    weights (tests/gpu/bench_official.py; its wheels from
+#                    tests/gpu/wheels/, fetched here beforehand with
+#                    `make fetch-wheels` and carried: a line says so when
+#                    they were not)
 # and prints a markdown report ending with the table "moshid / official per
-# batch size" and the issue's targets.
+# batch size", the issues' targets and a JSON summary (summary.json: every
+# figure docs/benchmarks.md takes).
 #
 #   bash tests/gpu/device_check.sh             # from anywhere in the checkout
 #   bash tests/gpu/device_check.sh --dry-run   # the same stages on the CPU
@@ -44,68 +59,79 @@
 # to a temporary one that is removed): device_check.md (the report, line by
 # line), stages.md (one row per stage the moment it ends), lm_bench.md,
 # e2e.md, official.md and mimi_bench.md (the benchmarks' rows, each
-# appended and flushed by the program the moment it is measured), and every
-# stage's log. A run cut short
-# (the device lease, a hung stage) still leaves everything it measured.
+# appended and flushed by the program the moment it is measured),
+# summary.json, and every stage's log. A run cut short (the device lease, a
+# hung stage) still leaves everything it measured.
 #
 # Time: every stage runs under `timeout -k 10`, at most its cap below and
-# what is left of DEVICE_CHECK_BUDGET_S (420 s, the issue's 7 minutes; a
-# stage that no longer fits is skipped and says so). The caps add up to the
-# budget, every stage's included (the codec's too), so the whole script
-# stays inside the 7 minutes even when each stage uses all of its cap. How
-# each was estimated for a 16-core H200 host (none has been timed on one
-# yet: the estimates come from the work each stage does):
+# what is left of DEVICE_CHECK_BUDGET_S (540 s, 9 minutes; a stage that no
+# longer fits is skipped and says so). The caps add up to 520 s (and ~5 s of
+# preflight), under the budget, so the whole script stays inside the 9 minutes
+# even when each stage uses all of its cap. How each was estimated for a
+# 16-core H200 host (none has been timed on one yet: the estimates come
+# from the work each stage does):
+#   preflight ~5   nvidia-smi twice, make -n (no build)
 #   build 60       engine core ~10 s on 16 cores; nvcc of each .cu file for
 #                  sm_80, sm_89, sm_90 and PTX, the files in parallel (-j):
 #                  the largest (cu_lm.cu) took 14 s on one loaded core of
 #                  the 2-core development VM, so ~30 s is a wide margin
-#   engine-test 15   each case a few ms on the device; ~2 s of set-up
-#   backend-test 25  tiny models: writing them, graph capture of a few
-#                  backends, a few hundred steps of well under 1 ms
 #   lm-bench 80    random weights 15 GB (~1 s), graph capture per bucket,
 #                  prefill of 3000 positions, ~150 timed steps of 5-60 ms
 #                  (~5 s), restores of up to ~80 x 1.5 GiB of K/V (~0.05 s
 #                  a batch at the copy bandwidth), the bisection (~7 probes
 #                  of 7 steps, ~4 s): ~20 s expected; --deadline-s makes it
 #                  stop measuring and report 15 s before the cap
-#   e2e 50         lm-bench --e2e --warmup 2 --steps 10: the open as above
+#   engine-test 15   each case a few ms on the device; ~2 s of set-up
+#   backend-test 25  tiny models: writing them, graph capture of a few
+#                  backends, a few hundred steps of well under 1 ms
+#   e2e 70         lm-bench --e2e --warmup 2 --steps 10: the open as above
 #                  with 64 slots, the random Mimi written (334 MB) and
-#                  loaded on the host (~2 s) and its graphs captured; per
-#                  batch and position 3 x 12 steps or frames (LM step alone,
+#                  loaded on the host (~2 s) and its graphs captured; the
+#                  fresh figures (4 x 12 frames), the codec filled once (125
+#                  frames of 64 slots at 10-30 ms: ~4 s); per batch and
+#                  position 3 x 12 steps or frames (LM step alone,
 #                  synchronous, pipelined) of 5-70 ms: ~8 s over the 8
-#                  points, ~20 s expected; --deadline-s as above
-#   official 90    import torch ~10 s, the 7B on the device ~15 s,
-#                  torch.compile of moshi's gating/RoPE/norm (~30 s, the
-#                  shapes recompile once as dynamic), per batch size one
-#                  eager step, one graph capture and ~40 steps of 20-150 ms;
-#                  --deadline-s as above (the tightest cap: a slow compile
-#                  leaves fewer batch sizes measured, never a longer stage)
+#                  points, ~30 s expected; --deadline-s as above
+#   mimi-test 20   the tiny fixture's cases (ms each), one real-dimension
+#                  random model built on the host (~2 s) and opened
+#   mimi-bench 40  the real-dimension random model again, 4 batch sizes x
+#                  6 encode + decode steps fresh, 125 frames of 64 slots to
+#                  fill the context (~4 s at 30 ms), the 4 x 6 again;
+#                  --deadline-s 32
 #   engine-bench 15  ~100 timed launches per shape, one 1 GiB copy
 #   memcheck 20, racecheck 15, synccheck 10  engine-test --small (the cases
 #                  up to 2^21 multiply-adds)
-#   mimi-test 20   the tiny fixture's cases (ms each), one real-dimension
-#                  random model built on the host (~2 s) and opened
-#   mimi-bench 20  the real-dimension random model again, 4 batch sizes x
-#                  6 encode + decode steps; --deadline-s 15
+#   official 150   import torch ~10 s, the 7B on the device ~15 s,
+#                  torch.compile's cold start (no cache on a fresh machine:
+#                  moshi's gating/RoPE/norm compiled, then recompiled once
+#                  with dynamic shapes, ~30-60 s), per batch size one eager
+#                  step, one graph capture and ~40 steps of 20-150 ms;
+#                  --deadline-s as above. Last, so a slow compile costs no
+#                  other stage its figures
 # --dry-run (tests/cli/device_check_dry.sh, in `make test`): the same stages
-# on the CPU with tiny shapes: `make -n engine-only` must list the plugin
-# and lm-bench (nothing is built: make test built the emulator binaries in
-# $BUILD), engine-test-emu --small on one kernel (DEVICE_CHECK_DRY_ENGINE_CASE,
+# on the CPU with tiny shapes: the preflight's lines (its device checks say
+# "no device: not enforced in the dry run"), `make -n engine-only` must list
+# the plugin and lm-bench (nothing is built: make test built the emulator
+# binaries in $BUILD), lm-bench-emu --shape tiny with the target points
+# first, engine-test-emu --small on one kernel (DEVICE_CHECK_DRY_ENGINE_CASE,
 # default rmsnorm) and backend-test-emu on one case
 # (DEVICE_CHECK_DRY_BACKEND_CASE, default random_weights): make test runs
 # both in full already, the dry run proves the stages; lm-bench-emu
-# --shape tiny, lm-bench-emu --shape tiny --e2e at position 32 (a random
-# tiny Mimi; ~10 s on the emulator), bench_official.py --shape tiny on the
-# CPU when torch is importable (else its row says "skipped: torch not
-# importable"); the sanitizers, engine-bench and mimi-test need a device
-# (mimi-test-emu runs in make test) and say so. Budget 170 s.
+# --shape tiny --e2e at position 32 (a random tiny Mimi; ~10 s on the
+# emulator), bench_official.py --shape tiny on the CPU when torch is
+# importable (else its row says "skipped: torch not importable"); the
+# sanitizers, engine-bench and mimi-test need a device (mimi-test-emu runs
+# in make test) and say so; the summary JSON. Budget 200 s.
 #
 # Environment: OUT, DEVICE_CHECK_BUDGET_S, DEVICE_CHECK_PYTHON (python3),
 # DEVICE_CHECK_WHEELS (tests/gpu/wheels), DEVICE_CHECK_BUILD (real run: make
 # engine-only's BUILD, default build, so build/engine-only), BUILD (dry run:
-# where make test built; default build), NVCC.
+# where make test built; default build), NVCC, DEVICE_CHECK_MIN_FREE_MIB
+# (free device memory the preflight asks for, default 120000: batch 64 at
+# position 3000 holds 15 GB of weights and 64 x 1.6 GB of K/V),
+# DEVICE_CHECK_ANY_GPU=1 (run on a device other than sm_90).
 # Exit: 0 every stage passed or was skipped for a stated reason, 1 a stage
-# failed, 2 no usable device (real run).
+# failed, 2 no usable device or a preflight check failed (real run).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 DRY=0
@@ -115,10 +141,10 @@ case "${1:-}" in
     *) echo "usage: $0 [--dry-run]" >&2; exit 2 ;;
 esac
 if [ $DRY -eq 1 ]; then
-    BUDGET=${DEVICE_CHECK_BUDGET_S:-170}
+    BUDGET=${DEVICE_CHECK_BUDGET_S:-200}
     BUILD_DIR=${BUILD:-build}
 else
-    BUDGET=${DEVICE_CHECK_BUDGET_S:-420}
+    BUDGET=${DEVICE_CHECK_BUDGET_S:-540}
     EO_BUILD=${DEVICE_CHECK_BUILD:-build}
     BUILD_DIR=$EO_BUILD/engine-only
 fi
@@ -222,6 +248,54 @@ if [ $driver_ok -eq 0 ]; then
     say "- **the driver is older than the toolkit**: the kernels cannot run (cudaErrorInsufficientDriver), so"
     say "  engine-test reports no device. Build with a CUDA ${drv_cuda%%.*}.x toolkit, or update the driver."
 fi
+
+# ---- preflight: before anything is built ------------------------------------------
+# Each check says what it found; a failed one stops here, with its line,
+# before the build spends a minute (the real run; the dry run has no device
+# and enforces only what the CPU can check).
+say "### Preflight"
+pre_stop=""
+cucfg=$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL MOSHID_DEPS_OK=1 MOSHID_ENGINE_ONLY=1 \
+        make -s --no-print-directory cu-config 2>&1)
+printf '%s\n' "$cucfg" > "$RES/preflight.log"
+nvflags=$(sed -n 's/^NVCCFLAGS=//p' <<<"$cucfg")
+say "- toolkit: ${toolkit:-none}; compiler flags: ${nvflags:-none (no usable toolkit)}"
+if [ -z "$toolkit" ]; then
+    [ $DRY -eq 0 ] && pre_stop="no nvcc (NVCC, PATH or /usr/local/cuda/bin): nothing can be built"
+elif ! grep -q 'code=sm_90' <<<"$nvflags"; then
+    pre_stop="the build does not target sm_90 (its flags: ${nvflags:-none})"
+fi
+cap_dev=$(timeout -k 5 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')
+free_mib=$(timeout -k 5 30 nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null | head -n 1 | tr -d ' ')
+need_mib=${DEVICE_CHECK_MIN_FREE_MIB:-120000}
+say "- device: compute capability ${cap_dev:-none}, free memory ${free_mib:-?} MiB (asked: ${need_mib} MiB for batch 64 at position 3000)"
+if [ $DRY -eq 1 ]; then
+    [ -z "$cap_dev" ] && say "- no device: not enforced in the dry run"
+elif [ -z "$pre_stop" ]; then
+    if [ -z "$cap_dev" ]; then
+        pre_stop="no device (nvidia-smi reports none)"
+    elif [ $driver_ok -eq 0 ]; then
+        pre_stop="the driver (CUDA ${drv_cuda:-?}) is older than the CUDA ${toolkit} toolkit"
+    elif [ "$cap_dev" != 9.0 ] && [ "${DEVICE_CHECK_ANY_GPU:-0}" != 1 ]; then
+        pre_stop="compute capability $cap_dev, not 9.0 (an H100/H200): the targets are an H200's (DEVICE_CHECK_ANY_GPU=1 runs anyway)"
+    elif [ -n "$free_mib" ] && [ "$free_mib" -lt "$need_mib" ] 2>/dev/null; then
+        pre_stop="${free_mib} MiB free, under the ${need_mib} MiB batch 64 at position 3000 needs (DEVICE_CHECK_MIN_FREE_MIB)"
+    fi
+fi
+if [ -d "$WHEELS" ]; then
+    say "- the official side's wheels: carried ($(ls "$WHEELS" | wc -l) files in $WHEELS)"
+else
+    say "- the official side's wheels: NOT carried ($WHEELS is missing; it runs last, and only if moshi is importable"
+    say "  here): run \`make fetch-wheels\` on the machine that starts the check and carry $WHEELS"
+fi
+if [ -n "$pre_stop" ]; then
+    say "- **preflight: STOP** - $pre_stop; nothing was built"
+    printf '{"commit": "%s", "gpu": "%s", "toolkit": "%s", "result": "preflight stopped", "preflight": "%s"}\n' \
+        "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "${gpu//\"/\'}" "${toolkit:-none}" \
+        "${pre_stop//\"/\'}" | tee "$RES/summary.json" | tee -a "$log"
+    exit 2
+fi
+say "- preflight: passed"
 say ""
 say "### Stages"
 
@@ -268,12 +342,50 @@ else
     EB=$BUILD_DIR/engine-bench
 fi
 
-# ---- engine-test -----------------------------------------------------------------
 no_device=0
+# ---- lm-bench --------------------------------------------------------------------
+SHAPE=7b
+[ $DRY -eq 1 ] && SHAPE=tiny
+CONFIG=$RES/lm_$SHAPE.json
+[ -x "$LB" ] && "$LB" --shape $SHAPE --write-config "$CONFIG" 2>> "$log"
+if [ ! -x "$LB" ]; then
+    stage_s=0
+    stage_row lm-bench "not built ($LB)"
+    [ $built -eq 1 ] && rc=1
+else
+    cap=80
+    [ $DRY -eq 1 ] && cap=60
+    l=$(left)
+    [ "$l" -lt "$cap" ] && cap=$((l - 5))
+    # the target points first: batch 64 at full context, then batch 1
+    if [ $DRY -eq 1 ]; then pts=(--batches 2,1 --positions 32,4); else pts=(--batches 64,1,8,32 --positions 3000,16); fi
+    run_stage lm-bench "$cap" "$RES/lm_bench.log" "$LB" --shape $SHAPE "${pts[@]}" --out "$LMB_ROWS" \
+        --deadline-s $((cap > 30 ? cap - 15 : cap / 2))
+    if [ $stage_rc -eq 77 ]; then
+        why=$(grep -m1 -o 'skipped: .*' "$LMB_ROWS" | sed 's/ |$//')
+        case "$why" in
+            *"no backend table"*) stage_row lm-bench "no backend table: ${why#skipped: }" ;;
+            *"no CUDA device"*) stage_row lm-bench "$why"; no_device=1; rc=2 ;;
+            *) stage_row lm-bench "${why:-skipped (exit 77)}" ;;
+        esac
+    elif [ $stage_rc -eq 200 ]; then
+        :
+    elif [ $stage_rc -ne 0 ]; then
+        stage_row lm-bench "FAILED (exit $stage_rc): $(grep -m1 -E 'FAILED|refused' "$LMB_ROWS" | cut -c1-300)$(tail -n 2 "$RES/lm_bench.log" | paste -sd ' ' - | cut -c1-200)"
+        rc=1
+    else
+        stage_row lm-bench "$(grep -c '^| moshid | step |' "$LMB_ROWS") step rows, $(grep -m1 '^| moshid | max batch' "$LMB_ROWS" | awk -F'|' '{gsub(/ /, "", $4); print "largest batch under budget " $4}')"
+    fi
+fi
+
+# ---- engine-test -----------------------------------------------------------------
 if [ ! -x "$ET" ]; then
     stage_s=0
     stage_row engine-test "not built ($ET)"
     [ $built -eq 1 ] && rc=1
+elif [ $no_device -eq 1 ]; then
+    stage_s=0
+    stage_row engine-test "not run: no CUDA device"
 else
     if [ $DRY -eq 1 ]; then
         # one kernel's cases: the full list runs in make test already
@@ -326,40 +438,6 @@ else
     fi
 fi
 
-# ---- lm-bench --------------------------------------------------------------------
-SHAPE=7b
-[ $DRY -eq 1 ] && SHAPE=tiny
-CONFIG=$RES/lm_$SHAPE.json
-[ -x "$LB" ] && "$LB" --shape $SHAPE --write-config "$CONFIG" 2>> "$log"
-if [ ! -x "$LB" ]; then
-    stage_s=0
-    stage_row lm-bench "not built ($LB)"
-    [ $built -eq 1 ] && rc=1
-elif [ $no_device -eq 1 ]; then
-    stage_s=0
-    stage_row lm-bench "not run: no CUDA device"
-else
-    cap=80
-    [ $DRY -eq 1 ] && cap=60
-    l=$(left)
-    [ "$l" -lt "$cap" ] && cap=$((l - 5))
-    run_stage lm-bench "$cap" "$RES/lm_bench.log" "$LB" --shape $SHAPE --out "$LMB_ROWS" --deadline-s $((cap > 30 ? cap - 15 : cap / 2))
-    if [ $stage_rc -eq 77 ]; then
-        why=$(grep -m1 -o 'skipped: .*' "$LMB_ROWS" | sed 's/ |$//')
-        case "$why" in
-            *"no backend table"*) stage_row lm-bench "no backend table: ${why#skipped: }" ;;
-            *) stage_row lm-bench "${why:-skipped (exit 77)}" ;;
-        esac
-    elif [ $stage_rc -eq 200 ]; then
-        :
-    elif [ $stage_rc -ne 0 ]; then
-        stage_row lm-bench "FAILED (exit $stage_rc): $(grep -m1 -E 'FAILED|refused' "$LMB_ROWS" | cut -c1-300)$(tail -n 2 "$RES/lm_bench.log" | paste -sd ' ' - | cut -c1-200)"
-        rc=1
-    else
-        stage_row lm-bench "$(grep -c '^| moshid | step |' "$LMB_ROWS") step rows, $(grep -m1 '^| moshid | max batch' "$LMB_ROWS" | awk -F'|' '{gsub(/ /, "", $4); print "largest batch under budget " $4}')"
-    fi
-fi
-
 # ---- e2e -------------------------------------------------------------------------
 # lm-bench --e2e (issue 15, item 5): the frame step through the backend, in
 # a process and under a cap of its own, so it takes time from no other stage
@@ -372,7 +450,7 @@ elif [ $no_device -eq 1 ]; then
     stage_s=0
     stage_row e2e "not run: no CUDA device"
 else
-    cap=50
+    cap=70
     eargs=(--warmup 2 --steps 10)
     if [ $DRY -eq 1 ]; then
         # one position, the tiny shape's full context (its ring wraps as the
@@ -397,40 +475,37 @@ else
     fi
 fi
 
-# ---- official --------------------------------------------------------------------
-if [ $no_device -eq 1 ]; then
+# ---- mimi-test -------------------------------------------------------------------
+# The device Mimi (issue 15): parity, then the codec's own timing (--bench
+# stops measuring at its deadline); their caps are in the 540 s.
+MT=${BUILD_DIR:-build}/mimi-test
+if [ $DRY -eq 1 ]; then
     stage_s=0
-    stage_row official "not run: no CUDA device"
+    stage_row mimi-test "not in the dry run: mimi-test-emu runs in make test (tests/gpu/emu/mimi_test_emu.sh)"
+elif [ ! -x "$MT" ]; then
+    stage_s=0
+    stage_row mimi-test "not built ($MT)"
+elif [ $no_device -eq 1 ]; then
+    stage_s=0
+    stage_row mimi-test "not run: no CUDA device"
 else
-    oargs=(--out "$OFF_ROWS")
-    if [ -s "$CONFIG" ]; then oargs+=(--config "$CONFIG"); else oargs+=(--shape "$SHAPE"); fi
-    [ -d "$WHEELS" ] && oargs+=(--wheels "$WHEELS")
-    cap=90
-    if [ $DRY -eq 1 ]; then
-        cap=60
-        # the CPU: no graphs, no compile (nothing measured); the wheels, when
-        # fetched, with everything the device lacks hidden: its import path
-        oargs+=(--device cpu --compile off)
-        [ -d "$WHEELS" ] && oargs+=(--hide "moshi,einops,sphn,sounddevice,sentencepiece,huggingface_hub,safetensors,aiohttp,tqdm,bitsandbytes,numpy")
-    fi
-    l=$(left)
-    [ "$l" -lt "$cap" ] && cap=$((l - 5))
-    oargs+=(--deadline-s $((cap > 30 ? cap - 15 : cap / 2)))
-    if ! command -v "$PY" > /dev/null 2>&1; then
-        stage_s=0
-        echo "| official | bench | - | - | - | skipped: torch not importable (no $PY) |" >> "$OFF_ROWS"
-        stage_row official "skipped: torch not importable (no $PY)"
+    run_stage mimi-test 20 "$RES/mimi_test.log" "$MT"
+    sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$RES/mimi_test.log" | tail -n 1)
+    if [ $stage_rc -eq 200 ]; then
+        :
+    elif [ $stage_rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
+        stage_row mimi-test "FAILED (exit $stage_rc): ${sum:-no summary}; $(grep -m3 -E '^FAIL' "$RES/mimi_test.log" | paste -sd ';' -)"
+        rc=1
     else
-        run_stage official "$cap" "$RES/official.log" "$PY" tests/gpu/bench_official.py "${oargs[@]}"
-        if [ $stage_rc -eq 77 ]; then
-            stage_row official "$(grep -m1 -o 'skipped: .*' "$OFF_ROWS" | sed 's/ |$//')"
-        elif [ $stage_rc -eq 200 ]; then
+        stage_row mimi-test "$sum"
+        run_stage mimi-bench 40 "$RES/mimi_bench.log" "$MT" --bench --out "$RES/mimi_bench.md" --deadline-s 32
+        if [ $stage_rc -eq 200 ]; then
             :
         elif [ $stage_rc -ne 0 ]; then
-            stage_row official "FAILED (exit $stage_rc): $(tail -n 3 "$RES/official.log" | paste -sd ' ' - | cut -c1-300)"
+            stage_row mimi-bench "FAILED (exit $stage_rc); $(tail -n 2 "$RES/mimi_bench.log" | paste -sd ';' -)"
             rc=1
         else
-            stage_row official "$(grep -c '^| official | step |.*moshi' "$OFF_ROWS") step rows"
+            stage_row mimi-bench "$(grep -c '^| mimi |' "$RES/mimi_bench.md" 2>/dev/null) rows in mimi_bench.md"
         fi
     fi
 fi
@@ -481,37 +556,45 @@ else
     done
 fi
 
-# ---- mimi-test -------------------------------------------------------------------
-# The device Mimi (issue 15): parity, then the codec's own timing (--bench
-# stops measuring at its deadline); their caps are in the 420 s.
-MT=${BUILD_DIR:-build}/mimi-test
-if [ $DRY -eq 1 ]; then
+# ---- official --------------------------------------------------------------------
+if [ $no_device -eq 1 ]; then
     stage_s=0
-    stage_row mimi-test "not in the dry run: mimi-test-emu runs in make test (tests/gpu/emu/mimi_test_emu.sh)"
-elif [ ! -x "$MT" ]; then
-    stage_s=0
-    stage_row mimi-test "not built ($MT)"
-elif [ $no_device -eq 1 ]; then
-    stage_s=0
-    stage_row mimi-test "not run: no CUDA device"
+    stage_row official "not run: no CUDA device"
 else
-    run_stage mimi-test 20 "$RES/mimi_test.log" "$MT"
-    sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$RES/mimi_test.log" | tail -n 1)
-    if [ $stage_rc -eq 200 ]; then
-        :
-    elif [ $stage_rc -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed' <<<"$sum"; then
-        stage_row mimi-test "FAILED (exit $stage_rc): ${sum:-no summary}; $(grep -m3 -E '^FAIL' "$RES/mimi_test.log" | paste -sd ';' -)"
-        rc=1
+    oargs=(--out "$OFF_ROWS")
+    if [ -s "$CONFIG" ]; then oargs+=(--config "$CONFIG"); else oargs+=(--shape "$SHAPE"); fi
+    [ -d "$WHEELS" ] && oargs+=(--wheels "$WHEELS")
+    cap=150
+    if [ $DRY -eq 1 ]; then
+        cap=60
+        # the CPU: no graphs, no compile (nothing measured); the wheels, when
+        # fetched, with everything the device lacks hidden: its import path
+        oargs+=(--device cpu --compile off)
+        [ -d "$WHEELS" ] && oargs+=(--hide "moshi,einops,sphn,sounddevice,sentencepiece,huggingface_hub,safetensors,aiohttp,tqdm,bitsandbytes,numpy")
+    fi
+    if [ ! -d "$WHEELS" ]; then
+        say "- official: the official package's wheels were not carried ($WHEELS is missing): on the machine"
+        say "  that starts the check run \`make fetch-wheels\` (moshi 0.2.13 + einops, sha256-pinned) and carry"
+        say "  $WHEELS; without them the stage runs only if moshi is importable here"
+    fi
+    l=$(left)
+    [ "$l" -lt "$cap" ] && cap=$((l - 5))
+    oargs+=(--deadline-s $((cap > 30 ? cap - 15 : cap / 2)))
+    if ! command -v "$PY" > /dev/null 2>&1; then
+        stage_s=0
+        echo "| official | bench | - | - | - | skipped: torch not importable (no $PY) |" >> "$OFF_ROWS"
+        stage_row official "skipped: torch not importable (no $PY)"
     else
-        stage_row mimi-test "$sum"
-        run_stage mimi-bench 20 "$RES/mimi_bench.log" "$MT" --bench --out "$RES/mimi_bench.md" --deadline-s 15
-        if [ $stage_rc -eq 200 ]; then
+        run_stage official "$cap" "$RES/official.log" "$PY" tests/gpu/bench_official.py "${oargs[@]}"
+        if [ $stage_rc -eq 77 ]; then
+            stage_row official "$(grep -m1 -o 'skipped: .*' "$OFF_ROWS" | sed 's/ |$//')"
+        elif [ $stage_rc -eq 200 ]; then
             :
         elif [ $stage_rc -ne 0 ]; then
-            stage_row mimi-bench "FAILED (exit $stage_rc); $(tail -n 2 "$RES/mimi_bench.log" | paste -sd ';' -)"
+            stage_row official "FAILED (exit $stage_rc): $(tail -n 3 "$RES/official.log" | paste -sd ' ' - | cut -c1-300)"
             rc=1
         else
-            stage_row mimi-bench "$(grep -c '^| mimi |' "$RES/mimi_bench.md" 2>/dev/null) rows in mimi_bench.md"
+            stage_row official "$(grep -c '^| official | step |.*moshi' "$OFF_ROWS") step rows"
         fi
     fi
 fi
@@ -613,8 +696,70 @@ if [ $SHAPE = 7b ]; then
     say "- end-to-end frame step (pipelined) at batch 64 and full context (3000) under 60 ms: ${e64:-not measured}$([ -n "$e64" ] && [ "$e64" != - ] && awk -v x="$e64" 'BEGIN { print (x < 60 ? " ms: met" : " ms: NOT met") }')"
 fi
 
+total_s=$(($(date +%s) - T0))
+result=$(case $rc in 0) echo PASS ;; 2) echo "NOT RUN (no device)" ;; *) echo FAIL ;; esac)
 say ""
-say "(total $(($(date +%s) - T0)) s of a ${BUDGET}-s budget; result $(case $rc in 0) echo PASS ;; 2) echo "NOT RUN (no device)" ;; *) echo FAIL ;; esac))"
+say "(total ${total_s} s of a ${BUDGET}-s budget; result $result)"
+
+# ---- the JSON summary: every figure docs/benchmarks.md takes, from the rows
+# as written (numbers as measured, null where not measured) --------------------
+MB_ROWS=$RES/mimi_bench.md
+[ -f "$MB_ROWS" ] || : > "$MB_ROWS"
+awk -F'|' -v commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    -v date="$(date -u +%Y-%m-%dT%H:%MZ)" -v gpu="$gpu" -v toolkit="${toolkit:-none}" -v driver="${drv:-none}" \
+    -v shape="$SHAPE" -v budget="$BUDGET" -v total="$total_s" -v result="$result" -v dry="$DRY" \
+    -v t_b1="${b1:-}" -v t_b64="${b64:-}" -v t_off="${slower:-}" -v t_e64="${e64:-}" '
+    function trim(s) { gsub(/^ +| +$/, "", s); return s }
+    function q(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
+    function num(s) { s = trim(s); return (s ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/) ? sprintf("%.6g", s + 0) : "null" }
+    function grab(s, re, cut,   m) { if (match(s, re)) { m = substr(s, RSTART, RLENGTH); gsub(cut, "", m); return num(m) } return "null" }
+    function add(list, item) { arr[list] = (arr[list] == "" ? "" : arr[list] ", ") item }
+    FILENAME ~ /stages\.md$/ { add("stages", "{\"stage\": " q(trim($2)) ", \"result\": " q(trim($3)) ", \"s\": " num($4) "}"); next }
+    FILENAME ~ /mimi_bench\.md$/ && trim($2) == "mimi" && num($5) != "null" {
+        add("mimi", "{\"batch\": " num($4) ", \"ms_full_context\": " num($5) ", \"encode_ms\": " num($6) ", \"decode_ms\": " num($7) ", \"ms_fresh\": " num($8) "}"); next }
+    FILENAME ~ /official\.md$/ && trim($2) == "official" && trim($3) == "step" {
+        add("official", "{\"batch\": " num($4) ", \"position\": " num($5) ", \"ms\": " num($6) "}"); next }
+    FILENAME ~ /e2e\.md$/ && trim($2) == "moshid" && trim($3) ~ /^e2e (lm step|sync|pipelined)$/ && num($6) != "null" {
+        k = trim($4) "," trim($5); if (!(k in e2e)) { e2e[k] = 1; eord[ne++] = k }
+        v[trim($3), k] = num($6)
+        if (trim($3) == "e2e pipelined") fr[k] = grab($7, "fresh codec state [0-9][0-9.e+-]*", "fresh codec state ")
+        next }
+    FILENAME ~ /lm_bench\.md$/ && trim($2) == "moshid" {
+        m = trim($3)
+        if (m == "step" && num($6) != "null")
+            add("lm", "{\"batch\": " num($4) ", \"position\": " num($5) ", \"ms\": " num($6) ", \"weight_read_x\": " \
+                grab($7, "[0-9][0-9.e+-]*x the weight-read", "x the weight-read") ", \"weights_gbps\": " grab($7, "weights [0-9][0-9.e+-]* GB", "weights | GB") "}")
+        else if (m == "copy D2D") copy = grab($7, "[0-9][0-9.e+-]* GB/s", " GB/s")
+        else if (m == "max batch under budget") maxb = "{\"batch\": " num($4) ", \"position\": " num($5) ", \"ms\": " num($6) ", \"result\": " q(trim($7)) "}"
+        else if (m == "fits in memory (plan)") fits = num($4)
+        else if (m == "prefill") prefill = num($6)
+        next }
+    END {
+        for (i = 0; i < ne; i++) {
+            k = eord[i]; split(k, bp, ",")
+            l = ((("e2e lm step", k) in v) ? v["e2e lm step", k] : "null")
+            sy = ((("e2e sync", k) in v) ? v["e2e sync", k] : "null")
+            pi = ((("e2e pipelined", k) in v) ? v["e2e pipelined", k] : "null")
+            add("e2e", "{\"batch\": " bp[1] ", \"position\": " bp[2] ", \"lm_step_ms\": " l ", \"sync_ms\": " sy \
+                ", \"pipelined_ms\": " pi ", \"pipelined_fresh_codec_ms\": " ((k in fr) ? fr[k] : "null") "}")
+        }
+        printf "{\"commit\": %s, \"date\": %s, \"dry_run\": %s, \"gpu\": %s, \"driver\": %s, \"toolkit\": %s, \"shape\": %s,\n", \
+            q(commit), q(date), (dry ? "true" : "false"), q(gpu), q(driver), q(toolkit), q(shape)
+        printf " \"budget_s\": %s, \"total_s\": %s, \"result\": %s,\n", budget, total, q(result)
+        printf " \"stages\": [%s],\n", arr["stages"]
+        printf " \"copy_d2d_gbps\": %s, \"fits_slots\": %s, \"prefill_300_ms\": %s, \"max_batch_under_80ms\": %s,\n", \
+            (copy == "" ? "null" : copy), (fits == "" ? "null" : fits), (prefill == "" ? "null" : prefill), (maxb == "" ? "null" : maxb)
+        printf " \"lm_step\": [%s],\n", arr["lm"]
+        printf " \"official_step\": [%s],\n", arr["official"]
+        printf " \"e2e\": [%s],\n", arr["e2e"]
+        printf " \"mimi\": [%s],\n", arr["mimi"]
+        printf " \"targets\": {\"b1_pos16_weight_read_x\": %s, \"b64_pos3000_ms\": %s, \"faster_than_official\": %s, \"e2e_b64_pos3000_pipelined_ms\": %s}}\n", \
+            (t_b1 == "" ? "null" : t_b1), ((t_b64 == "" || t_b64 == "-") ? "null" : t_b64), (t_off == "" ? "null" : q(t_off)), ((t_e64 == "" || t_e64 == "-") ? "null" : t_e64)
+    }' "$stages" "$LMB_ROWS" "$E2E_ROWS" "$MB_ROWS" "$OFF_ROWS" > "$RES/summary.json"
+say ""
+say "### Summary (summary.json)"
+say ""
+tee -a "$log" < "$RES/summary.json"
 if [ $DRY -eq 0 ] && [ -f "$RES/engine_bench.log" ]; then
     say ""
     say "### engine-bench"

@@ -1025,7 +1025,8 @@ static void mimi_conv_case(const char *what, int tr, int depthwise, int cin, int
                                       accumulate, 0));
     } else {
         CU_CHECK_FATAL(cu_mimi_conv_stage(dxb, dst, stride, 0, dx, dslot, rep ? dfirst : NULL, n, cin, T, P, elu, 0));
-        CU_CHECK_FATAL(cu_mimi_conv(dy, dxb, dw, db, n, cin, cout, K, S, dil, P + T, Tout, accumulate, 0));
+        const cu_mimi_keep keep = {dst, stride, 0, dslot, P};
+        CU_CHECK_FATAL(cu_mimi_conv(dy, dxb, dw, db, n, cin, cout, K, S, dil, P + T, Tout, accumulate, &keep, 0));
     }
     gu_sync();
     float *y = malloc(sizeof(float) * ny), *st = malloc(sizeof(float) * (nst + 1));
@@ -1167,9 +1168,21 @@ static void test_mimi_kernels(void) {
     mimi_conv_case("conv", 0, 0, 4, 1, 3, 1, 1, 20, 1, 0, 0, 0);
     mimi_conv_case("conv", 0, 0, 3, 5, 1, 1, 1, 16, 1, 0, 1, 2);
     mimi_conv_case("conv", 0, 0, 8, 6, 7, 1, 1, 2, 0, 0, 0, 1);
+    /* enough input channels that the tiled kernel walks them in several chunks */
+    mimi_conv_case("conv", 0, 0, 300, 20, 7, 1, 1, 2, 1, 0, 1, 2);
+    mimi_conv_case("down", 0, 0, 150, 40, 8, 4, 1, 64, 0, 0, 0, 1);
     mimi_conv_case("convtr", 1, 0, 6, 3, 8, 4, 1, 3, 1, 0, 0, 1);
+    mimi_conv_case("convtr", 1, 0, 200, 24, 16, 8, 1, 2, 0, 0, 1, 1);
+    mimi_conv_case("convtr", 1, 0, 400, 6, 8, 4, 1, 40, 1, 0, 0, 1);
+    /* grids wide enough that each thread takes several output channels */
+    mimi_conv_case("conv", 0, 0, 4, 24, 3, 1, 1, 2048, 1, 0, 1, 2);
+    /* items split across column tiles: each item's state kept by the tile with its last column */
+    mimi_conv_case("conv", 0, 0, 6, 10, 3, 1, 2, 100, 1, 0, 0, 2);
+    mimi_conv_case("convtr", 1, 0, 5, 12, 8, 4, 1, 600, 0, 0, 1, 1);
     mimi_conv_case("up", 1, 1, 5, 5, 4, 2, 1, 1, 0, 0, 0, 0);
+    mimi_conv_case("up", 1, 1, 40, 40, 4, 2, 1, 3, 0, 0, 1, 0);
     mimi_gemm_elu_case(9, 5, 37);
+    mimi_gemm_elu_case(70, 2, 600);
     mimi_rvq_case(3, 16, 64);
     mimi_rvq_case(2, 24, 300);
 }

@@ -43,7 +43,8 @@
  *   kernel NAME bytes N sector_efficiency R predicted_us T
  * (GEMM rows: sector_efficiency -, not measured), then the step's
  * prediction; then the codec's lines per slot count (GPU_MODEL_NO_CODEC
- * set: skipped; 2 of the 3 minutes); last, exactly one line
+ * set: skipped; 2 of the 3 minutes; GPU_MODEL_NO_LM set: the LM's points
+ * skipped, their figures 0); last, exactly one line
  *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
  * Exit 0, or 1 when a launch failed.
  */
@@ -445,8 +446,10 @@ int main(void) {
     emu_traffic_start(EMU_MODEL_STRIDE);
     static const int batches[] = {1, 8, 64}, positions[] = {0, 3000};
     double ms[3][2], fl[3][2];
+    const int no_lm = getenv("GPU_MODEL_NO_LM") != NULL;
     for (int bi = 0; bi < 3; bi++)
-        for (int pi = 0; pi < 2; pi++) ms[bi][pi] = model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
+        for (int pi = 0; pi < 2; pi++)
+            ms[bi][pi] = no_lm ? (fl[bi][pi] = 0) : model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
     emu_traffic_stop();
     if (!getenv("GPU_MODEL_NO_CODEC")) {
         mimi_config mc;

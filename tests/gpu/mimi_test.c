@@ -12,7 +12,10 @@
  *   mimi-test --bench [--shape real|tiny] [--out FILE] [--deadline-s S]
  *                             encode + decode time per step (median of 5
  *                             after a warm-up) for batches of 1, 8, 32, 64
- *                             slots, at the real dimensions (the official
+ *                             slots with every transformer ring full (after
+ *                             context / 2 frames: the steady state), the
+ *                             fresh state's time (just after a reset)
+ *                             beside it, at the real dimensions (the official
  *                             configuration, random weights from a seed:
  *                             mimi_model_random) or on the tiny fixture
  *                             (batches 1 and 2, one step: the emulator's
@@ -727,47 +730,79 @@ static int bench(int argc, char **argv) {
         return 1;
     }
     const int F = mimi_frame_samples(m), K = mimi_num_codebooks(m);
+    /* frames until every transformer ring row is valid (the steady state) */
+    const mimi_config *mc = mimi_model_config(m);
+    const int fill = (int)(((long)mc->context * mc->hop + F - 1) / F);
     char head[256];
     snprintf(head, sizeof head,
-             "| codec | measure | batch | ms per step | encode ms | decode ms | notes |\n|---|---|---|---|---|---|---|\n");
+             "| codec | measure | batch | ms per step | encode ms | decode ms | fresh ms per step | notes |\n"
+             "|---|---|---|---|---|---|---|---|\n");
     fputs(head, stdout);
     if (out) fputs(head, out), fflush(out);
     float *pcm = malloc(sizeof(float) * maxb * F), *pout = malloc(sizeof(float) * maxb * F);
     int *codes = malloc(sizeof(int) * maxb * K), *slots = malloc(sizeof(int) * maxb);
     for (int i = 0; i < maxb * F; i++) pcm[i] = 0.3f * sinf(0.01f * (float)i) + 0.01f * (float)((i * 7919) % 101 - 50) / 50.f;
+    for (int i = 0; i < maxb; i++) slots[i] = i;
     double open_s = now_s() - t0;
     int rc = 0;
-    for (int bi = 0; bi < nb; bi++) {
-        int B = bs[bi];
-        if (deadline > 0 && now_s() - t0 > deadline) {
-            printf("deadline: stopped before batch %d\n", B);
-            break;
-        }
-        for (int i = 0; i < B; i++) slots[i] = i;
-        double te[8], td[8], tt[8];
-        for (int r = -1; r < reps; r++) {   /* r = -1: the warm-up */
+    /* Fresh: every slot reset, then each batch's median from there (a few
+     * frames into the stream: attention over an almost empty ring). Then all
+     * maxb slots run `fill` frames together and each batch is measured again
+     * over full rings: the row's figure; the fresh one beside it. */
+    double fresh[8] = {0};
+    for (int i = 0; i < maxb; i++)
+        if (cu_mimi_reset(g, i, 3, &e)) die("reset", &e);
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {
             double a = now_s();
-            if (cu_mimi_encode(g, slots, B, pcm, codes, &e)) die("encode", &e);
-            double b = now_s();
-            if (cu_mimi_decode(g, slots, B, codes, pout, &e)) die("decode", &e);
-            double c = now_s();
-            if (r >= 0) {
-                te[r] = (b - a) * 1e3;
-                td[r] = (c - b) * 1e3;
-                tt[r] = (c - a) * 1e3;
+            for (int f = 0; f < fill; f++) {
+                if (deadline > 0 && now_s() - t0 > deadline) {
+                    printf("deadline: stopped while filling the context (frame %d of %d)\n", f, fill);
+                    goto done;
+                }
+                if (cu_mimi_encode(g, slots, maxb, pcm, codes, &e)) die("encode", &e);
+                if (cu_mimi_decode(g, slots, maxb, codes, pout, &e)) die("decode", &e);
             }
+            printf("filled: %d frames of %d slots in %.1f s\n", fill, maxb, now_s() - a);
         }
-        qsort(te, (size_t)reps, sizeof(double), cmp_d);
-        qsort(td, (size_t)reps, sizeof(double), cmp_d);
-        qsort(tt, (size_t)reps, sizeof(double), cmp_d);
-        char line[300];
-        snprintf(line, sizeof line, "| mimi | encode+decode | %d | %.3f | %.3f | %.3f | %s, f32, median of %d, open %.1f s |\n",
-                 B, tt[reps / 2], te[reps / 2], td[reps / 2], tiny ? "tiny fixture" : "real dimensions, random weights",
-                 reps, open_s);
-        fputs(line, stdout);
-        fflush(stdout);
-        if (out) fputs(line, out), fflush(out);
+        for (int bi = 0; bi < nb; bi++) {
+            int B = bs[bi];
+            if (deadline > 0 && now_s() - t0 > deadline) {
+                printf("deadline: stopped before batch %d (%s)\n", B, phase ? "full context" : "fresh");
+                goto done;
+            }
+            double te[8], td[8], tt[8];
+            for (int r = -1; r < reps; r++) {   /* r = -1: the warm-up */
+                double a = now_s();
+                if (cu_mimi_encode(g, slots, B, pcm, codes, &e)) die("encode", &e);
+                double b = now_s();
+                if (cu_mimi_decode(g, slots, B, codes, pout, &e)) die("decode", &e);
+                double c = now_s();
+                if (r >= 0) {
+                    te[r] = (b - a) * 1e3;
+                    td[r] = (c - b) * 1e3;
+                    tt[r] = (c - a) * 1e3;
+                }
+            }
+            qsort(te, (size_t)reps, sizeof(double), cmp_d);
+            qsort(td, (size_t)reps, sizeof(double), cmp_d);
+            qsort(tt, (size_t)reps, sizeof(double), cmp_d);
+            if (phase == 0) {
+                fresh[bi] = tt[reps / 2];
+                continue;
+            }
+            char line[400];
+            snprintf(line, sizeof line,
+                     "| mimi | encode+decode | %d | %.3f | %.3f | %.3f | %.3f | %s, f32, median of %d, full context "
+                     "(after %d frames; fresh: the first frames after a reset), open %.1f s |\n",
+                     B, tt[reps / 2], te[reps / 2], td[reps / 2], fresh[bi],
+                     tiny ? "tiny fixture" : "real dimensions, random weights", reps, fill, open_s);
+            fputs(line, stdout);
+            fflush(stdout);
+            if (out) fputs(line, out), fflush(out);
+        }
     }
+done:
     if (out) fclose(out);
     free(pcm); free(pout); free(codes); free(slots);
     cu_mimi_close(g);

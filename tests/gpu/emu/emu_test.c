@@ -613,6 +613,86 @@ static void test_traffic(void) {
     cudaFree(mx); cudaFree(my); cudaFree(mw);
 }
 
+/* The codec's kernels (cuda/cu_mimi_kern.cu) at the Mimi's shapes, cut to
+ * a few items and channels where the grid allows: each kernel's global
+ * requests against the issue's bound (sector efficiency >= 0.80). The
+ * values in memory do not matter, only the addresses. */
+static double codec_eff(const char *what) {
+    emu_traffic rows[16];
+    int n = emu_traffic_get(rows, 16);
+    emu_traffic_reset();
+    const emu_traffic *r = traffic_row(rows, n, what);
+    return r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+}
+
+static void test_traffic_codec(void) {
+    const int n = 4, T = 2, D = 512, H = 8, ctx = 16, Dq = 256, bins = 2048, ci = 512, co = 256;
+    float *a = gu_dalloc(sizeof(float) * 4 * 1024 * 1024), *b = gu_dalloc(sizeof(float) * 4 * 1024 * 1024);
+    float *w = gu_dalloc(sizeof(float) * 4 * 1024 * 1024), *st = gu_dalloc(sizeof(float) * 1024 * 1024);
+    float *kv = gu_dalloc(sizeof(float) * (size_t)n * 2 * ctx * D), *freq = gu_dalloc(sizeof(float) * D);
+    int32_t hslot[4] = {0, 1, 2, 3}, *slot = gu_dalloc(sizeof hslot), *codes = gu_dalloc(sizeof(int32_t) * 64);
+    int64_t hoff[4] = {40, 41, 3, 0}, *off = gu_dalloc(sizeof hoff);
+    CU_CHECK_FATAL(cudaMemset(codes, 0, sizeof(int32_t) * 64));
+    CU_CHECK_FATAL(cudaMemset(w, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(a, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(b, 0, sizeof(float) * 4 * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(st, 0, sizeof(float) * 1024 * 1024));
+    CU_CHECK_FATAL(cudaMemset(kv, 0, sizeof(float) * (size_t)n * 2 * ctx * D));
+    CU_CHECK_FATAL(cudaMemset(freq, 0, sizeof(float) * D));
+    gu_h2d(slot, hslot, sizeof hslot);
+    gu_h2d(off, hoff, sizeof hoff);
+    double e[11];
+    const char *name[11] = {"conv (first, 1 -> 64, K 7, T 1920)", "conv (K 3 at T 2, 512 -> 256)",
+                           "conv (down, K 16 stride 8, 256 -> 512)", "product (transformer, N = 8)",
+                           "convtr (K 16 stride 8, 512 -> 256, T 2)", "RVQ search", "RVQ sum", "LayerNorm",
+                           "RoPE + K/V store", "convtr depthwise (upsample, 512, K 4 stride 2, T 1)",
+                           "convtr (K 12 stride 6, 256 -> 128, T 16, 64 items, 1 block in 16)"};
+    /* each conv keeps its slots' state (the last P columns of its input) */
+    const cu_mimi_keep keep7 = {st, 8 * 1024, 0, slot, 6}, keep3 = {st, 8 * 1024, 0, slot, 2},
+                       keep16 = {st, 8 * 1024, 0, slot, 8};
+    emu_traffic_start(1);
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, 1, 64, 7, 1, 1, 1926, 1920, 0, &keep7, 0));
+    e[0] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, n, ci, co, 3, 1, 1, T + 2, T, 1, &keep3, 0));
+    e[1] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_conv(a, b, w, w, 1, co, 2 * co, 16, 8, 1, 128 + 8, 16, 0, &keep16, 0));
+    e[2] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_gemm(a, w, b, 3 * D, n * T, D, 0, 0));
+    e[3] = codec_eff("mimi_conv_tiled");
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 8 * co, 0, a + 2 * 1024 * 1024, w, w, slot, n, ci, co, 16, 8, T, 0, 0, 0));
+    e[4] = codec_eff("mimi_convtr_tiled");
+    CU_CHECK_FATAL(cu_mimi_rvq_level(codes, 8, a, w, b, n, Dq, bins, 0));
+    e[5] = codec_eff("mimi_rvq_level");
+    CU_CHECK_FATAL(cu_mimi_rvq_sum(a, codes, 8, w, 7, n, Dq, bins, 0));
+    e[6] = codec_eff("mimi_rvq_sum");
+    CU_CHECK_FATAL(cu_mimi_layer_norm(a, b, w, w, D, n * T, 0));
+    e[7] = codec_eff("mimi_layer_norm");
+    CU_CHECK_FATAL(cu_mimi_rope_store(a, kv, (size_t)2 * ctx * D, slot, off, freq, 0, n, T, D, H, ctx, 0));
+    double rope = codec_eff("mimi_rope");
+    CU_CHECK_FATAL(cu_mimi_rope_store(a, kv, (size_t)2 * ctx * D, slot, off, freq, 0, n, T, D, H, ctx, 0));
+    double store = codec_eff("mimi_kv_store");
+    e[8] = rope < store ? rope : store;
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 8 * co, 0, a + 2 * 1024 * 1024, w, w, slot, n, D, D, 4, 2, 1, 1, 0, 0));
+    e[9] = codec_eff("mimi_convtr_dw");
+    emu_traffic_stop();
+    /* the decoder's second transposed conv at 64 slots: a tile spans items, its input runs are
+     * short; blocks sampled (the addresses, not the values, matter) */
+    int32_t hslot64[64], *slot64 = gu_dalloc(sizeof hslot64);
+    for (int i = 0; i < 64; i++) hslot64[i] = i;
+    gu_h2d(slot64, hslot64, sizeof hslot64);
+    emu_traffic_start(16);
+    CU_CHECK_FATAL(cu_mimi_convtr(a, b, st, 6 * 128, 0, a + 2 * 1024 * 1024, w, NULL, slot64, 64, 256, 128, 12, 6, 16,
+                                  0, 0, 0));
+    e[10] = codec_eff("mimi_convtr_tiled");
+    emu_traffic_stop();
+    cudaFree(slot64);
+    for (int i = 0; i < 11; i++)
+        result(e[i] >= 0.80, "traffic: the codec's reads and writes are coalesced", "%s: sector efficiency %.3f "
+               "(bound 0.80)", name[i], e[i]);
+    cudaFree(a); cudaFree(b); cudaFree(w); cudaFree(st); cudaFree(kv); cudaFree(freq); cudaFree(slot);
+    cudaFree(codes); cudaFree(off);
+}
+
 /* Graph capture: nothing runs while capturing; each replay runs again. */
 static void test_graphs(void) {
     const int n = 100;
@@ -1040,6 +1120,7 @@ int main(void) {
     test_copies();
     test_devices();
     test_traffic();
+    test_traffic_codec();
     test_graphs();
     test_cublas();
     test_async_streams();
