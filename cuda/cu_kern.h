@@ -186,7 +186,9 @@ cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, 
 /* ---- Mimi (cuda/cu_mimi_kern.cu) ------------------------------------------------
  * float32 throughout; activations channel-major (C, n*T) as the CPU codec
  * (engine/mimi/mimi_int.h); per-slot state in slabs reached through slot[]
- * (device arrays of the call's n items). C twins: the CPU codec's own
+ * (device arrays of the call's n items; an item whose slot repeats the
+ * previous item's reads that state but does not store it: the codec's
+ * padding rows, cu_mimi_kern.cu's header). C twins: the CPU codec's own
  * layers (engine/mimi/mimi_layers.c, mimi.c); tests/gpu/engine_test.c
  * compares the convolutions, GEMM, ELU and the RVQ search with them one by
  * one, tests/gpu/mimi_test.c the whole codec (the transformer's steps and

@@ -31,7 +31,8 @@
  * [n, B) of its bucket onto a scratch slot (slot max_slots of every slab,
  * zero input, step 0; their results are never read, and each item's
  * arithmetic does not depend on the others, so padding changes no real
- * row's bits) and replays the graph: per call one upload, one D2D copy of
+ * row's bits; only the first padding row stores the scratch slot's state,
+ * the kernels' rule in cu_mimi_kern.cu's header) and replays the graph: per call one upload, one D2D copy of
  * the PCM (encode), one replay, one download. MOSHID_CU_MIMI_GRAPHS=0
  * enqueues the same launches per call instead.
  */
@@ -560,7 +561,8 @@ static int begin(cu_mimi *g, unsigned char *hup, const int *slots, int n, const 
 
 /* The bucket of n items, and its padding rows [n, B) in the host block:
  * the scratch slot, step 0, no first frame, a zero payload (finite
- * samples, code 0). Their results are never read. */
+ * samples, code 0). Their results are never read; the kernels store the
+ * scratch slot's state for the first of them only (a repeated slot). */
 static void pad_rows(cu_mimi *g, unsigned char *hup, int n, int B, size_t row_bytes) {
     int32_t *hs = (int32_t *)(hup + g->lay.slot), *hf = (int32_t *)(hup + g->lay.first);
     int64_t *ho = (int64_t *)(hup + g->lay.off);

@@ -20,7 +20,15 @@
  * inside), and the transformer K/V (per slot (layers, 2, context, D)). A
  * ring row's position is implied by the slot's offset (steps since its
  * reset): row k holds the latest position p <= offset + T - 1 with p % ctx
- * == k, valid when p >= 0, which is what the CPU's pos[] array records. */
+ * == k, valid when p >= 0, which is what the CPU's pos[] array records.
+ *
+ * One writer per address: real rows name distinct slots (the host refuses
+ * a repeat), and a graph bucket's padding rows, last in the batch, all
+ * name the scratch slot; a kernel that stores a slot's state (the kept
+ * conv and transposed-conv state, the K/V ring) stores it only for a row
+ * whose slot differs from the previous row's (mm_stores), so of the
+ * padding rows only the first writes the scratch slot and no two blocks of
+ * a launch store to one address, whatever the bucket's real-row count. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -35,6 +43,10 @@
 #define RVQ_THREADS 256
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + MM_THREADS - 1) / MM_THREADS); }
+
+/* Whether row s stores its slot's state: not a padding row after the
+ * first (the file's header). */
+__device__ static inline bool mm_stores(const int32_t *slot, int s) { return s == 0 || slot[s] != slot[s - 1]; }
 
 
 /* ---- element-wise ---------------------------------------------------------- */
@@ -123,6 +135,7 @@ __global__ void __launch_bounds__(MM_THREADS) mimi_keep_kernel(float *state, siz
     size_t i = (size_t)blockIdx.x * MM_THREADS + threadIdx.x;
     if (i >= (size_t)n * cin * P) return;
     int p = (int)(i % P), ci = (int)(i / P % cin), s = (int)(i / P / cin);
+    if (!mm_stores(slot, s)) return;
     state[(size_t)slot[s] * state_stride + state_off + (size_t)ci * P + p] = xb[((size_t)s * cin + ci) * (P + T) + T + p];
 }
 
@@ -239,6 +252,7 @@ __global__ void __launch_bounds__(TL_THREADS) mimi_conv_tiled_kernel(float *y, c
         if (kp.P > 0 && blockIdx.y == 0)
             for (int sj = s_first; sj <= s_last; sj++) {
                 if ((sj + 1) * Tout > cend) continue;   /* its last column is another tile's */
+                if (!mm_stores(kp.slot, sj)) continue;
                 const int lo = (sj == s_first ? c0 % Tout : 0) * S, T = L - kp.P;
                 float *dst = kp.state + (size_t)kp.slot[sj] * kp.stride + kp.off + (size_t)ci0 * kp.P;
                 const float *src = xs + (size_t)(sj - s_first) * CC * Wmax + (T - lo);
@@ -509,7 +523,8 @@ __global__ void __launch_bounds__(MM_THREADS) mimi_convtr_out_kernel(float *y, f
     if (i >= (size_t)n * cout * U) return;
     int u = (int)(i % U), co = (int)(i / U % cout), s = (int)(i / U / cout);
     if (u >= Tout) {
-        state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + (u - Tout)] = full[i];
+        if (mm_stores(slot, s))
+            state[(size_t)slot[s] * state_stride + state_off + (size_t)co * PT + (u - Tout)] = full[i];
         return;
     }
     float bb = b ? b[co] : 0.f;
@@ -666,6 +681,7 @@ __global__ void __launch_bounds__(KS_THREADS) mimi_kv_store_kernel(float *kv, si
     const int dl = threadIdx.x % TD, jl = threadIdx.x / TD, j = j0 + jl, d = d0 + dl;
     if (j >= N || d >= D) return;
     const int s = j / T;
+    if (!mm_stores(slot, s)) return;
     long pos = (long)offset[s] + j % T;
     float *kr = kv + (size_t)slot[s] * kv_slot + (size_t)layer * 2 * ctx * D, *vr = kr + (size_t)ctx * D;
     int row = (int)(pos % ctx);

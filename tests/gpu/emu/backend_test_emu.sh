@@ -4,7 +4,9 @@
 # against the CPU backend on tiny models, no device needed. The emulator is
 # a device to backend-test, so it must run every case (no skip; the codec
 # case needs $BUILD/moshid-mkmodel, the frame step the fixture Mimi under
-# tests/fixtures/mimi, read from the repository root). Then once
+# tests/fixtures/mimi, read from the repository root), with the write-race
+# check on (EMU_RACE=1: two blocks of one launch storing to one address
+# fail). Then once
 # with EMU_NO_DEVICE=1: the program must say "skipped: no CUDA device" and
 # exit 77 (the path a host without a GPU takes). Skips (77) in sanitizer
 # builds.
@@ -19,7 +21,7 @@ t0=$(date +%s.%N)
 # bit-identical codes and PCM, which is the MOSHID_CU_MIMI=cpu path; the
 # device codec (within float rounding of the CPU's) is mimi-test's, through
 # cu_mimi and through this backend table (tests/gpu/mimi_test.c).
-out=$(MOSHID_CU_MIMI=cpu MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
+out=$(EMU_RACE=1 MOSHID_CU_MIMI=cpu MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
 t1=$(date +%s.%N)
 printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)

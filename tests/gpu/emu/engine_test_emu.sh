@@ -4,7 +4,9 @@
 # same list of cases, every kernel against its C twin, no device needed.
 # The emulator is a device to engine-test, so nothing may be skipped; then
 # the no-device path once (EMU_NO_DEVICE=1: kernel cases skipped, host checks
-# pass). Prints the case counts and the time. Skips (77) in sanitizer builds.
+# pass). The cases run with the write-race check on (EMU_RACE=1: two blocks
+# of one launch storing to one address fail). Prints the case counts and
+# the time. Skips (77) in sanitizer builds.
 BUILD=${BUILD:-build}
 bin=$BUILD/engine-test-emu
 if [ ! -x "$bin" ]; then
@@ -12,7 +14,7 @@ if [ ! -x "$bin" ]; then
     exit 77
 fi
 t0=$(date +%s.%N)
-out=$(EMU_STATS=1 timeout -k 10 600 "$bin" 2>&1); rc=$?
+out=$(EMU_STATS=1 EMU_RACE=1 timeout -k 10 600 "$bin" 2>&1); rc=$?
 t1=$(date +%s.%N)
 printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' <<<"$out" | tail -n 1)

@@ -4,7 +4,9 @@
 # the committed tiny fixture, and through the CUDA backend table against
 # the CPU backend (that case needs $BUILD/moshid-mkmodel), no device
 # needed. The emulator is a device to mimi-test, so every case must run
-# (no skip). Then once with EMU_NO_DEVICE=1: the program must say
+# (no skip), with the write-race check on (EMU_RACE=1: two blocks of one
+# launch storing to one address fail; the graphs' padding rows share a
+# scratch slot, of which only the first may store). Then once with EMU_NO_DEVICE=1: the program must say
 # "skipped: no CUDA device" and exit 77 (the path a host without a GPU
 # takes). Skips (77) in sanitizer builds.
 BUILD=${BUILD:-build}
@@ -14,7 +16,7 @@ if [ ! -x "$bin" ]; then
     exit 77
 fi
 t0=$(date +%s.%N)
-out=$(MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
+out=$(EMU_RACE=1 MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
 t1=$(date +%s.%N)
 printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
