@@ -8,10 +8,16 @@
  *    n_q audio embeddings as one (n_q, card + 1, dim) table; norm scales
  *    f32. With opts.random_weights the slab is filled on the device from
  *    the seed (uniform, variance 1/fan_in; embeddings uniform(-1, 1); norms 1).
+ *    The 8-bit weight scheme (opts.weights int8, or a q8 checkpoint): every
+ *    linear matrix is int8 (rows, cols), quantized at load by the CPU
+ *    loader's rule (lm_model_load_ex), then at the next 256-byte boundary
+ *    its rows' f32 scales (w8_scales); embeddings and norms as above.
  *  - K/V: one bf16 slab, per slot and layer a ring of `context` rows of keys
  *    (after RoPE) then values: view(slot, layer) = kv + (slot * L + layer) *
  *    2 * context * dim. Slot max_slots is the scratch slot the padding rows
  *    of a bucket write to. Zeroed at open (nothing reads an unwritten row).
+ *    The 8-bit K/V (opts.kv int8): per slot and layer cu_kv_q8_layer_bytes
+ *    (int8 keys, int8 values, then their f32 scales per head and position).
  *  - workspaces for R rows (the largest bucket or a prefill chunk), the
  *    per-step upload block and the sampled tokens.
  * A step uploads one block (positions, sampling rows, slot indices,
@@ -26,6 +32,10 @@
  * products: cu_matvec_bf16 below CU_GEMM_MIN_ROWS rows, cublasGemmEx
  * (bf16 x bf16, f32 accumulation) at and above, which rounds the
  * activations to bf16 first (tests/gpu/backend_test.c's tolerances say so).
+ * int8 matrices: cu_matvec_q8 below CU_GEMM_MIN_ROWS; at and above, the
+ * rows are widened to bf16 (exact) into a scratch buffer of at most
+ * CU_Q8_SCRATCH elements, a chunk of rows at a time, each chunk a GEMM,
+ * then the columns times the row scales (cu_scale_cols).
  *
  * Errors: every CUDA or cuBLAS failure is MS_ERR_DEVICE naming the call,
  * file:line and the runtime's text. A failure inside step, prefill,
@@ -72,12 +82,16 @@
  * a graph is being captured (NVIDIA recommends 32 MiB on Hopper; it is in
  * the plan's reserve). */
 #define CU_BLAS_WORKSPACE (32u << 20)
+/* Elements of the int8 path's bf16 scratch (32 MiB; the plan counts it). */
+#define CU_Q8_SCRATCH CU_PLAN_Q8_SCRATCH
 /* Most batch-size buckets (the plan's: 1, 2, 4, ... then max_slots). */
 #define CU_MAX_BUCKETS CU_PLAN_MAX_BUCKETS
 
 /* The plan (cuda/cu_plan.c) sizes the workspaces with the same numbers. */
 _Static_assert(CU_PREFILL_CHUNK == CU_PLAN_PREFILL_ROWS, "prefill chunk differs from the memory plan's");
 _Static_assert(CU_ATT_SPLIT == CU_PLAN_ATTN_SPLIT, "attention split differs from the memory plan's");
+_Static_assert(CU_GRAPH_DEP_STEPS == CU_PLAN_GRAPH_DEP_STEPS, "captured sub-steps differ from the memory plan's");
+_Static_assert(CU_Q8_SCRATCH == CU_PLAN_Q8_SCRATCH, "int8 scratch differs from the memory plan's");
 
 /* Per-row data of one step or prefill chunk, as laid out in the upload
  * block (the same layout in pinned host memory and on the device). */
@@ -102,8 +116,11 @@ typedef struct cu_dep_layer {
 } cu_dep_layer;
 
 struct lm_kv_snap {
-    int P, num_layers, dim;
-    uint16_t *kv;       /* device: (num_layers, 2, P, dim) bf16, in a buffer of cap bytes */
+    int P, num_layers, dim, heads;
+    int q8;             /* 1: the int8 K/V layout */
+    /* device, in a buffer of cap bytes: bf16 (num_layers, 2, P, dim); q8
+     * per layer int8 keys (P, dim), values (P, dim), f32 scales (2, heads, P) */
+    unsigned char *kv;
     size_t cap;
 };
 
@@ -135,9 +152,17 @@ typedef struct cu_ctx {
     float *out_norm;
     cu_layer *layers;
     cu_dep_layer *dep_layers;
+    int w8;                      /* 1: the linear matrices are int8 + row scales */
+    uint16_t *wdq;               /* int8 path: bf16 scratch of wdq_n elements (GEMM rows) */
+    size_t wdq_n;
     /* K/V */
     uint16_t *kv;
     size_t kv_slot;              /* elements per slot: L * 2 * ctx * D */
+    int q8kv;                    /* 1: the int8 K/V (kv8 instead of kv) */
+    int8_t *kv8;
+    size_t kv8_layer, kv8_slot;  /* bytes per layer view, per slot */
+    int8_t *kvl8;                /* (R, 2D) the chunk's keys | values, int8 */
+    float *kvs8;                 /* (R, 2, heads) their scales */
     int64_t *pos;                /* (nslots) host: next position */
     /* workspaces (R rows) */
     float *x, *xn, *qkv, *att, *o, *u, *h, *part;
@@ -158,7 +183,7 @@ typedef struct cu_ctx {
     int graph_dep;               /* sub-steps captured */
     /* snapshots and state */
     size_t snap_bytes;
-    struct { uint16_t *kv; size_t cap; } snap_pool[CU_SNAP_POOL];   /* freed snapshot buffers, for reuse */
+    struct { unsigned char *kv; size_t cap; } snap_pool[CU_SNAP_POOL];   /* freed snapshot buffers, for reuse */
     int snap_pool_n;
     int gemm_min;                /* CU_GEMM_MIN_ROWS, or lm_gpu_opts.gemm_min_rows */
     int dead;
@@ -294,6 +319,33 @@ static int wmat(cu_ctx *c, uint16_t **dst, const kern_mat *src, int rows, int co
     return wfill(c, *dst, src, n, scale, err);
 }
 
+/* The row scales of an int8 matrix (rows, cols) placed by wlin. */
+static const float *w8_scales(const uint16_t *w, int rows, int cols) {
+    return (const float *)((const unsigned char *)w + (((size_t)rows * cols + 255) & ~(size_t)255));
+}
+
+/* wlin: a linear layer's matrix: wmat, or with int8 weights its int8 rows
+ * then their scales (w8_scales), from src (ST_I8 with scales: the loader
+ * quantized it or the checkpoint stored it) or random. */
+static int wlin(cu_ctx *c, uint16_t **dst, const kern_mat *src, int rows, int cols, float scale, ms_error *err) {
+    if (!c->w8) return wmat(c, dst, src, rows, cols, scale, err);
+    size_t n = (size_t)rows * cols;
+    *dst = wplace(c, n);
+    float *ws = wplace(c, (size_t)rows * sizeof(float));
+    if (!c->wpass) return MS_OK;
+    if (ws != w8_scales(*dst, rows, cols))
+        return ms_err_set(err, MS_ERR_STATE, "cuda backend: int8 matrix layout (scales misplaced)");
+    if (!src) {
+        CU_CHECK(err, cu_rand_q8((int8_t *)*dst, ws, rows, cols, c->rseed, c->wtensor++, scale, c->st));
+        return MS_OK;
+    }
+    if (src->dtype != ST_I8 || !src->scale || src->rows != rows || src->cols != cols)
+        return ms_err_set(err, MS_ERR_FORMAT, "cuda backend: a %d x %d matrix is not int8 in an int8 model", rows, cols);
+    CU_CHECK(err, cudaMemcpy(*dst, src->w, n, cudaMemcpyHostToDevice));
+    CU_CHECK(err, cudaMemcpy(ws, src->scale, (size_t)rows * sizeof(float), cudaMemcpyHostToDevice));
+    return MS_OK;
+}
+
 static int wnorm(cu_ctx *c, float **dst, const float *src, int n, ms_error *err) {
     *dst = wplace(c, (size_t)n * sizeof(float));
     if (!c->wpass) return MS_OK;
@@ -323,21 +375,21 @@ static int weights_pass(cu_ctx *c, ms_error *err) {
     for (int q = 0; c->wpass && q < g->n_q; q++)
         WTRY(wfill(c, c->emb + q * per, m ? &m->emb[q] : NULL, per, 1.0f, err));
     WTRY(wmat(c, &c->text_emb, m ? &m->text_emb : NULL, g->text_card + 1, D, 1.0f, err));
-    WTRY(wmat(c, &c->text_linear, m ? &m->text_linear : NULL, g->text_card, D, sD, err));
+    WTRY(wlin(c, &c->text_linear, m ? &m->text_linear : NULL, g->text_card, D, sD, err));
     WTRY(wnorm(c, &c->out_norm, m ? m->out_norm : NULL, D, err));
     for (int l = 0; l < g->num_layers; l++) {
         cu_layer *L = &c->layers[l];
         const lm_layer_w *S = m ? &m->layers[l] : NULL;
         WTRY(wnorm(c, &L->norm1, S ? S->norm1 : NULL, D, err));
         WTRY(wnorm(c, &L->norm2, S ? S->norm2 : NULL, D, err));
-        WTRY(wmat(c, &L->attn_in, S ? &S->attn_in : NULL, 3 * D, D, sD, err));
-        WTRY(wmat(c, &L->attn_out, S ? &S->attn_out : NULL, D, D, sD, err));
-        WTRY(wmat(c, &L->ffn_in, S ? &S->ffn_in : NULL, 2 * H, D, sD, err));
-        WTRY(wmat(c, &L->ffn_out, S ? &S->ffn_out : NULL, D, H, sH, err));
+        WTRY(wlin(c, &L->attn_in, S ? &S->attn_in : NULL, 3 * D, D, sD, err));
+        WTRY(wlin(c, &L->attn_out, S ? &S->attn_out : NULL, D, D, sD, err));
+        WTRY(wlin(c, &L->ffn_in, S ? &S->ffn_in : NULL, 2 * H, D, sD, err));
+        WTRY(wlin(c, &L->ffn_out, S ? &S->ffn_out : NULL, D, H, sH, err));
     }
     for (int k = 0; k < g->dep_q; k++) {
-        WTRY(wmat(c, &c->dep_in[k], m ? &m->dep_in[k] : NULL, dd, D, sD, err));
-        WTRY(wmat(c, &c->linears[k], m ? &m->linears[k] : NULL, g->card, dd, sdd, err));
+        WTRY(wlin(c, &c->dep_in[k], m ? &m->dep_in[k] : NULL, dd, D, sD, err));
+        WTRY(wlin(c, &c->linears[k], m ? &m->linears[k] : NULL, g->card, dd, sdd, err));
         if (k < g->dep_q - 1) WTRY(wmat(c, &c->dep_emb[k], m ? &m->dep_emb[k] : NULL, g->card + 1, dd, 1.0f, err));
     }
     WTRY(wmat(c, &c->dep_text_emb, m ? &m->dep_text_emb : NULL, g->text_card + 1, dd, 1.0f, err));
@@ -347,10 +399,10 @@ static int weights_pass(cu_ctx *c, ms_error *err) {
         WTRY(wnorm(c, &L->norm1, S ? S->norm1 : NULL, dd, err));
         WTRY(wnorm(c, &L->norm2, S ? S->norm2 : NULL, dd, err));
         for (int k = 0; k < g->dep_q; k++) {
-            WTRY(wmat(c, &L->attn_in[k], S ? &S->attn_in[k] : NULL, 3 * dd, dd, sdd, err));
-            WTRY(wmat(c, &L->attn_out[k], S ? &S->attn_out[k] : NULL, dd, dd, sdd, err));
-            WTRY(wmat(c, &L->ffn_in[k], S ? &S->ffn_in[k] : NULL, 2 * Hd, dd, sdd, err));
-            WTRY(wmat(c, &L->ffn_out[k], S ? &S->ffn_out[k] : NULL, dd, Hd, sHd, err));
+            WTRY(wlin(c, &L->attn_in[k], S ? &S->attn_in[k] : NULL, 3 * dd, dd, sdd, err));
+            WTRY(wlin(c, &L->attn_out[k], S ? &S->attn_out[k] : NULL, dd, dd, sdd, err));
+            WTRY(wlin(c, &L->ffn_in[k], S ? &S->ffn_in[k] : NULL, 2 * Hd, dd, sdd, err));
+            WTRY(wlin(c, &L->ffn_out[k], S ? &S->ffn_out[k] : NULL, dd, Hd, sHd, err));
         }
     }
     return MS_OK;
@@ -360,19 +412,45 @@ static int weights_pass(cu_ctx *c, ms_error *err) {
 
 #define ETRY(call) CU_CHECK(err, call)
 
+/* y (n, N) = xb (n, K) W^T, xb = c->xb (bf16 activations): one cuBLAS GEMM;
+ * int8 W, chunks of rows widened into c->wdq, a GEMM each, then the row
+ * scales. */
+static int gemm_xb(cu_ctx *c, float *y, const uint16_t *w, int n, int N, int K, ms_error *err) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!c->w8) {
+        /* column-major: C (N, n) = W^T viewed (K, N) transposed times xb (K, n) */
+        CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
+                                       CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+        return MS_OK;
+    }
+    int rows = (int)(c->wdq_n / (size_t)K < (size_t)N ? c->wdq_n / (size_t)K : (size_t)N);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int nr = N - r0 < rows ? N - r0 : rows;
+        ETRY(cu_q8_to_bf16(c->wdq, (const int8_t *)w + (size_t)r0 * K, (size_t)nr * K, c->st));
+        CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, c->wdq, CUDA_R_16BF, K,
+                                       c->xb, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+    }
+    ETRY(cu_scale_cols(y, w8_scales(w, N, K), n, N, N, c->st));
+    return MS_OK;
+}
+
+/* The GEMM path applies (int8: its scratch holds a whole row, K % 4 == 0). */
+static int use_gemm(const cu_ctx *c, int n, int K) {
+    return n >= c->gemm_min && (!c->w8 || (K % 4 == 0 && c->wdq_n >= (size_t)K));
+}
+
 /* y (n, N) = x (n, K) W^T: the matvec for few rows, else a cuBLAS GEMM on
  * bf16-rounded activations. */
 static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, int N, int K, ms_error *err) {
-    if (n < c->gemm_min) {
-        ETRY(cu_matvec_bf16(y, x, w, n, N, K, c->st));
+    if (!use_gemm(c, n, K)) {
+        if (c->w8) ETRY(cu_matvec_q8(y, x, (const int8_t *)w, w8_scales(w, N, K), n, N, K, c->st));
+        else ETRY(cu_matvec_bf16(y, x, w, n, N, K, c->st));
         return MS_OK;
     }
     ETRY(cu_f32_to_bf16(c->xb, x, (size_t)n * K, c->st));
-    const float one = 1.0f, zero = 0.0f;
-    /* column-major: C (N, n) = W^T viewed (K, N) transposed times xb (K, n) */
-    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
-                                   CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return MS_OK;
+    return gemm_xb(c, y, w, n, N, K, err);
 }
 
 /* y (n, N) = silu_gate(u) (n, K) W^T, u (n, 2K): the gated FFN's output
@@ -381,8 +459,12 @@ static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, in
  * gated matvec's vector path does not apply. */
 static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16_t *w, int n, int N, int K,
                      ms_error *err) {
-    if (n < c->gemm_min) {
-        if (cu_matvec_gated_ok(u, w, K)) {
+    if (!use_gemm(c, n, K)) {
+        if (c->w8 && cu_matvec_q8_ok(u, (const int8_t *)w, K)) {
+            ETRY(cu_matvec_q8_gated(y, u, (const int8_t *)w, w8_scales(w, N, K), n, N, K, c->st));
+            return MS_OK;
+        }
+        if (!c->w8 && cu_matvec_gated_ok(u, w, K)) {
             ETRY(cu_matvec_bf16_gated(y, u, w, n, N, K, c->st));
             return MS_OK;
         }
@@ -390,10 +472,7 @@ static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16
         return lin(c, y, h, w, n, N, K, err);
     }
     ETRY(cu_silu_gate_bf16(c->xb, u, n, K, c->st));
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
-                                   CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return MS_OK;
+    return gemm_xb(c, y, w, n, N, K, err);
 }
 
 /* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
@@ -406,12 +485,21 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
     ETRY(cu_rmsnorm(c->xn, c->x, c->layers[0].norm1, n, D, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
-        uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
         WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
-        ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
-        ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
-                            g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
-        ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+        if (c->q8kv) {
+            int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
+            ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+            ETRY(cu_attend_ring_q8(c->att, c->part, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot, r->slot,
+                                   r->pos, n, g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
+            ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx,
+                                c->st));
+        } else {
+            uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
+            ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+            ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
+                                g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
+            ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+        }
         WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
         ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
@@ -434,8 +522,8 @@ static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
         const cu_dep_layer *L = &c->dep_layers[l];
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
         WTRY(lin(c, c->dqkv, c->dyn, L->attn_in[k], B, 3 * dd, dd, err));
-        ETRY(cu_dep_attend(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B, g->depformer_num_heads,
-                           g->dep_head_dim, c->st));
+        ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B,
+                                                          g->depformer_num_heads, g->dep_head_dim, c->st));
         WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
         ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, L->norm2, B, dd, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
@@ -491,7 +579,8 @@ static void cu_close(void *vctx) {
     for (int i = 0; i < c->nbuckets; i++)
         if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
     if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
-    void *dev[] = {c->wslab, c->kv, c->x, c->xn, c->qkv, c->att, c->o, c->u, c->h, c->part, c->kvl, c->xb,
+    void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->xn, c->qkv, c->att, c->o, c->u,
+                   c->h, c->part, c->kvl, c->xb,
                    c->tlog, c->alog, c->dy, c->dyn, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -644,13 +733,16 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         if ((rc = random_config(&c->cfg, dir, opts->variant, err)) != MS_OK) goto fail;
         c->rseed = opts->random_weights;
     } else {
-        c->m = lm_model_load(dir, opts->variant, err);
+        c->m = lm_model_load_ex(dir, opts->variant, (lm_weights)opts->weights, err);
         if (!c->m) {
             rc = err ? err->code : MS_ERR_FORMAT;
             goto fail;
         }
         c->cfg = c->m->cfg;
     }
+    /* the 8-bit schemes: int8 matrices when asked for or stored (q8 checkpoints) */
+    c->w8 = c->m ? c->m->int8 : opts->weights == LM_WEIGHTS_INT8;
+    c->q8kv = opts->kv == LM_KV_INT8;
     const lm_config *g = &c->cfg;
     if (g->head_dim > CU_ATT_MAX_HEAD_DIM || g->dep_head_dim > CU_ATT_MAX_HEAD_DIM || g->head_dim % 2) {
         rc = ms_err_set(err, MS_ERR_UNSUPPORTED, "cuda backend: head_dim %d / %d (at most %d, even)", g->head_dim,
@@ -669,7 +761,8 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     /* the memory plan, against what the device has free */
     {
         cu_plan_req req = {.slots = c->nslots, .context = g->context, .snapshots = 0, .snap_positions = 0,
-                           .max_bucket = c->maxB, .weight_bytes_per_el = 2, .codec = codec_on_device(opts)};
+                           .max_bucket = c->maxB, .weight_bytes_per_el = 2, .codec = codec_on_device(opts),
+                           .w8 = c->w8, .kv8 = c->q8kv};
         cu_plan plan;
         size_t fr = 0, tot = 0;
         CU_CHECK_GOTO(err, cudaMemGetInfo(&fr, &tot), fail);
@@ -713,10 +806,23 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     /* K/V slab: nslots + the scratch slot */
     rc = MS_ERR_DEVICE;
     size_t D = (size_t)g->dim, R = (size_t)c->R, dd = (size_t)g->depformer_dim;
-    c->kv_slot = (size_t)g->num_layers * 2 * (size_t)g->context * D;
-    size_t kv_bytes = (size_t)(c->nslots + 1) * c->kv_slot * sizeof(uint16_t);
-    CU_CHECK_GOTO(err, cudaMalloc((void **)&c->kv, kv_bytes), fail);
-    CU_CHECK_GOTO(err, cudaMemset(c->kv, 0, kv_bytes), fail);
+    size_t kv_bytes;
+    if (c->q8kv) {
+        if (g->dim % 4 || g->depformer_dim % 4) {
+            rc = ms_err_set(err, MS_ERR_UNSUPPORTED, "cuda backend: int8 K/V needs dim and depformer_dim multiples of 4");
+            goto fail;
+        }
+        c->kv8_layer = cu_kv_q8_layer_bytes(g->context, g->dim, g->num_heads);
+        c->kv8_slot = (size_t)g->num_layers * c->kv8_layer;
+        kv_bytes = (size_t)(c->nslots + 1) * c->kv8_slot;
+        CU_CHECK_GOTO(err, cudaMalloc((void **)&c->kv8, kv_bytes), fail);
+        CU_CHECK_GOTO(err, cudaMemset(c->kv8, 0, kv_bytes), fail);
+    } else {
+        c->kv_slot = (size_t)g->num_layers * 2 * (size_t)g->context * D;
+        kv_bytes = (size_t)(c->nslots + 1) * c->kv_slot * sizeof(uint16_t);
+        CU_CHECK_GOTO(err, cudaMalloc((void **)&c->kv, kv_bytes), fail);
+        CU_CHECK_GOTO(err, cudaMemset(c->kv, 0, kv_bytes), fail);
+    }
     /* the uploads and the memset ran on the legacy stream, which the
      * backend's non-blocking stream does not wait for: finish them now */
     CU_CHECK_GOTO(err, cudaDeviceSynchronize(), fail);
@@ -733,7 +839,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->o, R * D, 4, err) || dalloc(c, (void **)&c->u, R * 2 * H, 4, err) ||
         dalloc(c, (void **)&c->h, R * H, 4, err) ||
         dalloc(c, (void **)&c->part, R * (size_t)g->num_heads * splits * CU_ATT_PART_FLOATS, 4, err) ||
-        dalloc(c, (void **)&c->kvl, R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
+        dalloc(c, (void **)&c->kvl, c->q8kv ? 1 : R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
         dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
         dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
         dalloc(c, (void **)&c->dy, R * dd, 4, err) || dalloc(c, (void **)&c->dyn, R * dd, 4, err) ||
@@ -743,6 +849,16 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->dv, R * c->dcache, 4, err) || dalloc(c, (void **)&c->prev, R, 4, err) ||
         dalloc(c, (void **)&c->out, (size_t)nt * R, 4, err))
         goto fail;
+    if (c->q8kv && (dalloc(c, (void **)&c->kvl8, R * 2 * D, 1, err) ||
+                   dalloc(c, (void **)&c->kvs8, R * 2 * (size_t)g->num_heads, 4, err)))
+        goto fail;
+    if (c->w8) {   /* the GEMM path's scratch: the largest matrix, at most CU_Q8_SCRATCH elements */
+        size_t big = (size_t)g->text_card * D, m2[] = {3 * D * D, 2 * H * D, D * H, (size_t)g->card * dd,
+                                                       dd * D, 3 * dd * dd, 2 * Hd * dd, dd * Hd};
+        for (size_t i = 0; i < sizeof m2 / sizeof m2[0]; i++) big = m2[i] > big ? m2[i] : big;
+        c->wdq_n = big < CU_Q8_SCRATCH ? big : CU_Q8_SCRATCH;
+        if (dalloc(c, (void **)&c->wdq, c->wdq_n, 2, err)) goto fail;
+    }
     /* upload block: rows, or a prefill chunk's summed embeddings (which go
      * straight to x) */
     c->up_bytes = layout(g, c->R).total;
@@ -755,8 +871,8 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     c->st_.weight_bytes = c->wbytes;
     c->st_.kv_bytes = kv_bytes;
     c->st_.where = LM_MEM_DEVICE;
-    c->st_.weights_scheme = "bf16";   /* every matrix in the slab */
-    c->st_.kv_scheme = "bf16";
+    c->st_.weights_scheme = c->w8 ? "int8" : "bf16";
+    c->st_.kv_scheme = c->q8kv ? "int8" : "bf16";
     c->st_.threads = 1;
     c->st_.pipeline = 0;
     /* Two knobs for measurements and tests, read once here (lm_gpu_opts:
@@ -772,10 +888,11 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     rc = MS_ERR_DEVICE;
     if (opts->mimi && (rc = codec_open(c, opts, err)) != MS_OK) goto fail;
     LOGI("cuda_open",
-         "device=%d name=\"%s\" slots=%d context=%d buckets=%d graphs=%d weights_mb=%.1f kv_mb=%.1f ws_mb=%.1f "
-         "random=%d",
-         opts->device, prop.name, c->nslots, g->context, c->nbuckets, c->graphs, c->wbytes / 1048576.0,
-         kv_bytes / 1048576.0, c->ws_bytes / 1048576.0, opts->random_weights != 0);
+         "device=%d name=\"%s\" slots=%d context=%d buckets=%d graphs=%d weights=%s kv=%s weights_mb=%.1f kv_mb=%.1f "
+         "ws_mb=%.1f random=%d",
+         opts->device, prop.name, c->nslots, g->context, c->nbuckets, c->graphs, c->st_.weights_scheme,
+         c->st_.kv_scheme, c->wbytes / 1048576.0, kv_bytes / 1048576.0, c->ws_bytes / 1048576.0,
+         opts->random_weights != 0);
     *out = c;
     return MS_OK;
 fail:
@@ -905,14 +1022,49 @@ dead:
     return kill_ctx(c, err);
 }
 
-static size_t snap_bytes(const lm_kv_snap *s) { return 2 * (size_t)s->num_layers * s->P * s->dim * sizeof(uint16_t); }
+/* Bytes of one position of a snapshot: keys and values of every layer,
+ * bf16, or int8 and a float32 scale per head. */
+static size_t snap_pos_bytes(const lm_kv_snap *s) {
+    return 2 * (size_t)s->num_layers * (s->q8 ? (size_t)s->dim + (size_t)s->heads * sizeof(float)
+                                              : (size_t)s->dim * sizeof(uint16_t));
+}
+static size_t snap_bytes(const lm_kv_snap *s) { return (size_t)s->P * snap_pos_bytes(s); }
+
+/* The int8 layout of a snapshot, layer l: keys (P, dim) int8, values
+ * (P, dim), then scales (2, heads, P) f32. */
+static unsigned char *snap8_layer(const lm_kv_snap *s, int l) {
+    return s->kv + (size_t)l * s->P * (2 * (size_t)s->dim + 2 * (size_t)s->heads * sizeof(float));
+}
+
+/* Copies between a slot's int8 ring (rows 0..P-1) and a snapshot, layers
+ * [l0, l1); to_snap: which way. Keys and values in one copy each, the
+ * scales one (head, K|V) row of P at a time (the ring keeps ctx per row). */
+static cudaError_t snap8_copy(cu_ctx *c, int slot, const lm_kv_snap *s, int l0, int l1, int to_snap) {
+    const lm_config *g = &c->cfg;
+    size_t P = (size_t)s->P, D = (size_t)g->dim, ctx = (size_t)g->context;
+    for (int l = l0; l < l1; l++) {
+        unsigned char *ring = (unsigned char *)c->kv8 + (size_t)slot * c->kv8_slot + (size_t)l * c->kv8_layer;
+        unsigned char *sn = snap8_layer(s, l);
+        cudaError_t e = cudaSuccess;
+        for (int w = 0; w < 2 && e == cudaSuccess; w++) {
+            unsigned char *r = ring + (size_t)w * ctx * D, *q = sn + (size_t)w * P * D;
+            e = cudaMemcpyAsync(to_snap ? q : r, to_snap ? r : q, P * D, cudaMemcpyDeviceToDevice, c->st);
+        }
+        float *rs = (float *)(ring + 2 * ctx * D), *ss = (float *)(sn + 2 * P * D);
+        for (int i = 0; i < 2 * g->num_heads && e == cudaSuccess; i++)
+            e = cudaMemcpyAsync(to_snap ? ss + i * P : rs + i * ctx, to_snap ? rs + i * ctx : ss + i * P,
+                                P * sizeof(float), cudaMemcpyDeviceToDevice, c->st);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
 
 /* snap_take: s->kv = a buffer of at least bytes: the smallest pooled one
  * that fits and is at most twice the size a new one would have, else a new
  * cudaMalloc of whole CU_SNAP_GRAIN positions. cudaSuccess or cudaMalloc's
  * error (left as the thread's last error). Engine thread. */
 static cudaError_t snap_take(cu_ctx *c, lm_kv_snap *s, size_t bytes) {
-    size_t per_pos = 2 * (size_t)s->num_layers * s->dim * sizeof(uint16_t);
+    size_t per_pos = snap_pos_bytes(s);
     size_t grains = ((size_t)s->P + CU_SNAP_GRAIN - 1) / CU_SNAP_GRAIN;
     size_t cap = (grains ? grains : 1) * CU_SNAP_GRAIN * per_pos;
     int best = -1;
@@ -951,7 +1103,7 @@ static int cu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_erro
     const lm_config *g = &c->cfg;
     lm_kv_snap *s = calloc(1, sizeof *s);
     if (!s) return ms_err_set(err, MS_ERR_NOMEM, "kv_snapshot: out of memory");
-    *s = (lm_kv_snap){.P = P, .num_layers = g->num_layers, .dim = g->dim};
+    *s = (lm_kv_snap){.P = P, .num_layers = g->num_layers, .dim = g->dim, .heads = g->num_heads, .q8 = c->q8kv};
     size_t bytes = snap_bytes(s);
     if (snap_take(c, s, bytes) != cudaSuccess) {
         /* out of memory is not sticky, and this thread's last error is
@@ -963,11 +1115,16 @@ static int cu_kv_snapshot(void *vctx, int slot, int P, lm_kv_snap **out, ms_erro
                           cudaGetErrorString(e));
     }
     size_t per = (size_t)P * g->dim;
-    for (int l = 0; l < g->num_layers; l++)
-        for (int w = 0; w < 2; w++)   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
-            CU_CHECK_GOTO(err, cudaMemcpyAsync(s->kv + ((size_t)l * 2 + w) * per,
-                                               w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
-                                               per * sizeof(uint16_t), cudaMemcpyDeviceToDevice, c->st), fail);
+    if (c->q8kv) {
+        CU_CHECK_GOTO(err, snap8_copy(c, slot, s, 0, g->num_layers, 1), fail);
+    } else {
+        uint16_t *kv = (uint16_t *)s->kv;
+        for (int l = 0; l < g->num_layers; l++)
+            for (int w = 0; w < 2; w++)   /* P <= context: rows 0..P-1 hold positions 0..P-1 */
+                CU_CHECK_GOTO(err, cudaMemcpyAsync(kv + ((size_t)l * 2 + w) * per,
+                                                   w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
+                                                   per * sizeof(uint16_t), cudaMemcpyDeviceToDevice, c->st), fail);
+    }
     CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), fail);
     c->snap_bytes += snap_bytes(s);
     *out = s;
@@ -982,14 +1139,19 @@ static int cu_kv_restore(void *vctx, int slot, const lm_kv_snap *s, int l0, int 
     if (c->dead) return dead_answer(c, err);
     CU_BIND(c, err);
     const lm_config *g = &c->cfg;
-    if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context)
-        return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape");
+    if (s->num_layers != g->num_layers || s->dim != g->dim || s->P > g->context || s->q8 != c->q8kv)
+        return ms_err_set(err, MS_ERR_ARG, "kv_restore: snapshot of another model shape or K/V scheme");
     size_t per = (size_t)s->P * g->dim;
-    for (int l = l0; l < l1; l++)
-        for (int w = 0; w < 2; w++)
-            CU_CHECK_GOTO(err, cudaMemcpyAsync(w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
-                                               s->kv + ((size_t)l * 2 + w) * per, per * sizeof(uint16_t),
-                                               cudaMemcpyDeviceToDevice, c->st), dead);
+    if (c->q8kv) {
+        CU_CHECK_GOTO(err, snap8_copy(c, slot, s, l0, l1, 0), dead);
+    } else {
+        const uint16_t *kv = (const uint16_t *)s->kv;
+        for (int l = l0; l < l1; l++)
+            for (int w = 0; w < 2; w++)
+                CU_CHECK_GOTO(err, cudaMemcpyAsync(w ? kv_values(c, slot, l) : kv_keys(c, slot, l),
+                                                   kv + ((size_t)l * 2 + w) * per, per * sizeof(uint16_t),
+                                                   cudaMemcpyDeviceToDevice, c->st), dead);
+    }
     CU_CHECK_GOTO(err, cudaStreamSynchronize(c->st), dead);
     if (l1 == g->num_layers) c->pos[slot] = s->P;
     return MS_OK;
@@ -1022,16 +1184,37 @@ static int cu_kv_snap_read(void *vctx, const lm_kv_snap *s, int layer, int which
     cu_ctx *c = vctx;
     if (c->dead) return dead_answer(c, err);
     CU_BIND(c, err);
-    size_t n = (size_t)s->P * s->dim;
-    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    size_t n = (size_t)s->P * s->dim, hd = (size_t)(s->heads ? s->dim / s->heads : 0);
+    /* bf16 values, or int8 values then their (heads, P) scales (dequantized: q * s) */
+    size_t bytes = s->q8 ? n + (size_t)s->heads * s->P * sizeof(float) : n * sizeof(uint16_t);
+    unsigned char *tmp = malloc(bytes ? bytes : 1);
     if (!tmp) return ms_err_set(err, MS_ERR_NOMEM, "kv_snap_read: out of memory");
-    cudaError_t e = cudaMemcpy(tmp, s->kv + ((size_t)layer * 2 + which) * n, n * sizeof *tmp, cudaMemcpyDeviceToHost);
+    cudaError_t e;
+    if (s->q8) {
+        const unsigned char *l = snap8_layer(s, layer);
+        e = cudaMemcpy(tmp, l + (size_t)which * n, n, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(tmp + n, l + 2 * n + (size_t)which * s->heads * s->P * sizeof(float),
+                           (size_t)s->heads * s->P * sizeof(float), cudaMemcpyDeviceToHost);
+    } else {
+        e = cudaMemcpy(tmp, s->kv + ((size_t)layer * 2 + which) * n * sizeof(uint16_t), bytes, cudaMemcpyDeviceToHost);
+    }
     if (e != cudaSuccess) {
         free(tmp);
         cu_err_set(err, e, "cudaMemcpy(snapshot layer)", __FILE__, __LINE__);
         return kill_ctx(c, err);
     }
-    for (size_t i = 0; i < n; i++) dst[i] = st_bf16_to_f32(tmp[i]);
+    if (s->q8) {
+        const int8_t *q = (const int8_t *)tmp;
+        const float *sc = (const float *)(tmp + n);
+        for (size_t i = 0; i < n; i++) {
+            size_t p = i / s->dim, h = (i % s->dim) / hd;
+            dst[i] = (float)q[i] * sc[h * s->P + p];
+        }
+    } else {
+        const uint16_t *v = (const uint16_t *)tmp;
+        for (size_t i = 0; i < n; i++) dst[i] = st_bf16_to_f32(v[i]);
+    }
     free(tmp);
     return MS_OK;
 }
@@ -1172,4 +1355,5 @@ const lm_backend_ops lm_cuda_backend = {
     .frame_submit = cu_frame_submit,
     .frame_wait = cu_frame_wait,
     .stats = cu_stats,
+    .schemes = LM_SCHEME_W_BF16 | LM_SCHEME_W_INT8 | LM_SCHEME_KV_INT8,
 };

@@ -3,6 +3,7 @@
  * (outputs, inputs, weights, dims), the CUDA stream last where the C twin
  * has its CPU resource (thread pool, scratch):
  *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
+ *     cu_matvec_q8       kern_matmul_rows_i8 (engine/cpu/kern_q8.c)
  *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
  *     cu_add_rmsnorm     kern_add, then kern_rmsnorm
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
@@ -13,10 +14,14 @@
  *     cu_qkv_rope        kern_rope on q and k, then st_f32_to_bf16 of k and v
  *     cu_attend_ring     kern_attend_ring (keys and values bf16 here)
  *     cu_dep_attend      kern_attend over the depformer's sub-steps
+ *     cu_qkv_rope_q8     kern_rope, then kern_q8_quantize_heads of k and v
+ *     cu_attend_ring_q8  kern_attend_ring_q8
+ *     cu_dep_attend_q8   kern_q8_quantize_heads, then kern_attend_ring_q8
  *     cu_silu_gate       kern_silu_gate
  *     cu_add             kern_add
  *     cu_f32_to_bf16     st_f32_to_bf16
- * (cu_kv_store and cu_rand_bf16 only move or generate data;
+ * (cu_kv_store, cu_kv_store_q8, cu_q8_to_bf16, cu_scale_cols and
+ * cu_rand_bf16 only move, widen, scale or generate data;
  * tests/gpu/backend_test.c covers them through the whole step).
  * (kern_X <-> cu_X: kern_ only says "CPU kernel"; samp_X <-> cu_samp_X).
  * tests/gpu/engine_test.c compares each launcher against its twin.
@@ -60,6 +65,28 @@ cudaError_t cu_matvec_bf16_gated(float *y,          /* (B, N) */
                                  const float *u,    /* (B, 2K): gate | up */
                                  const uint16_t *w, /* (N, K) bf16 */
                                  int B, int N, int K, cudaStream_t stream);
+
+/* The 8-bit weight scheme (W8A16): int8 rows, one f32 scale per row. */
+/* cu_matvec_q8: y = (x . Wq^T) * ws per column: each row's sum of q * x,
+ * then times the row's scale (kern_matmul_rows_i8). Vector path when
+ * cu_matvec_q8_ok(x, w, K) (K % 4 == 0, x 16- and w 4-byte aligned),
+ * otherwise a scalar path. */
+int cu_matvec_q8_ok(const float *x, const int8_t *w, int K);
+cudaError_t cu_matvec_q8(float *y,          /* (B, N) */
+                         const float *x,    /* (B, K) */
+                         const int8_t *w,   /* (N, K) int8 */
+                         const float *ws,   /* (N) row scales */
+                         int B, int N, int K, cudaStream_t stream);
+/* cu_matvec_q8_gated: cu_matvec_q8 of silu_gate(u), as cu_matvec_bf16_gated;
+ * cu_matvec_q8_ok(u, w, K) must hold. */
+cudaError_t cu_matvec_q8_gated(float *y, const float *u /* (B, 2K) */, const int8_t *w, const float *ws, int B,
+                               int N, int K, cudaStream_t stream);
+/* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
+ * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
+ * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */
+cudaError_t cu_q8_to_bf16(uint16_t *wb, const int8_t *w, size_t n, cudaStream_t stream);
+/* cu_scale_cols: y[b][n] *= ws[n], b < B, n < N, rows ldy apart. */
+cudaError_t cu_scale_cols(float *y, const float *ws, int B, int N, int ldy, cudaStream_t stream);
 
 /* cu_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row; y may alias x. */
 cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
@@ -154,6 +181,40 @@ cudaError_t cu_dep_attend(float *out,         /* (B, D) */
                           size_t cache_stride, int k, int window, int B, int heads, int head_dim,
                           cudaStream_t stream);
 
+/* ---- the int8 K/V scheme ----------------------------------------------------
+ * A slot's view of one layer's ring (bytes): keys int8 (ctx, D), values
+ * int8 (ctx, D), key scales f32 (heads, ctx), value scales f32 (heads, ctx):
+ * cu_kv_q8_layer_bytes(ctx, D, heads) in all. The scales of one head are
+ * contiguous over positions, so a split of keys reads its scales in one
+ * coalesced load. A chunk's own new keys and values: kv8 (B, 2D) int8, k
+ * then v, and kvs (B, 2, heads) f32. */
+size_t cu_kv_q8_layer_bytes(int ctx, int D, int heads);
+
+/* cu_qkv_rope_q8: cu_qkv_rope, then each row's rotated key and its value
+ * quantized per head (kern_q8_quantize_heads: s = max|x| / 127, 1 for a
+ * zero vector; q = x / s rounded half to even, clamped to +-127). */
+cudaError_t cu_qkv_rope_q8(float *qkv, int8_t *kv8, float *kvs, const int64_t *pos, int B, int heads, int head_dim,
+                           float rope_k, cudaStream_t stream);
+/* cu_attend_ring_q8: cu_attend_ring over the int8 ring and chunk (the
+ * layout above): score = (q . k8) * ks / sqrt(head_dim), the value's
+ * scale folded into its softmax weight (kern_attend_ring_q8).
+ * slot_stride in bytes. */
+cudaError_t cu_attend_ring_q8(float *out, float *part, const float *q, int q_stride, const int8_t *kv8,
+                              const float *kvs, const int8_t *kv_layer, size_t slot_stride, const int32_t *slot,
+                              const int64_t *pos, int B, int heads, int head_dim, int ctx, int window, int prefill,
+                              cudaStream_t stream);
+/* cu_kv_store_q8: ring row pos[b] % ctx of slot slot[b] = kv8[b], and the
+ * row's scales from kvs[b]; slot_stride in bytes. */
+cudaError_t cu_kv_store_q8(int8_t *kv_layer, size_t slot_stride, const int8_t *kv8, const float *kvs,
+                           const int32_t *slot, const int64_t *pos, int B, int D, int heads, int ctx,
+                           cudaStream_t stream);
+/* cu_dep_attend_q8: cu_dep_attend with the int8 cache: each layer's
+ * (LM_MAX_DEP_Q, D) float region of k_cache / v_cache holds the int8
+ * values (LM_MAX_DEP_Q, D) then the scales (LM_MAX_DEP_Q, heads) f32;
+ * D % 4 == 0. */
+cudaError_t cu_dep_attend_q8(float *out, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                             int k, int window, int B, int heads, int head_dim, cudaStream_t stream);
+
 /* cu_silu_gate: h = silu(u[:, :H]) * u[:, H:]. */
 cudaError_t cu_silu_gate(float *h, const float *u, int B, int H, cudaStream_t stream);   /* h (B, H), u (B, 2H) */
 /* cu_silu_gate_bf16: hb = bf16(silu(u[:, :H]) * u[:, H:]): cu_silu_gate then
@@ -182,6 +243,11 @@ cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);
+
+/* cu_rand_q8: int8 rows q = rint(127 (2u - 1)) (u as cu_rand_bf16), each
+ * row's scale ws = scale / 127. */
+cudaError_t cu_rand_q8(int8_t *w, float *ws, int rows, int cols, uint64_t seed, uint32_t tensor, float scale,
+                       cudaStream_t stream);
 
 /* ---- Mimi (cuda/cu_mimi_kern.cu) ------------------------------------------------
  * float32 throughout; activations channel-major (C, n*T) as the CPU codec

@@ -86,15 +86,30 @@ extern "C" cudaError_t cu_embed_add_rows(float *y, const int32_t *tok, const uin
 
 /* ---- RoPE and the K/V of the new positions ------------------------------- */
 
+/* The 8-bit K/V rule (kern_q8_quantize_heads): s = max|x| / 127 (1 for
+ * a zero vector), q = x / s (an IEEE division: no fast math) rounded half
+ * to even, clamped to +-127. */
+__device__ __forceinline__ float q8_scale(float absmax) { return absmax > 0.0f ? absmax / 127.0f : 1.0f; }
+__device__ __forceinline__ int8_t q8_round(float v, float s) { return (int8_t)fminf(fmaxf(rintf(v / s), -127.0f), 127.0f); }
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = CU_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(CU_FULL_MASK, v, o));
+    return v;
+}
+
 /* One block per row: rotate q and k (the first two thirds of the row) as
  * kern_rope does (f = expf(i * rope_k), angle f * (float)pos, float cos
- * and sin), then kvl[b] = bf16(k rotated) | bf16(v). */
+ * and sin), then kvl[b] = bf16(k rotated) | bf16(v); or (Q8) the rotated
+ * key and the value, a warp per head, to int8 kv8[b] with their scales
+ * kvs[b] (k's heads, then v's). */
+template <bool Q8>
 __global__ void __launch_bounds__(EW_THREADS)
-qkv_rope_kernel(float *qkv, uint16_t *kvl, const int64_t *pos, int heads, int head_dim, float rope_k) {
+qkv_rope_kernel(float *qkv, uint16_t *kvl, int8_t *kv8, float *kvs, const int64_t *pos, int heads, int head_dim,
+                float rope_k) {
     const int b = blockIdx.x;
     const int D = heads * head_dim, half = head_dim / 2;
     float *q = qkv + (size_t)b * 3 * D, *k = q + D, *v = q + 2 * D;
-    uint16_t *ko = kvl + (size_t)b * 2 * D, *vo = ko + D;
+    uint16_t *ko = Q8 ? nullptr : kvl + (size_t)b * 2 * D;
     const float t = (float)pos[b];
     for (int p = threadIdx.x; p < heads * half; p += EW_THREADS) {
         int h = p / half, i = p % half;
@@ -106,16 +121,41 @@ qkv_rope_kernel(float *qkv, uint16_t *kvl, const int64_t *pos, int heads, int he
         float k0 = kv.x * cr - kv.y * ci, k1 = kv.x * ci + kv.y * cr;
         *reinterpret_cast<float2 *>(q + o) = make_float2(qv.x * cr - qv.y * ci, qv.x * ci + qv.y * cr);
         *reinterpret_cast<float2 *>(k + o) = make_float2(k0, k1);
-        *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
+        if constexpr (!Q8) *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
     }
-    for (int d = threadIdx.x; d < D; d += EW_THREADS) vo[d] = cu_f2bf(v[d]);
+    if constexpr (!Q8) {
+        for (int d = threadIdx.x; d < D; d += EW_THREADS) ko[D + d] = cu_f2bf(v[d]);
+    } else {
+        __syncthreads();   /* the rotated keys are written */
+        const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+        for (int hw = warp; hw < 2 * heads; hw += EW_THREADS / CU_WARP) {
+            const int which = hw / heads, h = hw % heads;
+            const float *x = (which ? v : k) + (size_t)h * head_dim;
+            float m = 0.0f;
+            for (int d = lane; d < head_dim; d += CU_WARP) m = fmaxf(m, fabsf(x[d]));
+            const float sc = q8_scale(warp_max(m));
+            int8_t *o = kv8 + (size_t)b * 2 * D + (size_t)which * D + (size_t)h * head_dim;
+            for (int d = lane; d < head_dim; d += CU_WARP) o[d] = q8_round(x[d], sc);
+            if (lane == 0) kvs[(size_t)b * 2 * heads + hw] = sc;
+        }
+    }
 }
 
 extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos, int B, int heads, int head_dim,
                                    float rope_k, cudaStream_t stream) {
     if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    qkv_rope_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, kvl, pos, heads, head_dim, rope_k);
+    qkv_rope_kernel<false><<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, kvl, nullptr, nullptr, pos, heads, head_dim,
+                                                                   rope_k);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_qkv_rope_q8(float *qkv, int8_t *kv8, float *kvs, const int64_t *pos, int B, int heads,
+                                      int head_dim, float rope_k, cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    qkv_rope_kernel<true><<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, nullptr, kv8, kvs, pos, heads, head_dim,
+                                                                  rope_k);
     return cudaGetLastError();
 }
 
@@ -135,15 +175,18 @@ __device__ __forceinline__ float *att_part(float *part, int b, int h, int heads,
 
 /* The key of position x for row b (query position p, chunk start c0):
  * positions before c0 come from the ring (row x % ctx), the chunk's own
- * ones from kvl (row b - (p - x)); which = 0 keys, 1 values. */
-__device__ __forceinline__ const uint16_t *att_row(const uint16_t *ring, const uint16_t *kvl, int b, int64_t p,
-                                                  int64_t c0, int64_t x, int ctx, int D, int which) {
+ * ones from kvl (row b - (p - x)); which = 0 keys, 1 values. T: bf16
+ * (uint16_t) or int8 elements. */
+template <typename T>
+__device__ __forceinline__ const T *att_row(const T *ring, const T *kvl, int b, int64_t p, int64_t c0, int64_t x,
+                                            int ctx, int D, int which) {
     if (x < c0) return ring + (size_t)which * ctx * D + (size_t)(x % ctx) * D;
     return kvl + (size_t)(b - (int)(p - x)) * 2 * D + (size_t)which * D;
 }
 
-/* VEC consecutive bf16 of a row as floats: one 16-byte load for VEC 8
- * (the caller checked the alignment), one 2-byte load for VEC 1. */
+/* VEC consecutive elements of a row as floats: bf16, one 16-byte load for
+ * VEC 8 (the caller checked the alignment), one 2-byte load for VEC 1;
+ * int8, one 8-byte load for VEC 8, one byte for VEC 1. */
 template <int VEC>
 __device__ __forceinline__ void att_load(const uint16_t *p, float f[VEC]) {
     if constexpr (VEC == 8) {
@@ -157,6 +200,20 @@ __device__ __forceinline__ void att_load(const uint16_t *p, float f[VEC]) {
     } else {
         static_assert(VEC == 1, "att_load: VEC 8 or 1");
         f[0] = cu_bf2f(p[0]);
+    }
+}
+template <int VEC>
+__device__ __forceinline__ void att_load(const int8_t *p, float f[VEC]) {
+    if constexpr (VEC == 8) {
+        uint2 v = *reinterpret_cast<const uint2 *>(p);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[i] = (float)(int8_t)((v.x >> (8 * i)) & 0xFFu);
+            f[4 + i] = (float)(int8_t)((v.y >> (8 * i)) & 0xFFu);
+        }
+    } else {
+        static_assert(VEC == 1, "att_load: VEC 8 or 1");
+        f[0] = (float)p[0];
     }
 }
 
@@ -186,14 +243,20 @@ __device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
  * Scores: each warp segment (att_geom) takes one key at a time, its lanes
  * across head_dim, and sums its lanes with shuffles. Values: the same
  * segments, the block's ATT_THREADS / Cp segments each summing every
- * (ATT_THREADS / Cp)-th key, then shuffles and shared memory sum them. */
-template <int VEC>
+ * (ATT_THREADS / Cp)-th key, then shuffles and shared memory sum them.
+ * T int8 (the 8-bit K/V, cu_kv_q8_layer_bytes' layout): the split's key
+ * and value scales are staged in shared memory first (a coalesced load
+ * per head, the scales being contiguous over positions); a score is
+ * (q . k8) * ks * scale, a value's weight exp(..) * vs. */
+template <typename T, int VEC>
 __global__ void __launch_bounds__(ATT_THREADS)
-attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *kvl, const uint16_t *kv_layer,
+attend_split_kernel(float *part, const float *q, int q_stride, const T *kvl, const float *kvs, const T *kv_layer,
                     size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
                     int window, int prefill, float scale) {
+    constexpr bool Q8 = sizeof(T) == 1;
     __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
     __shared__ float sc[CU_ATT_SPLIT];
+    __shared__ float ksc[Q8 ? CU_ATT_SPLIT : 1], vsc[Q8 ? CU_ATT_SPLIT : 1];
     __shared__ float vred[ATT_WARPS][ATT_LANE_ELEMS][CU_WARP];   /* (warp, lane element, lane) */
     __shared__ float red[ATT_WARPS];
     __shared__ float lsum[ATT_WARPS];
@@ -222,7 +285,23 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     const float *qh = q + (size_t)b * q_stride + (size_t)h * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
     __syncthreads();   /* qs, row_slot */
-    const uint16_t *ring = kv_layer + (size_t)row_slot * slot_stride;
+    const T *ring = kv_layer + (size_t)row_slot * slot_stride;
+    if constexpr (Q8) {
+        const int heads = gridDim.x;
+        const float *rs = reinterpret_cast<const float *>(ring + (size_t)2 * ctx * D) + (size_t)h * ctx;
+        for (int j = j0 + threadIdx.x; j < j1; j += ATT_THREADS) {
+            const int64_t x = lo + j;
+            if (x < c0) {
+                ksc[j - j0] = rs[x % ctx];
+                vsc[j - j0] = rs[(size_t)heads * ctx + x % ctx];
+            } else {
+                const float *cs = kvs + (size_t)(b - (int)(p - x)) * 2 * heads + h;
+                ksc[j - j0] = cs[0];
+                vsc[j - j0] = cs[heads];
+            }
+        }
+        __syncthreads();
+    }
     float qr[ATT_LANE_ELEMS];
     for (int k = 0; k < g.NC; k++) {
         int c = cl + k * g.Cp;
@@ -234,7 +313,7 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
         const int j = base + sub;
         float a = 0.0f;
         if (j < j1) {
-            const uint16_t *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
+            const T *kr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 0) + (size_t)h * head_dim;
             for (int k = 0; k < g.NC; k++) {
                 int c = cl + k * g.Cp;
                 if (c >= g.C) break;
@@ -245,7 +324,7 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
             }
         }
         for (int o = g.Cp / 2; o > 0; o >>= 1) a += __shfl_xor_sync(CU_FULL_MASK, a, o);
-        if (cl == 0 && j < j1) sc[j - j0] = a * scale;
+        if (cl == 0 && j < j1) sc[j - j0] = Q8 ? a * ksc[j - j0] * scale : a * scale;
     }
     __syncthreads();
     float mx = -INFINITY;
@@ -277,8 +356,8 @@ attend_split_kernel(float *part, const float *q, int q_stride, const uint16_t *k
     for (int i = 0; i < ATT_LANE_ELEMS; i++) acc[i] = 0.0f;
     const int nseg = ATT_THREADS / g.Cp;
     for (int j = j0 + (int)threadIdx.x / g.Cp; j < j1; j += nseg) {
-        const float w = sc[j - j0];
-        const uint16_t *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
+        const float w = Q8 ? sc[j - j0] * vsc[j - j0] : sc[j - j0];
+        const T *vr = att_row(ring, kvl, b, p, c0, lo + j, ctx, D, 1) + (size_t)h * head_dim;
         for (int k = 0; k < g.NC; k++) {
             int c = cl + k * g.Cp;
             if (c >= g.C) break;
@@ -366,16 +445,78 @@ extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, i
     float scale = 1.0f / sqrtf((float)head_dim);
     /* 16-byte loads when every row of the ring and of kvl starts on 16 bytes */
     if (head_dim % 8 == 0 && (uintptr_t)kvl % 16 == 0 && (uintptr_t)kv_layer % 16 == 0 && slot_stride % 8 == 0)
-        attend_split_kernel<8><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
-                                                                 pos, head_dim, D, ctx, window, prefill, scale);
+        attend_split_kernel<uint16_t, 8><<<grid, ATT_THREADS, 0, stream>>>(
+            part, q, q_stride, kvl, nullptr, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
     else
-        attend_split_kernel<1><<<grid, ATT_THREADS, 0, stream>>>(part, q, q_stride, kvl, kv_layer, slot_stride, slot,
-                                                                 pos, head_dim, D, ctx, window, prefill, scale);
+        attend_split_kernel<uint16_t, 1><<<grid, ATT_THREADS, 0, stream>>>(
+            part, q, q_stride, kvl, nullptr, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
     attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
                                                                             head_dim);
+    return cudaGetLastError();
+}
+
+extern "C" size_t cu_kv_q8_layer_bytes(int ctx, int D, int heads) {
+    return ((size_t)2 * ctx * D + (size_t)2 * heads * ctx * sizeof(float) + 15) & ~(size_t)15;
+}
+
+extern "C" cudaError_t cu_attend_ring_q8(float *out, float *part, const float *q, int q_stride, const int8_t *kv8,
+                                         const float *kvs, const int8_t *kv_layer, size_t slot_stride,
+                                         const int32_t *slot, const int64_t *pos, int B, int heads, int head_dim,
+                                         int ctx, int window, int prefill, cudaStream_t stream) {
+    int D = heads * head_dim;
+    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim > CU_ATT_MAX_HEAD_DIM || ctx <= 0 || window <= 0 ||
+        window > ctx || (uintptr_t)kv_layer % 4 || slot_stride % 4 || ((size_t)2 * ctx * D) % 4)
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    int splits = cu_attend_splits(window);
+    dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    /* 8-byte loads when every row of the ring and of kv8 starts on 8 bytes */
+    if (head_dim % 8 == 0 && (uintptr_t)kv8 % 8 == 0 && (uintptr_t)kv_layer % 8 == 0 && slot_stride % 8 == 0)
+        attend_split_kernel<int8_t, 8><<<grid, ATT_THREADS, 0, stream>>>(
+            part, q, q_stride, kv8, kvs, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
+    else
+        attend_split_kernel<int8_t, 1><<<grid, ATT_THREADS, 0, stream>>>(
+            part, q, q_stride, kv8, kvs, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
+    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
+                                                                            head_dim);
+    return cudaGetLastError();
+}
+
+/* The int8 ring row pos[b] % ctx of slot slot[b] = kv8[b], its scales
+ * from kvs[b] (the layout of cu_kv_q8_layer_bytes). */
+__global__ void __launch_bounds__(EW_THREADS)
+kv_store_q8_kernel(int8_t *kv_layer, size_t slot_stride, const int8_t *kv8, const float *kvs, const int32_t *slot,
+                   const int64_t *pos, int D, int heads, int ctx) {
+    const int b = blockIdx.x;
+    int8_t *base = kv_layer + (size_t)slot[b] * slot_stride;
+    const size_t row = (size_t)(pos[b] % ctx);
+    int8_t *k = base + row * D, *v = k + (size_t)ctx * D;
+    const int8_t *src = kv8 + (size_t)b * 2 * D;
+    for (int d = threadIdx.x; d < D; d += EW_THREADS) {
+        k[d] = src[d];
+        v[d] = src[D + d];
+    }
+    float *rs = reinterpret_cast<float *>(base + (size_t)2 * ctx * D);
+    for (int i = threadIdx.x; i < 2 * heads; i += EW_THREADS)   /* i / heads: keys, values */
+        rs[(size_t)i * ctx + row] = kvs[(size_t)b * 2 * heads + i];
+}
+
+extern "C" cudaError_t cu_kv_store_q8(int8_t *kv_layer, size_t slot_stride, const int8_t *kv8, const float *kvs,
+                                      const int32_t *slot, const int64_t *pos, int B, int D, int heads, int ctx,
+                                      cudaStream_t stream) {
+    if (B < 0 || D <= 0 || heads <= 0 || ctx <= 0 || (uintptr_t)kv_layer % 4 || slot_stride % 4 ||
+        ((size_t)2 * ctx * D) % 4)
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    kv_store_q8_kernel<<<(unsigned)B, EW_THREADS, 0, stream>>>(kv_layer, slot_stride, kv8, kvs, slot, pos, D, heads,
+                                                               ctx);
     return cudaGetLastError();
 }
 
@@ -407,29 +548,67 @@ extern "C" cudaError_t cu_kv_store(uint16_t *kv_layer, size_t slot_stride, const
 
 /* Grid (heads, B): store sub-step k's key and value of head h (f32, as the
  * CPU keeps them) in the row's cache, then attend over sub-steps lo..k
- * (scores: a warp per key, lanes across head_dim). */
+ * (scores: a warp per key, lanes across head_dim). Q8: the cache holds
+ * int8 values then f32 scales (cu_dep_attend_q8), the new key and value
+ * quantized per head (a block maximum) before they are read back. */
+template <bool Q8>
 __global__ void __launch_bounds__(DEP_THREADS)
 dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cache_stride, int k, int lo,
                   int head_dim, int D, float scale) {
     __shared__ float sc[LM_MAX_DEP_Q];
     __shared__ float stat[2];
-    const int h = blockIdx.x, b = blockIdx.y;
+    __shared__ float red[2][DEP_THREADS / CU_WARP];
+    const int h = blockIdx.x, b = blockIdx.y, heads = gridDim.x;
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
     const float *q = qkv + (size_t)b * 3 * D + (size_t)h * head_dim;
     float *kb = kc + (size_t)b * cache_stride, *vb = vc + (size_t)b * cache_stride;
-    for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
-        kb[(size_t)k * D + (size_t)h * head_dim + d] = q[D + d];
-        vb[(size_t)k * D + (size_t)h * head_dim + d] = q[2 * D + d];
+    /* Q8 views of the same regions: values (LM_MAX_DEP_Q, D), scales (LM_MAX_DEP_Q, heads) */
+    int8_t *kb8 = reinterpret_cast<int8_t *>(kb), *vb8 = reinterpret_cast<int8_t *>(vb);
+    float *ks = reinterpret_cast<float *>(kb8 + (size_t)LM_MAX_DEP_Q * D);
+    float *vs = reinterpret_cast<float *>(vb8 + (size_t)LM_MAX_DEP_Q * D);
+    if constexpr (!Q8) {
+        for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
+            kb[(size_t)k * D + (size_t)h * head_dim + d] = q[D + d];
+            vb[(size_t)k * D + (size_t)h * head_dim + d] = q[2 * D + d];
+        }
+    } else {
+        float mk = 0.0f, mv = 0.0f;
+        for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
+            mk = fmaxf(mk, fabsf(q[D + d]));
+            mv = fmaxf(mv, fabsf(q[2 * D + d]));
+        }
+        mk = warp_max(mk);
+        mv = warp_max(mv);
+        if (lane == 0) {
+            red[0][warp] = mk;
+            red[1][warp] = mv;
+        }
+        __syncthreads();
+        mk = red[0][0];
+        mv = red[1][0];
+        for (int w = 1; w < DEP_THREADS / CU_WARP; w++) {
+            mk = fmaxf(mk, red[0][w]);
+            mv = fmaxf(mv, red[1][w]);
+        }
+        const float sk = q8_scale(mk), sv = q8_scale(mv);
+        for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
+            kb8[(size_t)k * D + (size_t)h * head_dim + d] = q8_round(q[D + d], sk);
+            vb8[(size_t)k * D + (size_t)h * head_dim + d] = q8_round(q[2 * D + d], sv);
+        }
+        if (threadIdx.x == 0) {
+            ks[(size_t)k * heads + h] = sk;
+            vs[(size_t)k * heads + h] = sv;
+        }
     }
     __syncthreads();
     const int nk = k + 1 - lo;
     /* a warp per key, its lanes across head_dim (coalesced), a shuffle sum */
-    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
     for (int j = warp; j < nk; j += DEP_THREADS / CU_WARP) {
-        const float *kr = kb + (size_t)(lo + j) * D + (size_t)h * head_dim;
+        const size_t o = (size_t)(lo + j) * D + (size_t)h * head_dim;
         float a = 0.0f;
-        for (int d = lane; d < head_dim; d += CU_WARP) a = fmaf(q[d], kr[d], a);
+        for (int d = lane; d < head_dim; d += CU_WARP) a = fmaf(q[d], Q8 ? (float)kb8[o + d] : kb[o + d], a);
         a = cu_warp_sum(a);
-        if (lane == 0) sc[j] = a * scale;
+        if (lane == 0) sc[j] = Q8 ? a * ks[(size_t)(lo + j) * heads + h] * scale : a * scale;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -446,7 +625,11 @@ dep_attend_kernel(float *out, const float *qkv, float *kc, float *vc, size_t cac
     const float inv = stat[0];
     for (int d = threadIdx.x; d < head_dim; d += DEP_THREADS) {
         float a = 0.0f;
-        for (int j = 0; j < nk; j++) a = fmaf(sc[j] * inv, vb[(size_t)(lo + j) * D + (size_t)h * head_dim + d], a);
+        for (int j = 0; j < nk; j++) {
+            const size_t o = (size_t)(lo + j) * D + (size_t)h * head_dim + d;
+            if constexpr (Q8) a = fmaf(sc[j] * inv * vs[(size_t)(lo + j) * heads + h], (float)vb8[o], a);
+            else a = fmaf(sc[j] * inv, vb[o], a);
+        }
         out[(size_t)b * D + (size_t)h * head_dim + d] = a;
     }
 }
@@ -456,7 +639,19 @@ extern "C" cudaError_t cu_dep_attend(float *out, const float *qkv, float *k_cach
     if (B < 0 || heads <= 0 || head_dim <= 0 || k < 0 || k >= LM_MAX_DEP_Q || window <= 0) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     int lo = k + 1 > window ? k + 1 - window : 0;
-    dep_attend_kernel<<<dim3((unsigned)heads, (unsigned)B), DEP_THREADS, 0, stream>>>(
+    dep_attend_kernel<false><<<dim3((unsigned)heads, (unsigned)B), DEP_THREADS, 0, stream>>>(
+        out, qkv, k_cache, v_cache, cache_stride, k, lo, head_dim, heads * head_dim, 1.0f / sqrtf((float)head_dim));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_dep_attend_q8(float *out, const float *qkv, float *k_cache, float *v_cache,
+                                        size_t cache_stride, int k, int window, int B, int heads, int head_dim,
+                                        cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || k < 0 || k >= LM_MAX_DEP_Q || window <= 0 || (heads * head_dim) % 4)
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    int lo = k + 1 > window ? k + 1 - window : 0;
+    dep_attend_kernel<true><<<dim3((unsigned)heads, (unsigned)B), DEP_THREADS, 0, stream>>>(
         out, qkv, k_cache, v_cache, cache_stride, k, lo, head_dim, heads * head_dim, 1.0f / sqrtf((float)head_dim));
     return cudaGetLastError();
 }
@@ -539,5 +734,31 @@ extern "C" cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32
     size_t blocks = (n + EW_THREADS - 1) / EW_THREADS;
     if (blocks > 65536) blocks = 65536;   /* grid-stride beyond */
     rand_bf16_kernel<<<(unsigned)blocks, EW_THREADS, 0, stream>>>(w, n, seed, tensor, scale);
+    return cudaGetLastError();
+}
+
+/* Random int8 rows for the 8-bit weight scheme: q[i] = rint(127 (2u - 1))
+ * with u as cu_rand_bf16 draws it, every row's scale scale / 127, so q * s
+ * is uniform in (-scale, scale) as the bf16 generator's values are. */
+__global__ void __launch_bounds__(EW_THREADS)
+rand_q8_kernel(int8_t *w, float *ws, size_t n, int rows, uint64_t seed, uint32_t tensor, float scale) {
+    size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    size_t step = (size_t)gridDim.x * EW_THREADS;
+    if (i < (size_t)rows) ws[i] = scale / 127.0f;
+    for (; i < n; i += step) {
+        double u = rng_uniform(seed, tensor, (uint32_t)(i >> 32), (uint32_t)i);
+        w[i] = (int8_t)rint(127.0 * (2.0 * u - 1.0));
+    }
+}
+
+extern "C" cudaError_t cu_rand_q8(int8_t *w, float *ws, int rows, int cols, uint64_t seed, uint32_t tensor,
+                                  float scale, cudaStream_t stream) {
+    if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
+    size_t n = (size_t)rows * cols;
+    if (n == 0) return cudaSuccess;
+    size_t blocks = (n + EW_THREADS - 1) / EW_THREADS;
+    if (blocks > 65536) blocks = 65536;
+    if (blocks * EW_THREADS < (size_t)rows) blocks = ((size_t)rows + EW_THREADS - 1) / EW_THREADS;
+    rand_q8_kernel<<<(unsigned)blocks, EW_THREADS, 0, stream>>>(w, ws, n, rows, seed, tensor, scale);
     return cudaGetLastError();
 }

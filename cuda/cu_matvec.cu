@@ -2,6 +2,12 @@
  * LM step at small batch: y(B, N) = x(B, K) . W(N, K)^T, W bf16 row-major,
  * x and y f32, accumulation in f32. C twin: kern_matvec_bf16
  * (engine/cpu/kern_cpu.h), the CPU backend's bf16 matmul.
+ * The same kernels read int8 rows with one f32 scale per row (the 8-bit
+ * weight scheme, W8A16): the row's sum of q * x times its scale, the C
+ * twin kern_matmul_rows_i8 (engine/cpu/kern_q8.c). Their chunk is 4 bytes
+ * (4 int8), so that W's and x's loads stay whole-sector as in the bf16
+ * kernel: a warp reads 128 contiguous bytes of a row and 512 of x per
+ * load instruction.
  *
  * Memory-bandwidth bound: every byte of W is read once per launch (per batch
  * tile), x is small and stays in L1/L2. A block of MV_THREADS threads owns
@@ -21,6 +27,7 @@
 #define MV_THREADS 128  /* threads per block */
 #define MV_ROWS 2       /* output rows per block */
 #define MV_UNROLL 8     /* 8-byte W chunks per row in flight per thread */
+#define MV_UNROLL_Q8 16 /* 4-byte int8 chunks: the same bytes in flight */
 
 /* The 4 bf16 of an 8-byte chunk as floats (little-endian: element 0 is the
  * low half of .x). */
@@ -29,16 +36,25 @@ __device__ __forceinline__ void bf16x4_to_f32(uint2 v, float f[4]) {
     f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xFFFF0000u);
 }
 
-/* Writes the block's MV_ROWS x BT sums; rows past N and vectors past nb are
- * dropped. */
+/* The 4 int8 of a 4-byte chunk as floats (element 0 in the low byte). */
+__device__ __forceinline__ void i8x4_to_f32(uint32_t v, float f[4]) {
+    f[0] = (float)(int8_t)(v & 0xFFu); f[1] = (float)(int8_t)((v >> 8) & 0xFFu);
+    f[2] = (float)(int8_t)((v >> 16) & 0xFFu); f[3] = (float)(int8_t)(v >> 24);
+}
+__device__ __forceinline__ void chunk_to_f32(uint2 v, float f[4]) { bf16x4_to_f32(v, f); }
+__device__ __forceinline__ void chunk_to_f32(uint32_t v, float f[4]) { i8x4_to_f32(v, f); }
+
+/* Writes the block's MV_ROWS x BT sums, each times its row's scale when ws
+ * is not NULL (int8 rows); rows past N and vectors past nb are dropped. */
 template <int BT>
-__device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], int n0, int b0, int nb, int N) {
+__device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], int n0, int b0, int nb, int N,
+                                         const float *ws) {
     __shared__ float scratch[(MV_THREADS / CU_WARP) * MV_ROWS * BT];
     float s = cu_block_sum<MV_THREADS, MV_ROWS * BT>(acc, scratch);
     int t = threadIdx.x;
     if (t < MV_ROWS * BT) {
         int r = t / BT, b = t % BT;
-        if (n0 + r < N && b < nb) y[(size_t)(b0 + b) * N + n0 + r] = s;
+        if (n0 + r < N && b < nb) y[(size_t)(b0 + b) * N + n0 + r] = ws ? s * ws[n0 + r] : s;
     }
 }
 
@@ -57,19 +73,24 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
     }
 }
 
-/* Fast path: K % 8 == 0, x and w 16-byte aligned. Grid (ceil(N / MV_ROWS),
- * ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K). */
-template <int BT, bool GATED>
+/* Fast path. bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
+ * aligned; int8 (CH uint32_t, 4 int8, ws the row scales): K % 4 == 0, x 16-
+ * and w 4-byte aligned. Grid (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K),
+ * or (GATED) u (B, 2K). */
+template <int BT, bool GATED, typename CH>
 __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
-                                            const uint16_t *__restrict__ w, int B, int N, int K) {
+                                            const void *__restrict__ w, const float *__restrict__ ws, int B, int N,
+                                            int K) {
+    constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
-    const int K4 = K / 4;   /* 8-byte chunks per row of W, float4s per row of x */
-    const uint2 *wr[MV_ROWS];
+    const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
+    const CH *wr[MV_ROWS];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)   /* rows past N read row N-1, never stored */
-        wr[r] = reinterpret_cast<const uint2 *>(w + (size_t)min(n0 + r, N - 1) * K);
+        wr[r] = reinterpret_cast<const CH *>(static_cast<const char *>(w) +
+                                             (size_t)min(n0 + r, N - 1) * K * (sizeof(CH) / 4));
     const size_t xstride = (size_t)K / 4 * (GATED ? 2 : 1);   /* float4s per row of x (u) */
     const float4 *xb = reinterpret_cast<const float4 *>(x) + (size_t)b0 * xstride;
 
@@ -77,21 +98,21 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
 #pragma unroll
     for (int j = 0; j < MV_ROWS * BT; j++) acc[j] = 0.0f;
 
-    for (int c0 = threadIdx.x; c0 < K4; c0 += MV_THREADS * MV_UNROLL) {
-        uint2 wv[MV_UNROLL][MV_ROWS];
+    for (int c0 = threadIdx.x; c0 < K4; c0 += MV_THREADS * UNROLL) {
+        CH wv[UNROLL][MV_ROWS];
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             int c = c0 + u * MV_THREADS;
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) wv[u][r] = c < K4 ? __ldg(wr[r] + c) : make_uint2(0, 0);
+            for (int r = 0; r < MV_ROWS; r++) wv[u][r] = c < K4 ? __ldg(wr[r] + c) : CH{};
         }
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             int c = c0 + u * MV_THREADS;
             if (c >= K4) break;
             float wf[MV_ROWS][4];
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) bf16x4_to_f32(wv[u][r], wf[r]);
+            for (int r = 0; r < MV_ROWS; r++) chunk_to_f32(wv[u][r], wf[r]);
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
@@ -106,7 +127,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
             }
         }
     }
-    mv_store<BT>(y, acc, n0, b0, nb, N);
+    mv_store<BT>(y, acc, n0, b0, nb, N, ws);
 }
 
 template <int BT>
@@ -115,7 +136,7 @@ matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
                 const float *__restrict__ x,    /* (B, K) */
                 const uint16_t *__restrict__ w, /* (N, K) bf16 */
                 int B, int N, int K) {
-    mv_vec_body<BT, false>(y, x, w, B, N, K);
+    mv_vec_body<BT, false, uint2>(y, x, w, nullptr, B, N, K);
 }
 
 template <int BT>
@@ -124,16 +145,19 @@ matvec_bf16_gated(float *__restrict__ y,          /* (B, N) */
                   const float *__restrict__ u,    /* (B, 2K): gate | up */
                   const uint16_t *__restrict__ w, /* (N, K) bf16 */
                   int B, int N, int K) {
-    mv_vec_body<BT, true>(y, u, w, B, N, K);
+    mv_vec_body<BT, true, uint2>(y, u, w, nullptr, B, N, K);
 }
 
-/* Any K and alignment: one element at a time. Grid (ceil(N / MV_ROWS),
+/* Any K and alignment: one element at a time; W bf16, or (Q8) int8 rows
+ * with their scales ws. Grid (ceil(N / MV_ROWS),
  * ceil(B / CU_MATVEC_BATCH_TILE)). */
+template <bool Q8>
 __global__ void __launch_bounds__(MV_THREADS)
-matvec_bf16_scalar(float *__restrict__ y,          /* (B, N) */
-                   const float *__restrict__ x,    /* (B, K) */
-                   const uint16_t *__restrict__ w, /* (N, K) bf16 */
-                   int B, int N, int K) {
+matvec_scalar(float *__restrict__ y,          /* (B, N) */
+              const float *__restrict__ x,    /* (B, K) */
+              const void *__restrict__ w,     /* (N, K) bf16 or int8 */
+              const float *__restrict__ ws,   /* (N) int8 row scales, NULL for bf16 */
+              int B, int N, int K) {
     constexpr int BT = CU_MATVEC_BATCH_TILE;
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
@@ -144,13 +168,15 @@ matvec_bf16_scalar(float *__restrict__ y,          /* (B, N) */
     for (int k = threadIdx.x; k < K; k += MV_THREADS) {
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
-            float wf = __uint_as_float((uint32_t)w[(size_t)min(n0 + r, N - 1) * K + k] << 16);
+            size_t i = (size_t)min(n0 + r, N - 1) * K + k;
+            float wf = Q8 ? (float)static_cast<const int8_t *>(w)[i]
+                          : __uint_as_float((uint32_t) static_cast<const uint16_t *>(w)[i] << 16);
 #pragma unroll
             for (int b = 0; b < BT; b++)
                 if (b < nb) acc[r * BT + b] = fmaf(wf, x[(size_t)(b0 + b) * K + k], acc[r * BT + b]);
         }
     }
-    mv_store<BT>(y, acc, n0, b0, nb, N);
+    mv_store<BT>(y, acc, n0, b0, nb, N, ws);
 }
 
 template <int BT>
@@ -191,7 +217,7 @@ extern "C" cudaError_t cu_matvec_bf16(float *y, const float *x, const uint16_t *
     if (!aligned) {
         dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS),
                   (unsigned)((B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE));
-        matvec_bf16_scalar<<<grid, MV_THREADS, 0, stream>>>(y, x, w, B, N, K);
+        matvec_scalar<false><<<grid, MV_THREADS, 0, stream>>>(y, x, w, nullptr, B, N, K);
     } else if (B == 1) {
         launch_vec<1>(y, x, w, B, N, K, stream);
     } else if (B == 2) {
@@ -201,5 +227,106 @@ extern "C" cudaError_t cu_matvec_bf16(float *y, const float *x, const uint16_t *
     } else {
         launch_vec<CU_MATVEC_BATCH_TILE>(y, x, w, B, N, K, stream);
     }
+    return cudaGetLastError();
+}
+
+/* ---- int8 rows (W8A16) ------------------------------------------------------ */
+
+template <int BT>
+__global__ void __launch_bounds__(MV_THREADS)
+matvec_q8_vec(float *__restrict__ y, const float *__restrict__ x, const int8_t *__restrict__ w,
+              const float *__restrict__ ws, int B, int N, int K) {
+    mv_vec_body<BT, false, uint32_t>(y, x, w, ws, B, N, K);
+}
+
+template <int BT>
+__global__ void __launch_bounds__(MV_THREADS)
+matvec_q8_gated(float *__restrict__ y, const float *__restrict__ u, const int8_t *__restrict__ w,
+                const float *__restrict__ ws, int B, int N, int K) {
+    mv_vec_body<BT, true, uint32_t>(y, u, w, ws, B, N, K);
+}
+
+template <int BT, bool GATED>
+static void launch_q8(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
+                      cudaStream_t stream) {
+    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
+    if (GATED) matvec_q8_gated<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
+    else matvec_q8_vec<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
+}
+
+template <bool GATED>
+static void launch_q8_tile(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
+                           cudaStream_t stream) {
+    if (B == 1) launch_q8<1, GATED>(y, x, w, ws, B, N, K, stream);
+    else if (B == 2) launch_q8<2, GATED>(y, x, w, ws, B, N, K, stream);
+    else if (B <= 4) launch_q8<4, GATED>(y, x, w, ws, B, N, K, stream);
+    else launch_q8<CU_MATVEC_BATCH_TILE, GATED>(y, x, w, ws, B, N, K, stream);
+}
+
+extern "C" int cu_matvec_q8_ok(const float *x, const int8_t *w, int K) {
+    return K % 4 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 4) == 0;
+}
+
+extern "C" cudaError_t cu_matvec_q8(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
+                                    cudaStream_t stream) {
+    if (B < 0 || N < 0 || K < 0 || !ws || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535)
+        return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    if (cu_matvec_q8_ok(x, w, K)) {
+        launch_q8_tile<false>(y, x, w, ws, B, N, K, stream);
+    } else {
+        dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS),
+                  (unsigned)((B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE));
+        matvec_scalar<true><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_matvec_q8_gated(float *y, const float *u, const int8_t *w, const float *ws, int B, int N,
+                                          int K, cudaStream_t stream) {
+    if (B < 0 || N < 0 || K < 0 || !ws || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535 ||
+        !cu_matvec_q8_ok(u, w, K))
+        return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    launch_q8_tile<true>(y, u, w, ws, B, N, K, stream);
+    return cudaGetLastError();
+}
+
+/* The large-batch path's operands: wb = (bf16) w, exact (|q| <= 127 has 8
+ * significant bits, bf16 carries 8); 4 int8 in, 4 bf16 out per thread. */
+__global__ void __launch_bounds__(MV_THREADS)
+q8_to_bf16_kernel(uint2 *__restrict__ wb, const uint32_t *__restrict__ w, size_t n4) {
+    size_t i = (size_t)blockIdx.x * MV_THREADS + threadIdx.x;
+    if (i >= n4) return;
+    float f[4];
+    i8x4_to_f32(__ldg(w + i), f);
+    /* an integer of at most 8 bits is exact in bf16: the high half of its f32 */
+    wb[i] = make_uint2((__float_as_uint(f[0]) >> 16) | (__float_as_uint(f[1]) & 0xFFFF0000u),
+                       (__float_as_uint(f[2]) >> 16) | (__float_as_uint(f[3]) & 0xFFFF0000u));
+}
+
+extern "C" cudaError_t cu_q8_to_bf16(uint16_t *wb, const int8_t *w, size_t n, cudaStream_t stream) {
+    if (n % 4 || (uintptr_t)w % 4 || (uintptr_t)wb % 8) return cudaErrorInvalidValue;
+    if (n == 0) return cudaSuccess;
+    size_t n4 = n / 4, blocks = (n4 + MV_THREADS - 1) / MV_THREADS;
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    q8_to_bf16_kernel<<<(unsigned)blocks, MV_THREADS, 0, stream>>>(reinterpret_cast<uint2 *>(wb),
+                                                                   reinterpret_cast<const uint32_t *>(w), n4);
+    return cudaGetLastError();
+}
+
+/* y[b][n] *= ws[n] over columns [0, N) of a (B, ldy) matrix. */
+__global__ void __launch_bounds__(MV_THREADS)
+scale_cols_kernel(float *__restrict__ y, const float *__restrict__ ws, int N, int ldy) {
+    const int b = blockIdx.y;
+    const int n = blockIdx.x * MV_THREADS + threadIdx.x;
+    if (n < N) y[(size_t)b * ldy + n] *= ws[n];
+}
+
+extern "C" cudaError_t cu_scale_cols(float *y, const float *ws, int B, int N, int ldy, cudaStream_t stream) {
+    if (B < 0 || N < 0 || ldy < N || B > 65535) return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    scale_cols_kernel<<<dim3((unsigned)((N + MV_THREADS - 1) / MV_THREADS), (unsigned)B), MV_THREADS, 0, stream>>>(
+        y, ws, N, ldy);
     return cudaGetLastError();
 }

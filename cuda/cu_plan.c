@@ -128,10 +128,37 @@ static size_t weight_elems(const lm_config *c, int *ovf) {
     return e;
 }
 
+/* The 8-bit weight scheme's split of weight_elems: *lin the elements of
+ * the linear matrices (int8), *rows their rows (a float32 scale each); the
+ * rest (embedding tables, norms) keeps its width. */
+static void w8_parts(const lm_config *c, size_t *lin, size_t *rows, int *ovf) {
+    size_t D = (size_t)c->dim, dd = (size_t)c->depformer_dim, Q = (size_t)c->dep_q;
+    size_t H = (size_t)c->hidden, Hd = (size_t)c->dep_hidden, card = (size_t)c->card;
+    size_t tcard = (size_t)c->text_card, L = (size_t)c->num_layers, DL = (size_t)c->depformer_num_layers;
+    size_t l = mul(ovf, tcard, D);                                                /* text_linear */
+    l = add(ovf, l, mul3(ovf, L, D, add(ovf, 4 * D, 3 * H)));                    /* temporal layers */
+    l = add(ovf, l, mul(ovf, Q, add(ovf, mul(ovf, dd, D), mul(ovf, card, dd)))); /* depformer_in, linears */
+    l = add(ovf, l, mul3(ovf, mul(ovf, DL, Q), dd, add(ovf, 4 * dd, 3 * Hd)));   /* depformer layers */
+    *lin = l;
+    size_t r = add(ovf, tcard, mul(ovf, L, add(ovf, 5 * D, 2 * H)));
+    r = add(ovf, r, mul(ovf, Q, dd + card));
+    *rows = add(ovf, r, mul3(ovf, DL, Q, add(ovf, 5 * dd, 2 * Hd)));
+}
+
 /* Bytes of K/V for `positions` positions of one slot: keys and values of
- * every temporal layer, bf16. */
-static size_t kv_bytes(const lm_config *c, size_t positions, int *ovf) {
-    return mul(ovf, mul3(ovf, 2, (size_t)c->num_layers, positions), mul(ovf, (size_t)c->dim, 2));
+ * every temporal layer, bf16; kv8: int8 and a float32 scale per head. */
+static size_t kv_bytes(const lm_config *c, size_t positions, int kv8, int *ovf) {
+    size_t per = kv8 ? add(ovf, (size_t)c->dim, mul(ovf, (size_t)c->num_heads, sizeof(float)))
+                     : mul(ovf, (size_t)c->dim, 2);
+    return mul(ovf, mul3(ovf, 2, (size_t)c->num_layers, positions), per);
+}
+
+/* A slot's ring: kv_bytes, or with kv8 the backend's layout exactly (each
+ * layer's view rounded up to 16 bytes, cu_kv_q8_layer_bytes). */
+static size_t ring_bytes(const lm_config *c, size_t ctx, int kv8, int *ovf) {
+    if (!kv8) return kv_bytes(c, ctx, 0, ovf);
+    size_t layer = add(ovf, mul3(ovf, 2, ctx, (size_t)c->dim), mul3(ovf, 2 * sizeof(float), (size_t)c->num_heads, ctx));
+    return mul(ovf, (size_t)c->num_layers, add(ovf, layer, 15) & ~(size_t)15);
 }
 
 /* Workspace of a step over `rows` rows at context `ctx` (float32
@@ -168,7 +195,9 @@ static size_t workspace_bytes(const lm_config *c, size_t rows, size_t ctx, int *
 /* Captured graphs' overhead, an estimate (PLAN_GRAPH_*): one graph per
  * bucket, each with the nodes of one step. */
 static size_t graph_bytes(const lm_config *c, int buckets, int *ovf) {
-    size_t Q = (size_t)c->dep_q;
+    /* a graph holds CU_PLAN_GRAPH_DEP_STEPS sub-steps at most (PersonaPlex's
+     * 16 run uncaptured when a call asks for them all) */
+    size_t Q = (size_t)(c->dep_q < CU_PLAN_GRAPH_DEP_STEPS ? c->dep_q : CU_PLAN_GRAPH_DEP_STEPS);
     size_t nodes = mul(ovf, (size_t)c->num_layers, PLAN_GRAPH_NODES_PER_LAYER);
     nodes = add(ovf, nodes, mul3(ovf, Q, (size_t)c->depformer_num_layers, PLAN_GRAPH_NODES_PER_LAYER));
     nodes = add(ovf, nodes, mul(ovf, Q, PLAN_GRAPH_NODES_PER_SUBSTEP));
@@ -219,11 +248,19 @@ int cu_plan_compute(const lm_config *cfg, const cu_plan_req *req, cu_plan *out) 
     int ovf = 0;
     cu_plan p = {0};
     p.weights = mul(&ovf, weight_elems(&c, &ovf), (size_t)req->weight_bytes_per_el);
-    p.kv_per_slot = kv_bytes(&c, (size_t)ctx, &ovf);
+    if (req->w8) {   /* the linear matrices at 1 byte and a scale per row, the rest as stored */
+        size_t lin = 0, wrows = 0;
+        w8_parts(&c, &lin, &wrows, &ovf);
+        size_t keep = weight_elems(&c, &ovf) - lin;
+        p.weights = add(&ovf, add(&ovf, lin, mul(&ovf, wrows, sizeof(float))),
+                        mul(&ovf, keep, (size_t)req->weight_bytes_per_el));
+    }
+    p.kv_per_slot = ring_bytes(&c, (size_t)ctx, req->kv8, &ovf);
     /* one scratch slot more: a bucket's padding rows write their K/V there */
     p.kv = mul(&ovf, p.kv_per_slot, (size_t)req->slots + 1);
-    p.snapshots = mul(&ovf, kv_bytes(&c, (size_t)req->snap_positions, &ovf), (size_t)req->snapshots);
+    p.snapshots = mul(&ovf, kv_bytes(&c, (size_t)req->snap_positions, req->kv8, &ovf), (size_t)req->snapshots);
     p.workspace = workspace_bytes(&c, rows, (size_t)ctx, &ovf);
+    if (req->w8) p.workspace = add(&ovf, p.workspace, CU_PLAN_Q8_SCRATCH * 2);
     p.graphs = graph_bytes(&c, nb, &ovf);
     p.codec = req->codec ? codec_bytes((size_t)req->slots, (size_t)bucket, &ovf) : 0;
     size_t sum = 0;

@@ -21,6 +21,11 @@ typedef struct cu_plan_req {
     int max_bucket;           /* largest batch-size bucket captured (<= 0: slots) */
     int weight_bytes_per_el;  /* 2: bf16 (the backend's storage) */
     int codec;                /* 1: the Mimi codec's weights and per-slot state too */
+    int w8;                   /* 1: the 8-bit weight scheme: every linear matrix int8 + a
+                                 float32 scale per row, embeddings and norms at
+                                 weight_bytes_per_el, and the GEMM path's scratch */
+    int kv8;                  /* 1: the 8-bit K/V: int8 + a float32 scale per position,
+                                 layer, K|V and head (rings and snapshots) */
 } cu_plan_req;
 
 /* The plan, in bytes. */
@@ -58,6 +63,12 @@ char *cu_plan_describe(const cu_plan *p, int slots, char *buf, size_t len);
  * workspace holds at least this many rows, and the chunk's attention
  * scores (rows x heads x context). */
 #define CU_PLAN_PREFILL_ROWS 64
+/* Elements of the int8 weight path's bf16 scratch (rows widened for a
+ * GEMM, a chunk at a time): 32 MiB. */
+#define CU_PLAN_Q8_SCRATCH ((size_t)16 << 20)
+/* Depformer sub-steps a captured graph holds (the backend's
+ * CU_GRAPH_DEP_STEPS): the graphs' size counts these, not dep_q. */
+#define CU_PLAN_GRAPH_DEP_STEPS 8
 /* Most batch-size buckets (1, 2, 4, ... up to LM_MAX_SLOTS). */
 #define CU_PLAN_MAX_BUCKETS 16
 

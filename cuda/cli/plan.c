@@ -10,12 +10,10 @@
  *   moshid-plan --preset 7b --table-8bit  sessions at full context per card,
  *                                       bf16 and 8-bit weights and K/V
  *
- * 8-bit (issue 26): cuda/cu_plan.c counts bf16 K/V and every weight at one
- * width. Until the CUDA part of the issue moves this there, plan8() below
- * corrects its plan: int8 linear matrices (1 byte + a float32 scale per
- * row) beside bf16 embeddings and norms, int8 K/V (1 byte + a float32
- * scale per position, layer, K|V and head), and the fragmentation margin
- * recomputed on the new sum (PLAN8_FRAG_PERCENT mirrors cu_plan.c's).
+ * 8-bit: cuda/cu_plan.c counts the schemes (cu_plan_req.w8, .kv8): int8
+ * linear matrices (1 byte + a float32 scale per row) beside bf16 embeddings
+ * and norms, int8 K/V (1 byte + a float32 scale per position, layer, K|V
+ * and head).
  *
  * Slots are backend slots: sessions.max plus personas.max_concurrent_primes.
  * GB are 10^9 bytes, which every card named in the table reports more of
@@ -37,69 +35,21 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 /* Largest --gpu-gb: a card of 64 TB is far beyond any made. */
 #define PLAN_MAX_GPU_GB 65536
-/* cu_plan.c's PLAN_FRAG_PERCENT (its reserve = fixed + this % of the rest) */
-#define PLAN8_FRAG_PERCENT 3
-
-/* cu_plan.c's margin on a sum (3 %, rounded up, overflow-safe) */
-static size_t frag_of(size_t sum) {
-    return sum / 100 * PLAN8_FRAG_PERCENT + (sum % 100 * PLAN8_FRAG_PERCENT + 99) / 100;
-}
-
-/* Elements of the tables and norms that stay bf16 under int8 weights, and
- * the rows of the int8 matrices (one float32 scale each). */
-static void w8_parts(const lm_config *c, size_t *keep_elems, size_t *rows) {
-    size_t D = (size_t)c->dim, dd = (size_t)c->depformer_dim, Q = (size_t)c->dep_q;
-    size_t card = (size_t)c->card, tcard = (size_t)c->text_card, L = (size_t)c->num_layers;
-    size_t DL = (size_t)c->depformer_num_layers, H = (size_t)c->hidden, Hd = (size_t)c->dep_hidden;
-    *keep_elems = (size_t)c->n_q * (card + 1) * D + (tcard + 1) * D + (Q - 1) * (card + 1) * dd + (tcard + 1) * dd +
-                  D + L * 2 * D + DL * 2 * dd;
-    *rows = tcard + L * (3 * D + D + 2 * H + D) + Q * (dd + card) + DL * Q * (3 * dd + dd + 2 * Hd + dd);
-}
-
-/* K/V bytes of `positions` positions of one slot, int8 with scales */
-static size_t kv8_bytes(const lm_config *c, size_t positions) {
-    return 2 * (size_t)c->num_layers * positions * ((size_t)c->dim + (size_t)c->num_heads * sizeof(float));
-}
 
 /* cu_plan_compute with int8 weights (w8) and/or int8 K/V (kv8). 0 or -1. */
 static int plan8(const lm_config *cfg, const cu_plan_req *req, int w8, int kv8, cu_plan *p) {
     cu_plan_req r = *req;
-    r.weight_bytes_per_el = w8 ? 1 : 2;
-    if (cu_plan_compute(cfg, &r, p) != 0) return -1;
-    if (!w8 && !kv8) return 0;
-    lm_config c = *cfg;
-    if (lm_config_finish(&c, NULL) != MS_OK) return -1;
-    size_t sum = p->total - p->reserve, fixed = p->reserve - frag_of(sum);
-    sum -= p->weights + p->kv + p->snapshots;
-    if (w8) {
-        size_t keep, rows;
-        w8_parts(&c, &keep, &rows);
-        p->weights += keep + rows * sizeof(float);   /* tables and norms at 2 bytes, not 1 */
-    }
-    if (kv8) {
-        int ctx = r.context > 0 ? r.context : c.context;
-        p->kv_per_slot = kv8_bytes(&c, (size_t)ctx);
-        p->kv = p->kv_per_slot * ((size_t)r.slots + 1);   /* + the scratch slot, as cu_plan */
-        p->snapshots = kv8_bytes(&c, (size_t)r.snap_positions) * (size_t)r.snapshots;
-    }
-    sum += p->weights + p->kv + p->snapshots;
-    p->reserve = fixed + frag_of(sum);
-    p->total = sum + p->reserve;
-    return 0;
+    r.w8 = w8;
+    r.kv8 = kv8;
+    return cu_plan_compute(cfg, &r, p);
 }
 
-/* cu_plan_max_slots for plan8 (bisection: the total grows with slots) */
+/* cu_plan_max_slots with int8 weights and/or K/V */
 static int max_slots8(const lm_config *cfg, const cu_plan_req *req, int w8, int kv8, size_t device_bytes) {
-    int lo = 0, hi = LM_MAX_SLOTS + 1;
-    while (hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        cu_plan_req r = *req;
-        r.slots = mid;
-        cu_plan p;
-        if (plan8(cfg, &r, w8, kv8, &p) == 0 && p.total <= device_bytes) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    cu_plan_req r = *req;
+    r.w8 = w8;
+    r.kv8 = kv8;
+    return cu_plan_max_slots(cfg, &r, device_bytes);
 }
 
 /* sessions at the model's full context per card, for the four schemes */

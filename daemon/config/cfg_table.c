@@ -234,7 +234,7 @@ const cfg_option cfg_options[] = {
     OPT_ENUM("engine.weights", engine.weights, TO(INT, model.weights), 0, 0, cfg_weights_names,
              "Linear layers' weights: stored (the checkpoint's dtype), bf16, or int8 (per output row with a float "
              "scale, quantized at load; Kyutai's q8 checkpoints run int8 as stored). Embeddings and norms stay "
-             "as stored. The CPU backend implements all three (docs/lm.md)."),
+             "as stored. The CPU and CUDA backends implement all three (docs/lm.md)."),
     OPT_ENUM("engine.kv", engine.kv, TO(INT, model.kv), 0, 0, cfg_kv_names,
              "K/V cache: native (the backend's own precision: float32 on the CPU, bf16 on the GPU) or int8 (one "
              "float scale per position and head: half the bytes of bf16, a quarter of float32)."),

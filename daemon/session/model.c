@@ -24,8 +24,12 @@
  * asked as the CUDA backend asks it at open (cuda/cu_backend.c: every slot
  * in the largest bucket, bf16 weights, Mimi on the device unless
  * cuda.codec = host, lm_gpu_opts_get): the figures the daemon logs and
- * quotes agree with the backend's own check. */
-#define PLAN_REQ(o, n) ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec(o)})
+ * quotes agree with the backend's own check; the 8-bit schemes as
+ * configured, a q8 checkpoint under engine.weights = stored counted as
+ * bf16: an over-count. */
+#define PLAN_REQ(o, n)                                                                                    \
+    ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec(o),     \
+                   .w8 = (o)->weights == LM_WEIGHTS_INT8, .kv8 = (o)->kv == LM_KV_INT8})
 static int plan_codec(const model_opts *o) {
     lm_gpu_opts go;
     lm_gpu_opts_get(&o->cuda, &go);

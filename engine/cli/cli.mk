@@ -19,3 +19,10 @@ CHECK_lm_run_DEPS = $(LIBENGINE)
 CHECK_pp_run_DEPS = $(LIBENGINE)
 # (not linked: the suites run it, so building one rebuilds it)
 $(BUILD)/tests/check_lm_run $(BUILD)/tests/check_pp_run: $(BUILD)/moshi-run
+
+# lm-quality: the 8-bit schemes' teacher-forced logit error against the
+# unquantized model on the CPU (tests/tools/lm_quality.c; docs/lm.md,
+# "8-bit quality"). Not installed, not in make test: a measurement.
+$(BUILD)/lm-quality: $(BUILD)/obj/tests/tools/lm_quality.o $(LIBENGINE)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)

@@ -4,7 +4,7 @@
  * part of the pipeline is real).
  *
  *   moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]
- *                  [--context N]
+ *                  [--context N] [--dim N --layers N]
  *
  * Writes DIR/lm/config.json + DIR/lm/model.safetensors (the LMModel keyword
  * names and the released tensor names; PersonaPlex-shaped: 16 audio inputs,
@@ -14,7 +14,10 @@
  * streams); --lm-only skips Mimi; --context N sets the LM's K/V context in
  * steps (default 3000, as the 7B models; the weights do not depend on it,
  * so a small context gives the same model with a ring that wraps sooner:
- * the long-session tests). The tokenizer (DIR/tokenizer.model) is trained separately
+ * the long-session tests); --dim (a multiple of 64 from 128) and --layers
+ * widen and deepen the temporal transformer (heads of 64 above dim 128:
+ * the larger random models the 8-bit quality measurement runs on,
+ * docs/lm.md). The tokenizer (DIR/tokenizer.model) is trained separately
  * with spm_train (see config/demo/README.md); its vocabulary size is the
  * text card given here. Sizes are chosen so that LM + Mimi cost a few ms of
  * CPU per session frame (docs/benchmarks.md).
@@ -33,9 +36,12 @@
 #include "st.h"
 
 /* The demo LM. */
-#define LM_DIM 128
-#define LM_HEADS 4
-#define LM_LAYERS 2
+#define LM_DIM_DEFAULT 128
+#define LM_LAYERS_DEFAULT 2
+#define LM_DIM_MAX 8192
+#define LM_LAYERS_MAX 64
+/* the temporal transformer's width, heads and depth (--dim, --layers) */
+static int lm_dim = LM_DIM_DEFAULT, lm_heads = 4, lm_layers = LM_LAYERS_DEFAULT;
 #define LM_HIDDEN_SCALE 4.125
 #define LM_CONTEXT 3000   /* default; --context */
 #define LM_CONTEXT_MIN 8
@@ -127,28 +133,28 @@ static void write_text(const char *path, const char *text) {
 
 static void make_lm(gen *g, const char *dir, int text_card, int dep_q, int context) {
     char name[256], path[4096];
-    int H = gated_hidden(LM_DIM, (int)(LM_HIDDEN_SCALE * LM_DIM));
+    int H = gated_hidden(lm_dim, (int)(LM_HIDDEN_SCALE * lm_dim));
     int DH = gated_hidden(DEP_DIM, DEP_FF);
     for (int k = 0; k < LM_NQ; k++) {
         snprintf(name, sizeof name, "emb.%d.weight", k);
-        add(g, name, 'u', 1.0, 2, LM_CARD + 1, LM_DIM);
+        add(g, name, 'u', 1.0, 2, LM_CARD + 1, lm_dim);
     }
-    add(g, "text_emb.weight", 'u', 1.0, 2, text_card + 1, LM_DIM);
-    add(g, "text_linear.weight", 'u', lin(LM_DIM), 2, text_card, LM_DIM);
-    add(g, "out_norm.alpha", 'c', 1.0, 3, 1, 1, LM_DIM);
-    for (int l = 0; l < LM_LAYERS; l++) {
+    add(g, "text_emb.weight", 'u', 1.0, 2, text_card + 1, lm_dim);
+    add(g, "text_linear.weight", 'u', lin(lm_dim), 2, text_card, lm_dim);
+    add(g, "out_norm.alpha", 'c', 1.0, 3, 1, 1, lm_dim);
+    for (int l = 0; l < lm_layers; l++) {
 #define LAYER(fmt) (snprintf(name, sizeof name, "transformer.layers.%d." fmt, l), name)
-        add(g, LAYER("norm1.alpha"), 'c', 1.0, 3, 1, 1, LM_DIM);
-        add(g, LAYER("norm2.alpha"), 'c', 1.0, 3, 1, 1, LM_DIM);
-        add(g, LAYER("self_attn.in_proj_weight"), 'u', lin(LM_DIM), 2, 3 * LM_DIM, LM_DIM);
-        add(g, LAYER("self_attn.out_proj.weight"), 'u', lin(LM_DIM), 2, LM_DIM, LM_DIM);
-        add(g, LAYER("gating.linear_in.weight"), 'u', lin(LM_DIM), 2, 2 * H, LM_DIM);
-        add(g, LAYER("gating.linear_out.weight"), 'u', lin(H), 2, LM_DIM, H);
+        add(g, LAYER("norm1.alpha"), 'c', 1.0, 3, 1, 1, lm_dim);
+        add(g, LAYER("norm2.alpha"), 'c', 1.0, 3, 1, 1, lm_dim);
+        add(g, LAYER("self_attn.in_proj_weight"), 'u', lin(lm_dim), 2, 3 * lm_dim, lm_dim);
+        add(g, LAYER("self_attn.out_proj.weight"), 'u', lin(lm_dim), 2, lm_dim, lm_dim);
+        add(g, LAYER("gating.linear_in.weight"), 'u', lin(lm_dim), 2, 2 * H, lm_dim);
+        add(g, LAYER("gating.linear_out.weight"), 'u', lin(H), 2, lm_dim, H);
 #undef LAYER
     }
     for (int k = 0; k < dep_q; k++) {
         snprintf(name, sizeof name, "depformer_in.%d.weight", k);
-        add(g, name, 'u', lin(LM_DIM), 2, DEP_DIM, LM_DIM);
+        add(g, name, 'u', lin(lm_dim), 2, DEP_DIM, lm_dim);
         snprintf(name, sizeof name, "linears.%d.weight", k);
         add(g, name, 'u', lin(DEP_DIM), 2, LM_CARD, DEP_DIM);
         if (k < dep_q - 1) {
@@ -184,7 +190,7 @@ static void make_lm(gen *g, const char *dir, int text_card, int dep_q, int conte
              "  \"depformer_weights_per_step\": true,\n"
              "  \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],\n"
              "  \"model_type\": \"moshid-demo\"\n}\n",
-             LM_DIM, text_card, LM_TEXT_PAD_ID, LM_NQ, dep_q, LM_CARD, LM_HEADS, LM_LAYERS, LM_HIDDEN_SCALE, context, DEP_DIM,
+             lm_dim, text_card, LM_TEXT_PAD_ID, LM_NQ, dep_q, LM_CARD, lm_heads, lm_layers, LM_HIDDEN_SCALE, context, DEP_DIM,
              DEP_FF, DEP_HEADS, DEP_LAYERS, dep_q);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);
@@ -302,8 +308,9 @@ static void make_mimi(gen *g, const char *dir) {
 
 static void usage(void) {
     fprintf(stderr, "usage: moshid-mkmodel --out DIR --text-card N [--seed S] [--dep-q 16|8] [--lm-only]\n"
-                    "                      [--context N (%d..%d, default %d)]\n",
-            LM_CONTEXT_MIN, LM_CONTEXT_MAX, LM_CONTEXT);
+                    "                      [--context N (%d..%d, default %d)] [--dim N (128..%d, a multiple of 64)]\n"
+                    "                      [--layers N (1..%d)]\n",
+            LM_CONTEXT_MIN, LM_CONTEXT_MAX, LM_CONTEXT, LM_DIM_MAX, LM_LAYERS_MAX);
     exit(2);
 }
 
@@ -312,7 +319,7 @@ int main(int argc, char **argv) {
     long text_card = 0;
     unsigned long long seed = 20261129;
     int dep_q = 16, lm_only = 0;
-    long context = LM_CONTEXT;
+    long context = LM_CONTEXT, dim = LM_DIM_DEFAULT, layers = LM_LAYERS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--text-card") && i + 1 < argc) text_card = strtol(argv[++i], NULL, 10);
@@ -320,8 +327,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dep-q") && i + 1 < argc) dep_q = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lm-only")) lm_only = 1;
         else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dim = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = strtol(argv[++i], NULL, 10);
         else usage();
     }
+    if (dim < LM_DIM_DEFAULT || dim > LM_DIM_MAX || dim % 64 || layers < 1 || layers > LM_LAYERS_MAX) usage();
+    lm_dim = (int)dim;
+    lm_heads = dim == LM_DIM_DEFAULT ? 4 : (int)dim / 64;
+    lm_layers = (int)layers;
     if (!out || text_card < 4 || text_card > 100000 || (dep_q != 8 && dep_q != 16) || context < LM_CONTEXT_MIN ||
         context > LM_CONTEXT_MAX)
         usage();

@@ -27,7 +27,9 @@
 #    every official tensor name and shape it reads) and with a given one
 #    (--mimi, moshid-mkmodel's), every row, every frame with output; its
 #    argument checks;
-#  - lm-bench and bench_official.py describe the same tiny and 7B shapes.
+#  - lm-bench and bench_official.py describe the same tiny and 7B shapes;
+#  - the 8-bit stage (lm-bench --weights int8 --kv int8): the backend opened
+#    with both schemes, batch 1's step row and the largest-batch row.
 # Skips (77) where the emulator binaries are not built (sanitizer builds).
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,14 +49,15 @@ run dry env OUT="$TMP/out" BUILD="$absb" DEVICE_CHECK_PYTHON="$PY" DEVICE_CHECK_
 expect_rc 0 "device_check.sh --dry-run (report: $(cat "$TMP/out/device_check.md" 2>/dev/null | tail -n 40))"
 dryout=$out
 st=$TMP/out/stages.md
-for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer; do
+for s in build engine-test backend-test lm-bench e2e official engine-bench compute-sanitizer lm-bench-8bit; do
     grep -qE "^\| $s \|" "$st" || fail "no '$s' row in the stage table: $(cat "$st")"
 done
-# the order: the target points (lm-bench) right after the build, the official side last
+# the order: the target points (lm-bench) right after the build, the official side after the
+# others but the 8-bit stage, which comes last
 order=$(awk -F'|' '{gsub(/ /, "", $2); print $2}' "$st" | paste -sd ' ' -)
 case "$order" in
-    "build lm-bench engine-test "*" official") ;;
-    *) fail "stage order: $order (want build, lm-bench, engine-test, ..., official last)" ;;
+    "build lm-bench engine-test "*" official lm-bench-8bit") ;;
+    *) fail "stage order: $order (want build, lm-bench, engine-test, ..., official, lm-bench-8bit)" ;;
 esac
 rep=$(cat "$TMP/out/device_check.md")
 expect_in "$rep" "### Preflight" "the report's preflight"
@@ -78,7 +81,7 @@ assert {(r["batch"], r["position"]) for r in d["lm_step"]} == {(1, 4), (2, 4), (
 assert all(r["ms"] > 0 for r in d["lm_step"])
 assert {(r["batch"], r["position"]) for r in d["e2e"]} == {(1, 32), (2, 32)}, d["e2e"]
 assert all(r["pipelined_ms"] > 0 and r["pipelined_fresh_codec_ms"] > 0 for r in d["e2e"]), d["e2e"]
-assert [s["stage"] for s in d["stages"]][-1] == "official", d["stages"]
+assert [s["stage"] for s in d["stages"]][-2:] == ["official", "lm-bench-8bit"], d["stages"]
 PYEOF
 # the real run's preflight on this machine (no device): one line, exit 2, nothing built
 mkdir -p "$TMP/pre"
@@ -110,6 +113,14 @@ else
     grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb" || fail "no max-batch row: $(cat "$lmb")"
     grep -qE '^\| moshid \| fits in memory \(plan\) \| [0-9-]+ \|' "$lmb" || fail "no plan row: $(cat "$lmb")"
     grep -qE '^\| 1 \| 4 \| [0-9.]+ \|' <<<"$out" || fail "the comparison table lacks moshid's batch 1 at 4"
+fi
+# the 8-bit stage: lm-bench with int8 weights and K/V, batch 1 at 32 and the bisection
+lmb8=$TMP/out/lm_bench_8bit.md
+if ! grep -q 'skipped: plugin carries no backend table' "$lmb8"; then
+    grep -qE '^\| moshid \| open \| [0-9]+ \| - \| [0-9.]+ \| .*random int8 weights.*int8 K/V' "$lmb8" ||
+        fail "the 8-bit stage did not open the backend with int8 weights and K/V: $(cat "$lmb8")"
+    grep -qE '^\| moshid \| step \| 1 \| 32 \| [0-9.]+ \|' "$lmb8" || fail "no 8-bit step row for batch 1 at 32: $(cat "$lmb8")"
+    grep -qE '^\| moshid \| max batch under budget \| [0-9]+ \| 32 \|' "$lmb8" || fail "no 8-bit max-batch row: $(cat "$lmb8")"
 fi
 e2e=$TMP/out/e2e.md
 if grep -q 'skipped: plugin carries no backend table' "$e2e"; then

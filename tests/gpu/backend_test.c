@@ -150,6 +150,7 @@
 #include "backend.h"
 #include "frame.h"
 #include "gpu_util.h"
+#include "lm.h"
 #include "lm_config.h"
 #include "lmgen.h"
 #include "rng.h"
@@ -450,8 +451,14 @@ static const char *make_model(const char *tag, int dep_q, int context, int weigh
     return make_model_o(tag, dep_q, context, weights, &dflt);
 }
 
+/* The 8-bit schemes every backend open_b opens runs (the int8 cases set
+ * them around the shared cases, then clear them). */
+static int q8_weights, q8_kv;
+
 static lm_backend *open_b(const lm_backend_ops *ops, const char *dir, int slots, uint64_t rnd) {
-    lm_backend_opts o = {.max_slots = slots, .threads = 1, .variant = LM_VARIANT_AUTO, .random_weights = rnd};
+    lm_backend_opts o = {.max_slots = slots, .threads = 1, .variant = LM_VARIANT_AUTO, .random_weights = rnd,
+                         .weights = q8_weights ? LM_WEIGHTS_INT8 : LM_WEIGHTS_STORED,
+                         .kv = q8_kv ? LM_KV_INT8 : LM_KV_NATIVE};
     ms_error e = {0};
     lm_backend *b = lm_backend_open(ops, dir, &o, &e);
     if (!b) die(ops->name, &e);
@@ -841,7 +848,7 @@ static void probe_step(lm_backend *b, int slot, const int *tok, float *out, int 
  * (when P <= context) their K/V, and one more step of each. */
 static void test_prefill_steps(int context, int P, int gemm_min) {
     char name[96];
-    snprintf(name, sizeof name, "prefill_vs_steps/ctx%d_P%d", context, P);
+    snprintf(name, sizeof name, "%sprefill_vs_steps/ctx%d_P%d", q8_kv ? "int8/" : "", context, P);
     if (!begin(name)) return;
     char tag[64];
     snprintf(tag, sizeof tag, "pf-%d", context);
@@ -897,7 +904,7 @@ static void test_prefill_cpu(void) {
 /* ---- snapshots ------------------------------------------------------------------------------ */
 
 static void test_snapshot(void) {
-    const char *name = "snapshot_restore";
+    const char *name = q8_kv ? "int8/snapshot_restore" : "snapshot_restore";
     if (!begin(name)) return;
     const char *dir = make_model("snap", 8, 24, 1);
     knobs(0, 1);
@@ -917,7 +924,8 @@ static void test_snapshot(void) {
     lm_backend_stats_get(gpu, &st);
     lm_backend_kv_snap_info(gpu, snap, &info);
     int acct = info.where == LM_MEM_DEVICE && info.positions == P && st.snap_bytes == info.bytes &&
-               info.bytes == 2 * (size_t)g->num_layers * P * g->dim * 2;
+               info.bytes == 2 * (size_t)g->num_layers * P *
+                                 (q8_kv ? (size_t)g->dim + (size_t)g->num_heads * sizeof(float) : (size_t)g->dim * 2);
     if (lm_backend_kv_restore_layers(gpu, 2, snap, 0, 1, &e) ||
         lm_backend_kv_restore_layers(gpu, 2, snap, 1, g->num_layers, &e))
         die("restore", &e);
@@ -1775,6 +1783,206 @@ static void cleanup(void) {
     if (tmpdir[0] && system(cmd) != 0) fprintf(stderr, "backend-test: could not remove %s\n", tmpdir);
 }
 
+/* ---- the 8-bit schemes --------------------------------------------------------------
+ *
+ * Both backends open with the same scheme (int8 weights, int8 K/V, or
+ * both): the same int8 matrices (the CPU loader quantizes them for both),
+ * so the comparison measures the device's own arithmetic again: summation
+ * order, the GEMM path's bf16 activations, and K/V quantized from keys
+ * that differ from the CPU's in the last bits (a key or value then lands
+ * one int8 step away, 1/254 of its head's largest entry, where x / s falls
+ * within that difference of a .5). The bound is the bf16 backend's
+ * (LOGIT_TOL) and every case keeps the near-tie rule (no decisive row
+ * flips); the plain rule (>= 99 % per stream) on the matvec path. On the
+ * GEMM path the bf16 activations and the K/V steps together flip up to 2
+ * rows in 110 of the peaked PersonaPlex model, every one at a CPU margin
+ * below 1e-3 rms (measured), so the plain rule is not asked there. */
+static void test_q8_tf(const char *scheme, int w8, int kv8, const char *variant, int dep_q, int peaked, int gemm_min,
+                       int t0, int steps, int dep_steps) {
+    char name[96], tag[64];
+    snprintf(name, sizeof name, "int8/%s/%s%s/%s", scheme, variant, peaked ? "-peaked" : "",
+             gemm_min == 1 ? "gemm" : "matvec");
+    if (!begin(name)) return;
+    snprintf(tag, sizeof tag, "tf-%s%s", variant, peaked ? "-pk" : "");
+    mopt o = {.peaked = peaked};
+    q8_weights = w8;
+    q8_kv = kv8;
+    tf_run(name, make_model_o(tag, dep_q, 12, 1, &o), 12, gemm_min, gemm_min == 1, t0, steps, dep_steps, LOGIT_TOL,
+           gemm_min != 1);
+    q8_weights = q8_kv = 0;
+}
+
+/* Greedy frames, free-running: the CPU and the CUDA backend, both with
+ * int8 weights and K/V, on the peaked model (its logits are decisive, as a
+ * trained model's): every token of every step the same. */
+static void test_q8_greedy(const char *variant, int dep_q, int gemm_min, int steps) {
+    char name[96];
+    snprintf(name, sizeof name, "int8/greedy/%s/%s", variant, gemm_min == 1 ? "gemm" : "matvec");
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "tf-%s-pk", variant);
+    mopt o = {.peaked = 1};
+    const char *dir = make_model_o(tag, dep_q, 12, 1, &o);
+    knobs_f(1, gemm_min, gemm_min == 1);
+    q8_weights = q8_kv = 1;
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, 2, 0), *gpu = open_b(&lm_cuda_backend, dir, 2, 0);
+    q8_weights = q8_kv = 0;
+    lm_backend_stats sc, sg;
+    lm_backend_stats_get(cpu, &sc);
+    lm_backend_stats_get(gpu, &sg);
+    const lm_config *g = &cpu->cfg;
+    int tok[2][LM_MAX_STREAMS];
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < g->n_streams; i++) tok[s][i] = i == 0 ? g->text_card : g->card;
+    long same = 0, total = 0;
+    int first_bad = -1;
+    for (int t = 0; t < steps; t++) {
+        lm_step_slot a[2], b[2];
+        memset(a, 0, sizeof a);
+        for (int i = 0; i < 2; i++) {
+            a[i].slot = i;
+            memcpy(a[i].tokens, tok[i], sizeof(int) * g->n_streams);
+            lm_samp_greedy(&a[i].samp);
+            a[i].step = (uint64_t)t;
+            a[i].dep_steps = -1;
+        }
+        memcpy(b, a, sizeof a);
+        int n = t < 3 ? 1 : 2;   /* slot 1 joins later: other positions */
+        step_or_die(cpu, a, n);
+        step_or_die(gpu, b, n);
+        for (int i = 0; i < n; i++) {
+            int eq = a[i].out_text == b[i].out_text;
+            for (int k = 0; k < g->dep_q; k++) eq = eq && a[i].out_audio[k] == b[i].out_audio[k];
+            same += eq;
+            total++;
+            if (!eq && first_bad < 0) first_bad = t;
+            tok[i][0] = a[i].out_text;
+            for (int q = 0; q < g->n_q; q++) tok[i][1 + q] = q < g->dep_q ? a[i].out_audio[q] : (q * 5 + t) % g->card;
+        }
+    }
+    int named = !strcmp(sc.weights_scheme, "int8") && !strcmp(sc.kv_scheme, "int8") &&
+                !strcmp(sg.weights_scheme, "int8") && !strcmp(sg.kv_scheme, "int8");
+    result(same == total && named, name, "%ld/%ld frames identical (first difference at step %d); schemes %s/%s, %s/%s",
+           same, total, first_bad, sg.weights_scheme, sg.kv_scheme, sc.weights_scheme, sc.kv_scheme);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+/* The official fixtures of the 8-bit schemes (tests/fixtures/lm_q8, made
+ * by moshi 0.2.13 on fake-quantized weights and K/V; $LM_Q8_FIXTURES, else
+ * the checkout's): LMGen greedy over the 24 recorded user frames on the
+ * CPU backend and on the CUDA backend, each with the fixture's scheme.
+ * Every frame of the CUDA backend equals the CPU backend's, and both equal
+ * the official trace. (kv8_f32 and w8kv8_f32 are left out: their
+ * embeddings, and kv8_f32's matrices, are float32, which the CUDA backend
+ * stores as bf16: another model, whose frames differ from the trace's.) */
+static int q8_trace_frame(FILE *f, int *frame, int n) {
+    char line[512];
+    if (!fgets(line, sizeof line, f)) return -1;
+    const char *o = strstr(line, "\"out\": ");
+    if (!o) return -1;
+    o += 7;
+    if (!strncmp(o, "null", 4)) return 0;
+    if (*o++ != '[') return -1;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        frame[i] = (int)strtol(o, &end, 10);
+        if (end == o) return -1;
+        o = end;
+        while (*o == ',' || *o == ' ') o++;
+    }
+    return 1;
+}
+
+static void test_q8_fixture(const char *fx_case, int w8, int kv8, int gemm_min) {
+    char name[96];
+    snprintf(name, sizeof name, "int8/fixture/%s/%s", fx_case, gemm_min == 1 ? "gemm" : "matvec");
+    if (!begin(name)) return;
+    const char *fx = getenv("LM_Q8_FIXTURES");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", fx && fx[0] ? fx : "tests/fixtures/lm_q8", fx_case);
+    knobs(1, gemm_min);
+    q8_weights = w8;
+    q8_kv = kv8;
+    lm_backend *cpu = open_b(&lm_cpu_backend, dir, 1, 0), *gpu = open_b(&lm_cuda_backend, dir, 1, 0);
+    q8_weights = q8_kv = 0;
+    const lm_config *g = &cpu->cfg;
+    snprintf(path, sizeof path, "%s/codes.txt", dir);
+    FILE *codes = fopen(path, "r");
+    snprintf(path, sizeof path, "%s/trace.jsonl", dir);
+    FILE *trace = fopen(path, "r");
+    if (!codes || !trace) die(path, NULL);
+    lm_samp samp;
+    lm_samp_greedy(&samp);
+    lmgen_slot gc, gg;
+    lmgen_init(&gc, g, 0, &samp);
+    lmgen_init(&gg, g, 0, &samp);
+    lmgen_slot *pc = &gc, *pg = &gg;
+    int user[LM_MAX_NQ], fc[1 + LM_MAX_DEP_Q], fg[1 + LM_MAX_DEP_Q], fo[1 + LM_MAX_DEP_Q], hc, hg;
+    int steps = 0, frames = 0, same_cpu = 0, same_official = 0, ok = 1;
+    ms_error e = {0};
+    for (;;) {
+        int nread = 0;
+        for (int i = 0; i < g->n_user; i++) nread += fscanf(codes, "%d", &user[i]) == 1;
+        if (nread < g->n_user) break;
+        if (lmgen_step_batch(cpu, &pc, 1, user, fc, &hc, NULL, NULL, &e) ||
+            lmgen_step_batch(gpu, &pg, 1, user, fg, &hg, NULL, NULL, &e))
+            die("lmgen_step_batch", &e);
+        int ho = q8_trace_frame(trace, fo, 1 + g->dep_q);
+        steps++;
+        ok = ok && hc == hg && ho == hc;
+        if (hc && hg) {
+            frames++;
+            same_cpu += !memcmp(fc, fg, sizeof(int) * (1 + g->dep_q));
+            same_official += ho == 1 && !memcmp(fo, fg, sizeof(int) * (1 + g->dep_q));
+        }
+    }
+    fclose(codes);
+    fclose(trace);
+    ok = ok && steps == 24 && frames > 0 && same_cpu == frames && same_official == frames;
+    result(ok, name, "%d steps, %d frames: %d equal to the CPU backend's, %d to the official trace", steps, frames,
+           same_cpu, same_official);
+    lm_backend_close(cpu);
+    lm_backend_close(gpu);
+}
+
+static void test_q8(void) {
+    test_q8_tf("both", 1, 1, "kyutai", 8, 0, 0, 5, 5, 2);        /* the int8 matvec */
+    /* the widened GEMM path, past the wrap; 110 rows per stream as the bf16
+     * peaked cases (one flip in 100 allowed: the bf16 activations' error
+     * flips rows whose two best logits lie within 1e-3 rms) */
+    test_q8_tf("both", 1, 1, "kyutai", 8, 1, 1, 0, 40, -1);
+    test_q8_tf("both", 1, 1, "personaplex", 16, 1, 1, 0, 40, -1);
+    test_q8_tf("weights", 1, 0, "kyutai", 8, 1, 1, 0, 40, -1);
+    test_q8_tf("kv", 0, 1, "kyutai", 8, 1, 1, 0, 40, -1);
+    test_q8_greedy("kyutai", 8, 1, 16);
+    test_q8_greedy("kyutai", 8, 0, 6);
+    test_q8_fixture("w8_bf16", 1, 0, 1);
+    /* Kyutai's q8 format (int8 as stored) with int8 K/V: on the GEMM path
+     * the bf16 activations flip a near-tie greedy token by step 10 and the
+     * free-running frames part (measured), so the frames are compared on the
+     * matvec path: always on a device, on the emulator (47 s there) when
+     * asked for by name; make test checks the q8 checkpoint's logits
+     * teacher-forced on the matvec path instead, 5 steps of 2 sub-steps (the
+     * GEMM path's bf16 activations cost this model's logits up to 9 % of
+     * their rms: its weights are not bf16-exact, as moshid-mkmodel's) */
+    if (!on_emu || (filter && strstr("int8/fixture/q8_kv8/matvec", filter))) test_q8_fixture("q8_kv8", 0, 1, 0);
+    {
+        const char *fx = getenv("LM_Q8_FIXTURES");
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/q8_kv8", fx && fx[0] ? fx : "tests/fixtures/lm_q8");
+        if (begin("int8/q8_checkpoint/matvec")) {
+            q8_kv = 1;
+            tf_run("int8/q8_checkpoint/matvec", dir, 8, 0, 0, 5, 5, 2, LOGIT_TOL, 1);
+            q8_kv = 0;
+        }
+    }
+    q8_kv = 1;
+    test_prefill_steps(12, 20, 1);   /* the chunk's own keys read back quantized: prefill == steps */
+    test_snapshot();
+    q8_kv = 0;
+}
+
 /* ---- a failed open leaves the thread clean -------------------------------------------------- */
 
 static void test_open_oom(void) {
@@ -1917,6 +2125,7 @@ int main(int argc, char **argv) {
     test_device1_thread();
     test_open_oom();
     test_padding_rows();
+    test_q8();
     test_device_error();               /* last: leaves the emulated device faulted until its reset */
     printf("%d passed, %d failed in %.1f s\n", n_pass, n_fail, (now_ms() - t0) / 1e3);
     return n_fail ? 1 : 0;

@@ -42,12 +42,16 @@
 #   engine-bench     the kernels' bandwidth against cudaMemcpy and cuBLAS
 #   compute-sanitizer  engine-test --small under memcheck, racecheck and
 #                    synccheck when the toolkit has it
-#   official         last: the official moshi package's LMGen.step with CUDA
+#   official         next to last: the official moshi package's LMGen.step with CUDA
 #                    graphs and torch.compile at the same shape, random
 #                    weights (tests/gpu/bench_official.py; its wheels from
 #                    tests/gpu/wheels/, fetched here beforehand with
 #                    `make fetch-wheels` and carried: a line says so when
 #                    they were not)
+#   lm-bench-8bit    after the others: lm-bench with int8 weights and int8
+#                    K/V (random int8 rows on the device), batch 1 at
+#                    position 3000 and the largest batch under 80 ms there
+#                    (rows to lm_bench_8bit.md as measured)
 # and prints a markdown report ending with the table "moshid / official per
 # batch size", the issues' targets and a JSON summary (summary.json: every
 # figure docs/benchmarks.md takes).
@@ -599,6 +603,40 @@ else
     fi
 fi
 
+# ---- the 8-bit schemes ---------------------------------------------------------------
+# lm-bench with int8 weights and int8 K/V: batch 1 at the full context
+# (3000; the dry run's tiny shape: 32) and the bisection for the largest
+# batch under 80 ms there. Its cap (60 s: the random int8 weights, the
+# graphs, a prefill of 3000 positions, ~7 bisection probes) is not in the
+# 520 s the others add up to: it runs in what they left of the budget, and
+# its row says so when nothing is left.
+LMB8_ROWS=$RES/lm_bench_8bit.md
+: > "$LMB8_ROWS"
+P8=3000
+[ $DRY -eq 1 ] && P8=32
+if [ ! -x "$LB" ]; then
+    stage_s=0
+    stage_row lm-bench-8bit "not built ($LB)"
+elif [ $no_device -eq 1 ]; then
+    stage_s=0
+    stage_row lm-bench-8bit "not run: no CUDA device"
+else
+    cap=60
+    [ $DRY -eq 1 ] && cap=40
+    run_stage lm-bench-8bit "$cap" "$RES/lm_bench_8bit.log" "$LB" --shape $SHAPE --weights int8 --kv int8 --batches 1 \
+        --positions $P8 --out "$LMB8_ROWS" --deadline-s $((cap > 30 ? cap - 15 : cap / 2))
+    if [ $stage_rc -eq 77 ]; then
+        stage_row lm-bench-8bit "$(grep -m1 -o 'skipped: .*' "$LMB8_ROWS" | sed 's/ |$//')"
+    elif [ $stage_rc -eq 200 ]; then
+        :
+    elif [ $stage_rc -ne 0 ]; then
+        stage_row lm-bench-8bit "FAILED (exit $stage_rc): $(grep -m1 -E 'FAILED|refused' "$LMB8_ROWS" | cut -c1-300)$(tail -n 2 "$RES/lm_bench_8bit.log" | paste -sd ' ' - | cut -c1-200)"
+        rc=1
+    else
+        stage_row lm-bench-8bit "$(grep -c '^| moshid | step |' "$LMB8_ROWS") step rows, $(grep -m1 '^| moshid | max batch' "$LMB8_ROWS" | awk -F'|' '{gsub(/ /, "", $4); print "largest batch under budget " $4}')"
+    fi
+fi
+
 # ---- the report ----------------------------------------------------------------------
 say ""
 say "### Stages (as each ended)"
@@ -641,6 +679,12 @@ awk -F'|' '
         }
         if (n == 0) print "| - | - | - | - | - | no e2e row |"
     }' "$E2E_ROWS" | tee -a "$log"
+say ""
+say "### lm-bench-8bit ($SHAPE, int8 weights and int8 K/V)"
+say ""
+say "| source | measure | batch | position | ms | result |"
+say "|---|---|---|---|---|---|"
+grep '^| moshid |' "$LMB8_ROWS" | tee -a "$log"
 say ""
 say "### official (moshi's LMGen.step, same shape)"
 say ""

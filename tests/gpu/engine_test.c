@@ -172,7 +172,7 @@ static void matvec_path(char *out, size_t len, int B, int K, const void *x, cons
     int aligned = K % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
     int bt = B == 1 ? 1 : B == 2 ? 2 : B <= 4 ? 4 : CU_MATVEC_BATCH_TILE;
     if (aligned) snprintf(out, len, "matvec_bf16_vec<%d>", bt);
-    else snprintf(out, len, "matvec_bf16_scalar");
+    else snprintf(out, len, "matvec_scalar<false>");
 }
 
 /* One matvec case; integers: small-integer inputs (exact comparison);
@@ -919,6 +919,340 @@ static void test_lm_kernels(void) {
     gated_case(8, 33, 256);
 }
 
+/* ---- the 8-bit schemes (cu_matvec.cu's int8 rows, cu_lm.cu's int8 K/V) ---- */
+
+static int8_t *i8_table(gu_rng *r, size_t n) {
+    int8_t *t = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++) t[i] = (int8_t)gu_int(r, -127, 127);
+    return t;
+}
+static float *scale_table(gu_rng *r, size_t n) {
+    float *t = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) t[i] = (float)(0.001 + 0.01 * fabs(gu_normal(r)));
+    return t;
+}
+
+/* cu_matvec_q8 (or, gated, cu_matvec_q8_gated) against kern_matmul_rows_i8
+ * (after kern_silu_gate): the error of each output normalised by its sum
+ * of |q x| s and 2^-24, as matvec_case. woff: W starts this many bytes in
+ * (not a multiple of 4: the scalar path). */
+static void matvec_q8_case(int B, int N, int K, int xoff, int woff, int gated) {
+    char name[96];
+    snprintf(name, sizeof name, "matvec_q8%s B=%d N=%d K=%d%s", gated ? "_gated" : "", B, N, K,
+             xoff || woff ? " misaligned" : "");
+    if (!begin(name, 1, (double)B * N * K)) return;
+    gu_rng r = {300 + (uint64_t)N};
+    size_t kx = gated ? 2 * (size_t)K : (size_t)K, nx = (size_t)B * kx + xoff, ny = (size_t)B * N;
+    float *x = malloc(nx * 4), *h = malloc((size_t)B * K * 4), *y = malloc(ny * 4), *yr = malloc(ny * 4);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)gu_normal(&r);
+    int8_t *w = i8_table(&r, (size_t)N * K + woff);
+    float *ws = scale_table(&r, N);
+    const float *xin = x + xoff;
+    if (gated)
+        for (int b = 0; b < B; b++) kern_silu_gate(h + (size_t)b * K, xin + (size_t)b * 2 * K, K);
+    kern_mat m = {.w = w + woff, .dtype = ST_I8, .rows = N, .cols = K, .scale = ws};
+    kern_matmul_rows_i8(yr, gated ? h : xin, &m, B, 0, N);   /* the twin */
+    float *dx = gu_dalloc(nx * 4), *dy = gu_dalloc(ny * 4), *dws = gu_dalloc((size_t)N * 4);
+    int8_t *dw = gu_dalloc((size_t)N * K + woff);
+    gu_h2d(dx, x, nx * 4);
+    gu_h2d(dw, w, (size_t)N * K + woff);
+    gu_h2d(dws, ws, (size_t)N * 4);
+    CU_CHECK_FATAL(cudaMemset(dy, 0xFF, ny * 4));
+    if (gated) CU_CHECK_FATAL(cu_matvec_q8_gated(dy, dx + xoff, dw + woff, dws, B, N, K, 0));
+    else CU_CHECK_FATAL(cu_matvec_q8(dy, dx + xoff, dw + woff, dws, B, N, K, 0));
+    gu_sync();
+    gu_d2h(y, dy, ny * 4);
+    const char *ran = emu_last_kernel ? emu_last_kernel() : "";
+    int vec = cu_matvec_q8_ok(dx + xoff, dw + woff, K);
+    int path_ok = !emu_last_kernel || !strncmp(ran, vec ? (gated ? "matvec_q8_gated" : "matvec_q8_vec") : "matvec_scalar<true>",
+                                               vec ? 13 : 19);
+    double worst = 0, tol = 2.0 * sqrt((double)K) + 8.0;
+    long bad = -1;
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)b * N + n;
+            double sa = 0;
+            const float *xr = gated ? h + (size_t)b * K : xin + (size_t)b * K;
+            for (int k = 0; k < K; k++) sa += fabs((double)xr[k] * w[woff + (size_t)n * K + k]);
+            double e = fabs((double)y[i] - yr[i]) / (sa * ws[n] * ldexp(1.0, -24) + 1e-300);
+            if (!(e <= tol)) e = INFINITY;
+            if (e > worst) worst = e;
+            if (e > tol && bad < 0) bad = (long)i;
+        }
+    if (bad >= 0) result(0, name, "first mismatch at (b=%ld, n=%ld): gpu %.9g twin %.9g", bad / N, bad % N, y[bad], yr[bad]);
+    else if (!path_ok) result(0, name, "ran %s, expected the %s path", ran, vec ? "vector" : "scalar");
+    else result(1, name, "%s, max normalised error %.3g (tolerance %.3g)", emu_last_kernel ? ran : "", worst, tol);
+    gu_dfree(dx); gu_dfree(dy); gu_dfree(dws); gu_dfree(dw);
+    free(x); free(h); free(y); free(yr); free(w); free(ws);
+}
+
+/* The large-batch path's pieces: cu_q8_to_bf16 exact, cu_scale_cols exact
+ * (one multiplication per element). */
+static void q8_widen_case(void) {
+    const char *name = "q8_to_bf16 + scale_cols";
+    if (!begin(name, 1, 1e4)) return;
+    gu_rng r = {77};
+    const int N = 96, K = 52, B = 3;
+    int8_t *w = i8_table(&r, (size_t)N * K);
+    w[0] = 127; w[1] = -127; w[2] = 0; w[3] = -1;
+    float *ws = scale_table(&r, N), *y = malloc(sizeof(float) * B * N), *yr = malloc(sizeof(float) * B * N);
+    for (int i = 0; i < B * N; i++) y[i] = (float)gu_normal(&r);
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) yr[b * N + n] = y[b * N + n] * ws[n];
+    int8_t *dw = gu_dalloc((size_t)N * K);
+    uint16_t *db = gu_dalloc((size_t)N * K * 2), *wb = malloc((size_t)N * K * 2);
+    float *dy = gu_dalloc(sizeof(float) * B * N), *dws = gu_dalloc(sizeof(float) * N);
+    gu_h2d(dw, w, (size_t)N * K);
+    gu_h2d(dy, y, sizeof(float) * B * N);
+    gu_h2d(dws, ws, sizeof(float) * N);
+    CU_CHECK_FATAL(cu_q8_to_bf16(db, dw, (size_t)N * K, 0));
+    CU_CHECK_FATAL(cu_scale_cols(dy, dws, B, N, N, 0));
+    gu_sync();
+    gu_d2h(wb, db, (size_t)N * K * 2);
+    gu_d2h(y, dy, sizeof(float) * B * N);
+    long bw = -1, by = -1;
+    for (long i = 0; i < (long)N * K && bw < 0; i++)
+        if (st_bf16_to_f32(wb[i]) != (float)w[i]) bw = i;
+    for (long i = 0; i < (long)B * N && by < 0; i++)
+        if (memcmp(&y[i], &yr[i], 4)) by = i;
+    if (bw >= 0) result(0, name, "bf16 of %d at %ld is %g", w[bw], bw, st_bf16_to_f32(wb[bw]));
+    else if (by >= 0) result(0, name, "scaled column at %ld: %.9g, want %.9g", by, y[by], yr[by]);
+    else result(1, name, "%d int8 exact in bf16, %d products exact", N * K, B * N);
+    gu_dfree(dw); gu_dfree(db); gu_dfree(dy); gu_dfree(dws);
+    free(w); free(ws); free(y); free(yr); free(wb);
+}
+
+/* cu_qkv_rope_q8 against kern_rope then kern_q8_quantize_heads: values
+ * (not rotated) bit for bit; keys: their rotation may differ from the
+ * twin's by float rounding (cosf, sinf), so a quantized key may sit one
+ * step away where x / s falls within that rounding of a .5 (counted, at
+ * most 1 % of them) and a scale within 1e-6 relative. */
+static void rope_q8_case(int B, int heads, int hd, const int64_t *pos) {
+    char name[96];
+    snprintf(name, sizeof name, "qkv_rope_q8 B=%d heads=%d head_dim=%d", B, heads, hd);
+    if (!begin(name, 1, (double)B * heads * hd)) return;
+    gu_rng r = {7};
+    int D = heads * hd;
+    size_t n = (size_t)B * 3 * D;
+    float *x = malloc(n * 4), *want = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = (float)gu_normal(&r);
+    for (int i = 0; i < hd; i++) x[2 * D + i] = 0.0f;   /* row 0's first value head all zero: scale 1 */
+    memcpy(want, x, n * 4);
+    int8_t *q8 = malloc((size_t)B * 2 * D), *g8 = malloc((size_t)B * 2 * D);
+    float *qs = malloc(sizeof(float) * B * 2 * heads), *gs = malloc(sizeof(float) * B * 2 * heads);
+    const float max_period = 10000.0f;
+    for (int b = 0; b < B; b++) {
+        float *row = want + (size_t)b * 3 * D;
+        kern_rope(row, heads, hd, pos[b], max_period);
+        kern_rope(row + D, heads, hd, pos[b], max_period);
+        kern_q8_quantize_heads(q8 + (size_t)b * 2 * D, qs + (size_t)b * 2 * heads, row + D, heads, hd);
+        kern_q8_quantize_heads(q8 + (size_t)b * 2 * D + D, qs + (size_t)b * 2 * heads + heads, row + 2 * D, heads, hd);
+    }
+    float rope_k = (float)(-log((double)max_period) * 2.0 / hd);
+    float *dx = gu_dalloc(n * 4), *ds = gu_dalloc(sizeof(float) * B * 2 * heads);
+    int8_t *d8 = gu_dalloc((size_t)B * 2 * D);
+    int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    gu_h2d(dx, x, n * 4);
+    gu_h2d(dpos, pos, sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cu_qkv_rope_q8(dx, d8, ds, dpos, B, heads, hd, rope_k, 0));
+    gu_sync();
+    gu_d2h(g8, d8, (size_t)B * 2 * D);
+    gu_d2h(gs, ds, sizeof(float) * B * 2 * heads);
+    long kstep = 0, bad = -1;
+    double sworst = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < 2 * D; i++) {
+            size_t j = (size_t)b * 2 * D + i;
+            int d = abs(g8[j] - q8[j]);
+            if (i >= D ? d != 0 : d > 1) bad = bad < 0 ? (long)j : bad;
+            kstep += d != 0;
+        }
+    for (int i = 0; i < B * 2 * heads; i++) {
+        double e = fabs((double)gs[i] - qs[i]) / qs[i];
+        if ((i / heads) % 2 ? gs[i] != qs[i] : e > 1e-6) bad = bad < 0 ? 0 : bad;
+        if (e > sworst) sworst = e;
+    }
+    int zero_ok = gs[heads] == 1.0f && qs[heads] == 1.0f;
+    if (bad >= 0 || kstep > B * D / 100 || !zero_ok)
+        result(0, name, "int8 K/V differs: first at %ld, %ld keys a step off, scale err %.3g%s", bad, kstep, sworst,
+               zero_ok ? "" : ", zero head's scale not 1");
+    else result(1, name, "values exact, %ld of %d keys a step off, scale err %.3g", kstep, B * D, sworst);
+    gu_dfree(dx); gu_dfree(ds); gu_dfree(d8); gu_dfree(dpos);
+    free(x); free(want); free(q8); free(g8); free(qs); free(gs);
+}
+
+/* cu_attend_ring_q8 against kern_attend_ring_q8 (the row's keys gathered in
+ * position order), the ring in cu_kv_q8_layer_bytes' layout; then
+ * cu_kv_store_q8 writes the chunk's rows where the ring reads them. */
+static void attend_q8_case(int B, int heads, int hd, int ctx, int window, int prefill, const int64_t *pos_in) {
+    char name[128];
+    snprintf(name, sizeof name, "attend_ring_q8 B=%d heads=%d hd=%d ctx=%d window=%d%s", B, heads, hd, ctx, window,
+             prefill ? " prefill" : "");
+    if (!begin(name, 1, (double)B * heads * hd * window)) return;
+    gu_rng r = {23};
+    int D = heads * hd, nslots = prefill ? 1 : B;
+    size_t lb = cu_kv_q8_layer_bytes(ctx, D, heads);
+    int64_t pos[64];
+    int32_t slot[64];
+    for (int b = 0; b < B; b++) {
+        pos[b] = prefill ? pos_in[0] + b : pos_in[b];
+        slot[b] = prefill ? 0 : b;
+    }
+    unsigned char *ring = malloc(nslots * lb);
+    for (int s = 0; s < nslots; s++) {
+        int8_t *kv = i8_table(&r, (size_t)2 * ctx * D);
+        float *sc = scale_table(&r, (size_t)2 * heads * ctx);
+        memset(ring + s * lb, 0, lb);
+        memcpy(ring + s * lb, kv, (size_t)2 * ctx * D);
+        memcpy(ring + s * lb + (size_t)2 * ctx * D, sc, sizeof(float) * 2 * heads * ctx);
+        free(kv);
+        free(sc);
+    }
+    int8_t *kvl = i8_table(&r, (size_t)B * 2 * D);
+    float *kvs = scale_table(&r, (size_t)B * 2 * heads);
+    float *q = malloc(sizeof(float) * B * 3 * D);
+    for (int i = 0; i < B * 3 * D; i++) q[i] = (float)(0.5 * gu_normal(&r));
+    float *want = malloc(sizeof(float) * B * D), *got = malloc(sizeof(float) * B * D);
+    int8_t *kk = malloc((size_t)window * D), *vv = malloc((size_t)window * D);
+    float *ks = malloc(sizeof(float) * window * heads), *vs = malloc(sizeof(float) * window * heads);
+    float *scratch = malloc(sizeof(float) * window);
+    for (int b = 0; b < B; b++) {
+        int64_t p = pos[b], c0 = prefill ? pos[0] : p, lo = p + 1 > window ? p + 1 - window : 0;
+        int nk = (int)(p - lo + 1);
+        const unsigned char *rb = ring + slot[b] * lb;
+        const float *rs = (const float *)(rb + (size_t)2 * ctx * D);
+        for (int j = 0; j < nk; j++) {
+            int64_t x = lo + j;
+            for (int h = 0; h < heads; h++) {
+                if (x < c0) {
+                    ks[j * heads + h] = rs[(size_t)h * ctx + x % ctx];
+                    vs[j * heads + h] = rs[(size_t)(heads + h) * ctx + x % ctx];
+                } else {
+                    ks[j * heads + h] = kvs[(size_t)(b - (p - x)) * 2 * heads + h];
+                    vs[j * heads + h] = kvs[(size_t)(b - (p - x)) * 2 * heads + heads + h];
+                }
+            }
+            const int8_t *kr = x < c0 ? (const int8_t *)rb + (size_t)(x % ctx) * D : kvl + (size_t)(b - (p - x)) * 2 * D;
+            const int8_t *vr = x < c0 ? kr + (size_t)ctx * D : kr + D;
+            memcpy(kk + (size_t)j * D, kr, D);
+            memcpy(vv + (size_t)j * D, vr, D);
+        }
+        kern_attend_ring_q8(want + (size_t)b * D, q + (size_t)b * 3 * D, kk, ks, vv, vs, scratch, nk, 0, nk, heads, hd,
+                            D, heads);
+    }
+    int splits = cu_attend_splits(window);
+    unsigned char *dring = gu_dalloc(nslots * lb);
+    int8_t *dkvl = gu_dalloc((size_t)B * 2 * D);
+    float *dkvs = gu_dalloc(sizeof(float) * B * 2 * heads);
+    float *dq = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
+    float *dpart = gu_dalloc(sizeof(float) * B * heads * splits * CU_ATT_PART_FLOATS);
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
+    int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    gu_h2d(dring, ring, nslots * lb);
+    gu_h2d(dkvl, kvl, (size_t)B * 2 * D);
+    gu_h2d(dkvs, kvs, sizeof(float) * B * 2 * heads);
+    gu_h2d(dq, q, sizeof(float) * B * 3 * D);
+    gu_h2d(dslot, slot, sizeof(int32_t) * B);
+    gu_h2d(dpos, pos, sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cu_attend_ring_q8(dout, dpart, dq, 3 * D, dkvl, dkvs, (int8_t *)dring, lb, dslot, dpos, B, heads, hd,
+                                     ctx, window, prefill, 0));
+    CU_CHECK_FATAL(cu_kv_store_q8((int8_t *)dring, lb, dkvl, dkvs, dslot, dpos, B, D, heads, ctx, 0));
+    gu_sync();
+    gu_d2h(got, dout, sizeof(float) * B * D);
+    unsigned char *after = malloc(nslots * lb);
+    gu_d2h(after, dring, nslots * lb);
+    long store_bad = -1;
+    for (int b = 0; b < B && store_bad < 0; b++) {
+        const unsigned char *rb = after + slot[b] * lb;
+        size_t row = (size_t)(pos[b] % ctx);
+        if (memcmp(rb + row * D, kvl + (size_t)b * 2 * D, D) || memcmp(rb + (ctx + row) * D, kvl + (size_t)b * 2 * D + D, D))
+            store_bad = b;
+        const float *rs = (const float *)(rb + (size_t)2 * ctx * D);
+        for (int i = 0; i < 2 * heads; i++)
+            if (rs[(size_t)i * ctx + row] != kvs[(size_t)b * 2 * heads + i]) store_bad = b;
+    }
+    float vmax = 127.0f * 0.05f;
+    long at;
+    double w = worst_err(got, want, NULL, vmax, (size_t)B * D, 1e-5, &at);
+    if (at >= 0) result(0, name, "first mismatch at (b=%ld, d=%ld): gpu %.9g twin %.9g", at / D, at % D, got[at], want[at]);
+    else if (store_bad >= 0) result(0, name, "kv_store_q8: row %ld not where the ring reads it", store_bad);
+    else result(1, name, "%d split(s), max error %.3g of %.2f (tolerance 1e-5); store placed", splits, w, vmax);
+    gu_dfree(dring); gu_dfree(dkvl); gu_dfree(dkvs); gu_dfree(dq); gu_dfree(dout); gu_dfree(dpart); gu_dfree(dslot);
+    gu_dfree(dpos);
+    free(ring); free(after); free(kvl); free(kvs); free(q); free(want); free(got); free(kk); free(vv); free(ks); free(vs);
+    free(scratch);
+}
+
+/* cu_dep_attend_q8 against kern_q8_quantize_heads then kern_attend_ring_q8
+ * over the sub-steps lo..k, one call per sub-step. */
+static void dep_attend_q8_case(int B, int heads, int hd, int K, int window) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_attend_q8 B=%d heads=%d hd=%d steps=%d window=%d", B, heads, hd, K, window);
+    if (!begin(name, 1, (double)B * heads * hd * K * K)) return;
+    gu_rng r = {29};
+    int D = heads * hd;
+    size_t stride = (size_t)LM_MAX_DEP_Q * D;   /* floats per row, as the backend's cache */
+    float *qkv = malloc(sizeof(float) * K * B * 3 * D), *got = malloc(sizeof(float) * B * D),
+          *want = malloc(sizeof(float) * B * D), scratch[LM_MAX_DEP_Q];
+    for (size_t i = 0; i < (size_t)K * B * 3 * D; i++) qkv[i] = (float)gu_normal(&r);
+    int8_t *k8 = malloc((size_t)B * stride), *v8 = malloc((size_t)B * stride);
+    float *ks = malloc(sizeof(float) * B * LM_MAX_DEP_Q * heads), *vs = malloc(sizeof(float) * B * LM_MAX_DEP_Q * heads);
+    float *dqkv = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
+    float *dk = gu_dalloc(sizeof(float) * B * stride), *dv = gu_dalloc(sizeof(float) * B * stride);
+    double worst = 0;
+    long at = -1;
+    int bad_k = -1;
+    for (int k = 0; k < K && bad_k < 0; k++) {
+        const float *x = qkv + (size_t)k * B * 3 * D;
+        for (int b = 0; b < B; b++) {
+            int8_t *kb = k8 + b * stride, *vb = v8 + b * stride;
+            float *ksb = ks + (size_t)b * LM_MAX_DEP_Q * heads, *vsb = vs + (size_t)b * LM_MAX_DEP_Q * heads;
+            kern_q8_quantize_heads(kb + (size_t)k * D, ksb + (size_t)k * heads, x + (size_t)b * 3 * D + D, heads, hd);
+            kern_q8_quantize_heads(vb + (size_t)k * D, vsb + (size_t)k * heads, x + (size_t)b * 3 * D + 2 * D, heads, hd);
+            int lo = k + 1 > window ? k + 1 - window : 0, nk = k + 1 - lo;
+            kern_attend_ring_q8(want + (size_t)b * D, x + (size_t)b * 3 * D, kb + (size_t)lo * D, ksb + (size_t)lo * heads,
+                                vb + (size_t)lo * D, vsb + (size_t)lo * heads, scratch, nk, 0, nk, heads, hd, D, heads);
+        }
+        gu_h2d(dqkv, x, sizeof(float) * B * 3 * D);
+        CU_CHECK_FATAL(cu_dep_attend_q8(dout, dqkv, dk, dv, stride, k, window, B, heads, hd, 0));
+        gu_sync();
+        gu_d2h(got, dout, sizeof(float) * B * D);
+        double w = worst_err(got, want, NULL, 4.0, (size_t)B * D, 1e-5, &at);
+        if (w > worst) worst = w;
+        if (at >= 0) bad_k = k;
+    }
+    if (bad_k >= 0) result(0, name, "sub-step %d, element %ld: gpu %.9g twin %.9g", bad_k, at, got[at], want[at]);
+    else result(1, name, "max error %.3g of 4 (tolerance 1e-5)", worst);
+    gu_dfree(dqkv); gu_dfree(dout); gu_dfree(dk); gu_dfree(dv);
+    free(qkv); free(got); free(want); free(k8); free(v8); free(ks); free(vs);
+}
+
+static void test_q8_kernels(void) {
+    matvec_q8_case(1, 37, 64, 0, 0, 0);
+    matvec_q8_case(3, 129, 264, 0, 0, 0);
+    matvec_q8_case(8, 65, 1024, 0, 0, 0);
+    matvec_q8_case(11, 40, 512, 0, 0, 0);   /* two batch tiles */
+    matvec_q8_case(2, 33, 13, 0, 0, 0);     /* K % 4 != 0: scalar */
+    matvec_q8_case(3, 21, 96, 0, 1, 0);     /* W one byte off: scalar */
+    matvec_q8_case(2, 30, 96, 1, 0, 0);     /* x 4 bytes off: scalar */
+    matvec_q8_case(1, 65, 1024, 0, 0, 1);
+    matvec_q8_case(4, 33, 256, 0, 0, 1);
+    matvec_q8_case(9, 20, 128, 0, 0, 1);
+    q8_widen_case();
+    const int64_t p3[3] = {0, 7, 2999};
+    rope_q8_case(3, 4, 16, p3);
+    rope_q8_case(3, 8, 128, p3);
+    const int64_t a1[3] = {0, 5, 39}, a2[3] = {44, 87, 40}, a3[2] = {550, 3100};
+    attend_q8_case(3, 2, 32, 40, 40, 0, a1);
+    attend_q8_case(3, 2, 32, 40, 39, 0, a2);      /* past the wrap */
+    attend_q8_case(2, 2, 128, 3000, 3000, 0, a3); /* the 7B's head_dim and ring: 12 splits */
+    attend_q8_case(3, 2, 12, 40, 40, 0, a1);      /* head_dim % 8 != 0: byte loads */
+    const int64_t s1[1] = {30};
+    attend_q8_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap */
+    dep_attend_q8_case(3, 2, 8, 8, 8);
+    dep_attend_q8_case(2, 4, 16, 16, 15);
+}
+
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */
 
 /* A CPU workspace for the twin alone (mimi_int.h's struct, no model). */
@@ -1216,6 +1550,7 @@ int main(int argc, char **argv) {
     test_rmsnorm();
     test_sample();
     test_lm_kernels();
+    test_q8_kernels();
     test_mimi_kernels();
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail ? 1 : 0;

@@ -46,6 +46,12 @@
  * set: skipped; 2 of the 3 minutes; GPU_MODEL_NO_LM set: the LM's points
  * skipped, their figures 0); last, exactly one line
  *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
+ * The 8-bit schemes (int8 weights and int8 K/V, both at once: the
+ * backend's int8 launches, cu_matvec_q8 below 16 rows, the rows widened to
+ * bf16 chunk by chunk into a GEMM above, the int8 attention) at B=1 and
+ * B=128, position 3000, print their tables after the bf16 points and one
+ * line before the codec's:
+ *   predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 X ms (floor Y ms); B=128 pos=3000 X ms (floor Y ms)
  * Exit 0, or 1 when a launch failed.
  */
 #include <math.h>
@@ -90,7 +96,8 @@
 #define M_DEP_K 4                     /* the depformer sub-step run */
 #define EMU_MODEL_STRIDE 16           /* blocks sampled: one in this many */
 #define EMU_CODEC_STRIDE 64           /* the codec's (its grids are larger, its kernels slower here) */
-#define M_MAX_ROWS 64
+#define M_MAX_ROWS 128
+#define M_Q8_SCRATCH ((size_t)16 << 20)   /* cuda/cu_backend.c CU_Q8_SCRATCH: bf16 elements */
 #define M_TABLE 64
 
 typedef struct mrow {
@@ -158,7 +165,19 @@ typedef struct mbuf {
     int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
     int64_t *pos;
     samp_row *rows;
+    /* the 8-bit schemes: the chunk's K/V scales, the GEMM path's bf16
+     * scratch. The weight buffers hold int8 rows then (at the next 256
+     * bytes) their scales in the same allocations, the ring the int8
+     * layout (cu_kv_q8_layer_bytes), kvl the chunk's int8 K/V. */
+    float *kvs8;
+    uint16_t *wdq;
 } mbuf;
+
+static int g_q8;   /* 1: the step runs int8 weights and int8 K/V */
+
+static const float *w8s(const uint16_t *w, int N, int K) {   /* cuda/cu_backend.c w8_scales */
+    return (const float *)((const unsigned char *)w + (((size_t)N * K + 255) & ~(size_t)255));
+}
 
 static void *dz(size_t bytes) {   /* device buffer, zeroed */
     void *p = NULL;
@@ -225,41 +244,63 @@ static void bufs_open(mbuf *m) {
     m->dsteps = dz(4 * R);
     m->pos = dz(8 * R);
     m->rows = dz(sizeof(samp_row) * R);
+    m->kvs8 = dz(sizeof(float) * R * 2 * M_HEADS);
+    m->wdq = dz(2 * M_Q8_SCRATCH);
 }
 
 /* ---- the step's parts (cuda/cu_backend.c, same launches) ------------------------------------- */
 
 #define LT(call) CU_CHECK_FATAL(call)
 
+/* The GEMM on m->xb (cuda/cu_backend.c gemm_xb): bf16 W, or int8 rows
+ * widened a chunk at a time into m->wdq, a GEMM each, then the scales. */
+static void gemm_xb(mbuf *m, float *y, const uint16_t *w, int n, int N, int K) {
+    const float one = 1.0f, zero = 0.0f;   /* the stand-in records the shape (sampling: no arithmetic) */
+    if (!g_q8) {
+        CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
+                                        CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+        return;
+    }
+    int rows = (int)(M_Q8_SCRATCH / (size_t)K < (size_t)N ? M_Q8_SCRATCH / (size_t)K : (size_t)N);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int nr = N - r0 < rows ? N - r0 : rows;
+        LT(cu_q8_to_bf16(m->wdq, (const int8_t *)w + (size_t)r0 * K, (size_t)nr * K, 0));
+        CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, m->wdq, CUDA_R_16BF, K,
+                                        m->xb, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+    }
+    LT(cu_scale_cols(y, w8s(w, N, K), n, N, N, 0));
+}
+
 /* lin(): the matvec below M_GEMM_MIN_ROWS rows, else bf16 rounding + GEMM. */
 static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K) {
     if (n < M_GEMM_MIN_ROWS) {
-        LT(cu_matvec_bf16(y, x, w, n, N, K, 0));
+        if (g_q8) LT(cu_matvec_q8(y, x, (const int8_t *)w, w8s(w, N, K), n, N, K, 0));
+        else LT(cu_matvec_bf16(y, x, w, n, N, K, 0));
         return;
     }
     LT(cu_f32_to_bf16(m->xb, x, (size_t)n * K, 0));
-    const float one = 1.0f, zero = 0.0f;   /* the stand-in records the shape (sampling: no arithmetic) */
-    CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
-                                    CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_xb(m, y, w, n, N, K);
 }
 
 /* lin_gated(): the gated matvec below M_GEMM_MIN_ROWS rows, else the gate
  * and bf16 rounding in one launch + GEMM. */
 static void lin_gated(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K) {
     if (n < M_GEMM_MIN_ROWS) {
-        LT(cu_matvec_bf16_gated(y, u, w, n, N, K, 0));
+        if (g_q8) LT(cu_matvec_q8_gated(y, u, (const int8_t *)w, w8s(w, N, K), n, N, K, 0));
+        else LT(cu_matvec_bf16_gated(y, u, w, n, N, K, 0));
         return;
     }
     LT(cu_silu_gate_bf16(m->xb, u, n, K, 0));
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
-                                    CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_xb(m, y, w, n, N, K);
 }
 
 static void temporal_layer(mbuf *m, int B) {
     const int D = M_DIM, H = g_hidden;
     lin(m, m->qkv, m->xn, m->attn_in, B, 3 * D, D);
-    LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
+    if (g_q8) LT(cu_qkv_rope_q8(m->qkv, (int8_t *)m->kvl, m->kvs8, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
+    else LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
     /* (the attention and the K/V store: attend(), scaled separately) */
     lin(m, m->o, m->att, m->attn_out, B, D, D);
     LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));
@@ -270,6 +311,14 @@ static void temporal_layer(mbuf *m, int B) {
 
 static void attend(mbuf *m, int rows) {
     const int D = M_DIM;
+    if (g_q8) {
+        size_t lb = cu_kv_q8_layer_bytes(M_CTX, D, M_HEADS);
+        LT(cu_attend_ring_q8(m->att, m->part, m->qkv, 3 * D, (const int8_t *)m->kvl, m->kvs8, (const int8_t *)m->ring,
+                             lb, m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
+        LT(cu_kv_store_q8((int8_t *)m->ring, lb, (const int8_t *)m->kvl, m->kvs8, m->slot, m->pos, rows, D, M_HEADS,
+                          M_CTX, 0));
+        return;
+    }
     LT(cu_attend_ring(m->att, m->part, m->qkv, 3 * D, m->kvl, m->ring, (size_t)2 * M_CTX * D, m->slot, m->pos, rows,
                       M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
     LT(cu_kv_store(m->ring, (size_t)2 * M_CTX * D, m->kvl, m->slot, m->pos, rows, D, M_CTX, 0));
@@ -299,8 +348,8 @@ static void dep_substep_own(mbuf *m, int B) {
 static void dep_layer(mbuf *m, int B) {
     const int dd = M_DDIM, Hd = g_dhidden;
     lin(m, m->dqkv, m->dyn, m->d_attn_in, B, 3 * dd, dd);
-    LT(cu_dep_attend(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K, M_DEPQ, B, M_DHEADS,
-                     dd / M_DHEADS, 0));
+    LT((g_q8 ? cu_dep_attend_q8 : cu_dep_attend)(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K,
+                                                 M_DEPQ, B, M_DHEADS, dd / M_DHEADS, 0));
     lin(m, m->dout, m->datt, m->d_attn_out, B, dd, dd);
     LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, dd, LM_NORM_EPS, 0));
     lin(m, m->du, m->dyn, m->d_ffn_in, B, 2 * Hd, dd);
@@ -313,15 +362,21 @@ static void dep_between(mbuf *m, int B) {
 }
 
 /* The bytes a step must read: every weight matrix it uses once, the text
- * and audio embedding rows, the K/V of each row's window (bf16). */
+ * and audio embedding rows, the K/V of each row's window (bf16; g_q8: one
+ * byte an element and a float32 scale per row or per position and head). */
 static double floor_bytes(int B, int pos) {
-    const double D = M_DIM, H = g_hidden, dd = M_DDIM, dH = g_dhidden;
-    double temporal = M_LAYERS * (3 * D * D + D * D + 2 * H * D + D * H) * 2;
-    double head = (double)M_TEXT * D * 2;
-    double dep = M_DEPQ * (M_DLAYERS * (3 * dd * dd + dd * dd + 2 * dH * dd + dd * dH) + dd * D + (double)M_CARD * dd) * 2;
+    const double D = M_DIM, H = g_hidden, dd = M_DDIM, dH = g_dhidden, wb = g_q8 ? 1 : 2;
+    double temporal = M_LAYERS * (3 * D * D + D * D + 2 * H * D + D * H) * wb;
+    double head = (double)M_TEXT * D * wb;
+    double dep = M_DEPQ * (M_DLAYERS * (3 * dd * dd + dd * dd + 2 * dH * dd + dd * dH) + dd * D + (double)M_CARD * dd) * wb;
+    if (g_q8) {   /* the row scales */
+        temporal += M_LAYERS * (3 * D + D + 2 * H + D) * 4;
+        head += M_TEXT * 4.0;
+        dep += M_DEPQ * (M_DLAYERS * (3 * dd + dd + 2 * dH + dd) + dd + M_CARD) * 4;
+    }
     double emb = (double)B * (1 + M_NQ) * D * 2;
     double keys = pos + 1 > M_CTX ? M_CTX : pos + 1;
-    double kv = (double)B * M_LAYERS * keys * D * 2 * 2;
+    double kv = (double)B * M_LAYERS * keys * 2 * (g_q8 ? D + 4.0 * M_HEADS : D * 2);
     return temporal + head + dep + emb + kv;
 }
 
@@ -450,7 +505,18 @@ int main(void) {
     for (int bi = 0; bi < 3; bi++)
         for (int pi = 0; pi < 2; pi++)
             ms[bi][pi] = no_lm ? (fl[bi][pi] = 0) : model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
+    /* the 8-bit schemes: the same buffers (the int8 layouts fit in the bf16 sizes) */
+    g_q8 = 1;
+    double ms8[2] = {0, 0}, fl8[2] = {0, 0};
+    if (!no_lm) {
+        printf("8-bit schemes (int8 weights, int8 K/V):\n\n");
+        ms8[0] = model_point(&m, 1, 3000, &fl8[0]);
+        ms8[1] = model_point(&m, 128, 3000, &fl8[1]);
+    }
+    g_q8 = 0;
     emu_traffic_stop();
+    printf("predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 %.2f ms (floor %.2f ms); B=128 pos=3000 "
+           "%.2f ms (floor %.2f ms)\n\n", ms8[0], fl8[0], ms8[1], fl8[1]);
     if (!getenv("GPU_MODEL_NO_CODEC")) {
         mimi_config mc;
         mimi_config_default(&mc);

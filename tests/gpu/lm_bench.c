@@ -5,7 +5,7 @@
  *   lm-bench --shape 7b|tiny [--variant kyutai|personaplex] [--out FILE]
  *            [--batches 1,8,32,64] [--positions 16,3000] [--warmup N]
  *            [--steps N] [--prefill P] [--budget-ms 80] [--max-slots N]
- *            [--deadline-s S] [--seed S]
+ *            [--deadline-s S] [--seed S] [--weights int8] [--kv int8]
  *   lm-bench --shape 7b --write-config FILE   (the config.json it uses, for
  *                                              tests/gpu/bench_official.py)
  *   lm-bench --shape tiny --backend cpu --model-dir DIR   (a self-test of
@@ -39,6 +39,9 @@
  *  - last, the largest batch under --budget-ms per step at the largest position
  *    (full context for 7b), by bisection over 1 .. the slots opened,
  *    assuming the step time grows with the batch.
+ * --weights int8 and --kv int8 open the backend with the 8-bit schemes
+ * (random int8 rows on the device; the plan counts them): the device
+ * check's 8-bit stages. The bandwidth ratios still count bf16 bytes.
  * Step times are host wall time around lm_backend_step, which returns once
  * the sampled tokens are on the host: what the engine waits for per frame.
  *
@@ -96,6 +99,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "lm.h"
 #include "cu_check.h"
 #include "gpu_util.h"
 #include "lm_config.h"
@@ -210,6 +214,7 @@ typedef struct lmb_opts {
     int codec_fill;              /* --codec-fill: frames that fill the codec context (-1: the config's) */
     const char *mimi, *mimi_config;   /* --mimi, --mimi-config (NULL: a random one) */
     int mimi_real;               /* --mimi-dims: 1 real, 0 tiny */
+    int w8, kv8;                 /* --weights int8, --kv int8 */
 } lmb_opts;
 
 static FILE *lmb_out;            /* --out, appended, or NULL */
@@ -299,7 +304,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: lm-bench --shape 7b|tiny [--variant kyutai|personaplex] [--out FILE] [--write-config FILE]\n"
             "       [--batches B,...] [--positions P,...] [--warmup N] [--steps N] [--prefill P]\n"
-            "       [--budget-ms MS] [--max-slots N] [--deadline-s S] [--seed S]\n"
+            "       [--budget-ms MS] [--max-slots N] [--deadline-s S] [--seed S] [--weights int8] [--kv int8]\n"
             "       [--backend cuda|cpu --model-dir DIR]\n"
             "       [--e2e [--mimi FILE [--mimi-config FILE]] [--mimi-dims real|tiny] [--codec-fill N]]\n");
 }
@@ -349,6 +354,10 @@ static int parse_args(int argc, char **argv, lmb_opts *o) {
             char *end;
             o->deadline_s = strtod(v, &end);
             bad = *end || !(o->deadline_s >= 0 && o->deadline_s < 1e6);
+        } else if (!strcmp(a, "--weights") || !strcmp(a, "--kv")) {
+            int *f = a[2] == 'w' ? &o->w8 : &o->kv8;
+            *f = !strcmp(v, "int8");
+            bad = !*f && strcmp(v, "bf16");
         } else if (!strcmp(a, "--seed")) {
             char *end;
             o->seed = strtoull(v, &end, 0);
@@ -972,6 +981,8 @@ static lm_backend *open_backend(const lm_backend_ops *ops, const char *dir, cons
             .mimi_config = mimi_cfg,
             .pipeline = mimi != NULL,
             .random_weights = o->cpu ? 0 : o->seed,
+            .weights = o->w8 ? LM_WEIGHTS_INT8 : LM_WEIGHTS_STORED,
+            .kv = o->kv8 ? LM_KV_INT8 : LM_KV_NATIVE,
         };
         char nb[16];
         snprintf(nb, sizeof nb, "%d", want);
@@ -988,8 +999,9 @@ static lm_backend *open_backend(const lm_backend_ops *ops, const char *dir, cons
                 row("open", nb, "-", ms, "backend \"%s\" opened with %d slots, checkpoint %s%s", ops->name, want, dir,
                     codec);
             else
-                row("open", nb, "-", ms, "backend \"%s\" opened with %d slots, random bf16 weights (seed %llu)%s",
-                    ops->name, want, (unsigned long long)o->seed, codec);
+                row("open", nb, "-", ms, "backend \"%s\" opened with %d slots, random %s weights (seed %llu), %s K/V%s",
+                    ops->name, want, o->w8 ? "int8" : "bf16", (unsigned long long)o->seed, o->kv8 ? "int8" : "bf16",
+                    codec);
             *got = want;
             return b;
         }
@@ -1128,6 +1140,8 @@ int main(int argc, char **argv) {
             .max_bucket = 0,
             .weight_bytes_per_el = 2,
             .codec = o.e2e,                 /* the device codec's weights and state */
+            .w8 = o.w8,
+            .kv8 = o.kv8,
         };
         int fit = cu_plan_max_slots(&cfg, &req, mem_total);
         char desc[512] = "";

@@ -203,11 +203,12 @@ def test_device_error_at_a_session_start(build_dir, tmp_path):
 
 def test_operations_table_is_the_planners(build_dir):
     """docs/operations.md "GPU sizing" quotes moshid-plan --table for both
-    shapes: the figures there are what the planner computes now."""
+    shapes, and --table-8bit: the figures there are what the planner
+    computes now."""
     from conftest import ROOT
 
-    def table(preset):
-        r = subprocess.run([str(build_dir / "moshid-plan"), "--preset", preset, "--table"], capture_output=True,
+    def table(preset, which="--table"):
+        r = subprocess.run([str(build_dir / "moshid-plan"), "--preset", preset, which], capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         rows = {}
@@ -219,12 +220,22 @@ def test_operations_table_is_the_planners(build_dir):
         return rows
 
     moshi, pp = table("7b"), table("personaplex")
+    moshi8, pp8 = table("7b", "--table-8bit"), table("personaplex", "--table-8bit")
     doc = (ROOT / "docs" / "operations.md").read_text()
     section = doc[doc.index("## GPU sizing"):doc.index("## Several instances")]
+    # the bf16 table, then (after "8-bit weights and K/V") the 8-bit one:
+    # Moshi's four schemes and PersonaPlex's int8 / int8 K/V
+    bf16, eight = section.split("**8-bit weights and K/V**", 1)
     seen = 0
-    for line in section.splitlines():
+    for line in bf16.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("| ") and cells[0] in moshi:
             assert cells[2:6] == moshi[cells[0]] + pp[cells[0]], (line, moshi[cells[0]], pp[cells[0]])
             seen += 1
     assert seen == 4
+    for line in eight.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in moshi8:
+            assert cells[1:6] == moshi8[cells[0]] + pp8[cells[0]][3:4], (line, moshi8[cells[0]], pp8[cells[0]])
+            seen += 1
+    assert seen == 8

@@ -41,6 +41,7 @@
 #include "emu.h"
 #include "gpu_util.h"
 #include "kern_cpu.h"
+#include "lm_config.h"
 #include "samp.h"
 #include "st.h"
 
@@ -613,6 +614,17 @@ static void test_traffic(void) {
     cudaFree(mx); cudaFree(my); cudaFree(mw);
 }
 
+/* The 8-bit schemes' kernels at the 7B's head_dim: every global access's
+ * share of the sectors it touches (the issue's bounds: >= 0.80, the
+ * attention >= 0.85): the int8 matvec (plain and gated, 1 and 8 rows), the
+ * widening for the GEMM path and the scale after it, RoPE with the K/V
+ * quantization, the int8 attention over a 512-row ring, its store, the
+ * depformer's int8 cache. */
+static double q8_eff(const emu_traffic *rows, int n, const char *what) {
+    const emu_traffic *r = traffic_row(rows, n, what);
+    return r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+}
+
 /* The codec's kernels (cuda/cu_mimi_kern.cu) at the Mimi's shapes, cut to
  * a few items and channels where the grid allows: each kernel's global
  * requests against the issue's bound (sector efficiency >= 0.80). The
@@ -623,6 +635,66 @@ static double codec_eff(const char *what) {
     emu_traffic_reset();
     const emu_traffic *r = traffic_row(rows, n, what);
     return r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
+}
+
+static void test_traffic_q8(void) {
+    const int heads = 4, hd = 128, D = heads * hd, ctx = 512, N = 64, K = 4096, B = 8;
+    size_t lb = cu_kv_q8_layer_bytes(ctx, D, heads), dstride = (size_t)LM_MAX_DEP_Q * D;
+    const int splits = cu_attend_splits(ctx);
+    int8_t *w = gu_dalloc((size_t)N * K), *ring = gu_dalloc(2 * lb), *kv8 = gu_dalloc((size_t)2 * 2 * D);
+    float *ws = gu_dalloc(4 * N), *x = gu_dalloc(4 * (size_t)B * 2 * K), *y = gu_dalloc(4 * (size_t)B * N);
+    float *qkv = gu_dalloc(4 * (size_t)3 * D * B), *kvs = gu_dalloc(4 * 2 * 2 * heads), *att = gu_dalloc(4 * (size_t)D * B);
+    float *part = gu_dalloc(4 * (size_t)2 * heads * splits * CU_ATT_PART_FLOATS);
+    float *dk = gu_dalloc(4 * dstride * B), *dv = gu_dalloc(4 * dstride * B);
+    uint16_t *wb = gu_dalloc(2 * (size_t)N * K);
+    int32_t *slot = gu_dalloc(sizeof(int32_t) * 2);
+    int64_t *pos = gu_dalloc(sizeof(int64_t) * B);
+    const int32_t hslot[2] = {0, 1};
+    const int64_t hpos[8] = {511, 300, 5, 6, 7, 8, 9, 10};
+    CU_CHECK_FATAL(cudaMemset(w, 1, (size_t)N * K));
+    CU_CHECK_FATAL(cudaMemset(ring, 0, 2 * lb));
+    CU_CHECK_FATAL(cudaMemset(kv8, 0, (size_t)2 * 2 * D));
+    CU_CHECK_FATAL(cudaMemset(ws, 0, 4 * N));
+    CU_CHECK_FATAL(cudaMemset(x, 0, 4 * (size_t)B * 2 * K));
+    CU_CHECK_FATAL(cudaMemset(qkv, 0, 4 * (size_t)3 * D * B));
+    CU_CHECK_FATAL(cudaMemset(kvs, 0, 4 * 2 * 2 * heads));
+    CU_CHECK_FATAL(cudaMemset(dk, 0, 4 * dstride * B));
+    CU_CHECK_FATAL(cudaMemset(dv, 0, 4 * dstride * B));
+    gu_h2d(slot, hslot, sizeof hslot);
+    gu_h2d(pos, hpos, sizeof hpos);
+    emu_traffic_start(1);
+    CU_CHECK_FATAL(cu_matvec_q8(y, x, w, ws, 1, N, K, 0));
+    CU_CHECK_FATAL(cu_matvec_q8(y, x, w, ws, B, N, K, 0));
+    CU_CHECK_FATAL(cu_matvec_q8_gated(y, x, w, ws, B, N, K, 0));
+    CU_CHECK_FATAL(cu_q8_to_bf16(wb, w, (size_t)N * K, 0));
+    CU_CHECK_FATAL(cu_scale_cols(y, ws, B, N, N, 0));
+    CU_CHECK_FATAL(cu_qkv_rope_q8(qkv, kv8, kvs, pos, 2, heads, hd, -0.01f, 0));
+    CU_CHECK_FATAL(cu_attend_ring_q8(att, part, qkv, 3 * D, kv8, kvs, ring, lb, slot, pos, 2, heads, hd, ctx, ctx, 0, 0));
+    CU_CHECK_FATAL(cu_kv_store_q8(ring, lb, kv8, kvs, slot, pos, 2, D, heads, ctx, 0));
+    for (int k = 0; k < 8; k++)
+        CU_CHECK_FATAL(cu_dep_attend_q8(att, qkv, dk, dv, dstride, k, 8, B, heads, hd, 0));
+    gu_sync();
+    emu_traffic rows[16];
+    int n = emu_traffic_get(rows, 16);
+    emu_traffic_stop();
+    static const char *const names[] = {"matvec_q8_vec<1>", "matvec_q8_vec<8>", "matvec_q8_gated<8>",
+                                        "q8_to_bf16_kernel", "scale_cols_kernel", "qkv_rope_kernel<true>",
+                                        "attend_split_kernel<signed char, 8>", "kv_store_q8_kernel",
+                                        "dep_attend_kernel<true>"};
+    char line[600];
+    size_t o = 0;
+    int ok = 1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        double e = q8_eff(rows, n, names[i]);
+        double bound = strstr(names[i], "attend_split") ? 0.85 : 0.80;
+        ok = ok && e >= bound;
+        o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %.3f", i ? ", " : "", names[i], e);
+        if (o >= sizeof line) o = sizeof line - 1;
+    }
+    result(ok, "traffic: the 8-bit kernels' reads and writes are coalesced",
+           "sector efficiency (bounds 0.80, attention 0.85): %s", line);
+    cudaFree(w); cudaFree(ring); cudaFree(kv8); cudaFree(ws); cudaFree(x); cudaFree(y); cudaFree(qkv); cudaFree(kvs);
+    cudaFree(att); cudaFree(part); cudaFree(dk); cudaFree(dv); cudaFree(wb); cudaFree(slot); cudaFree(pos);
 }
 
 static void test_traffic_codec(void) {
@@ -1120,6 +1192,7 @@ int main(void) {
     test_copies();
     test_devices();
     test_traffic();
+    test_traffic_q8();
     test_traffic_codec();
     test_graphs();
     test_cublas();
