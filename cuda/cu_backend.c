@@ -1,6 +1,6 @@
 /* cu_backend.c - the CUDA backend table (engine/lm/backend.h, interface v2)
  * for the LM, and the Mimi codec on the device (cuda/cu_mimi.c; the
- * engine's CPU Mimi on host state per slot with MOSHID_CU_MIMI=cpu).
+ * engine's CPU Mimi on host state per slot with cuda.codec = host).
  *
  * Device memory (docs/cuda.md, "The backend"), all allocated at open:
  *  - weights: one slab, every matrix bf16 (f32 and f16 checkpoints are
@@ -185,7 +185,7 @@ typedef struct cu_ctx {
     size_t snap_bytes;
     struct { unsigned char *kv; size_t cap; } snap_pool[CU_SNAP_POOL];   /* freed snapshot buffers, for reuse */
     int snap_pool_n;
-    int gemm_min;                /* CU_GEMM_MIN_ROWS, or MOSHID_CU_GEMM_MIN_ROWS */
+    int gemm_min;                /* CU_GEMM_MIN_ROWS, or lm_gpu_opts.gemm_min_rows */
     int dead;
     ms_error dead_err;
     lm_backend_stats st_;
@@ -621,19 +621,21 @@ static int random_config(lm_config *g, const char *dir, lm_variant variant, ms_e
     return lm_config_finish(g, err);
 }
 
-/* The codec runs on the device unless MOSHID_CU_MIMI=cpu keeps it on the
- * host (the CPU Mimi): for comparisons, and as the fallback should the
- * device codec misbehave. */
+/* The codec runs on the device unless cuda.codec = host (or
+ * MOSHID_CU_MIMI=cpu, lm_gpu_opts_get) keeps it on the host (the CPU
+ * Mimi): for comparisons, and as the fallback should the device codec
+ * misbehave. */
 static int codec_on_device(const lm_backend_opts *opts) {
-    const char *where = getenv("MOSHID_CU_MIMI");
-    return opts->mimi && !(where && !strcmp(where, "cpu"));
+    lm_gpu_opts go;
+    lm_gpu_opts_get(opts->gpu, &go);
+    return opts->mimi && !go.codec_host;
 }
 
 static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
     if (mimi_model_load(&c->mimi, opts->mimi, opts->mimi_config, err) != MS_OK) return err ? err->code : MS_ERR_FORMAT;
     if (mimi_model_check_serving(c->mimi, err) != MS_OK) return err ? err->code : MS_ERR_UNSUPPORTED;
     if (codec_on_device(opts)) {
-        int rc = cu_mimi_open(&c->gm, c->mimi, c->nslots, err);
+        int rc = cu_mimi_open_with(&c->gm, c->mimi, c->nslots, opts->gpu, err);
         if (rc != MS_OK) return rc;
         c->st_.codec_bytes = mimi_model_bytes(c->mimi) + cu_mimi_bytes(c->gm);
         c->pipeline = opts->pipeline != 0;
@@ -641,7 +643,7 @@ static int codec_open(cu_ctx *c, const lm_backend_opts *opts, ms_error *err) {
         LOGI("cuda_mimi", "where=device slots=%d device_mb=%.1f", c->nslots, cu_mimi_bytes(c->gm) / 1048576.0);
         return MS_OK;
     }
-    LOGI("cuda_mimi", "where=host slots=%d (MOSHID_CU_MIMI=cpu)", c->nslots);
+    LOGI("cuda_mimi", "where=host slots=%d (cuda.codec = host)", c->nslots);
     c->streams = calloc((size_t)c->nslots, sizeof *c->streams);
     c->tab = calloc((size_t)c->nslots, sizeof *c->tab);
     if (!c->streams || !c->tab) return ms_err_set(err, MS_ERR_NOMEM, "cuda backend: out of memory");
@@ -874,16 +876,16 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     c->st_.kv_scheme = c->q8kv ? "int8" : "bf16";
     c->st_.threads = 1;
     c->st_.pipeline = 0;
-    /* Two knobs for measurements and tests, read once here:
-     * MOSHID_CU_GEMM_MIN_ROWS=N moves the matvec/GEMM crossover (the device
-     * check times both sides; the emulator tests run most cases with N = 1,
-     * the cuBLAS stand-in being far cheaper to emulate than the matvec);
-     * MOSHID_CU_GRAPHS=0 leaves the graphs out (every step uncaptured). */
-    c->gemm_min = CU_GEMM_MIN_ROWS;
-    const char *gm = getenv("MOSHID_CU_GEMM_MIN_ROWS");
-    if (gm && atoi(gm) >= 1 && atoi(gm) <= LM_MAX_SLOTS + 1) c->gemm_min = atoi(gm);
-    const char *ge = getenv("MOSHID_CU_GRAPHS");
-    if (!(ge && !strcmp(ge, "0")) && (rc = capture_graphs(c, err)) != MS_OK) goto fail;
+    /* Two knobs for measurements and tests, read once here (lm_gpu_opts:
+     * the cuda.* options, the MOSHID_CU_* variables over them):
+     * gemm_min_rows moves the matvec/GEMM crossover (the device check times
+     * both sides; the emulator tests run most cases with 1, the cuBLAS
+     * stand-in being far cheaper to emulate than the matvec); graphs_off
+     * leaves the graphs out (every step uncaptured). */
+    lm_gpu_opts go;
+    lm_gpu_opts_get(opts->gpu, &go);
+    c->gemm_min = go.gemm_min_rows >= 1 && go.gemm_min_rows <= LM_MAX_SLOTS + 1 ? go.gemm_min_rows : CU_GEMM_MIN_ROWS;
+    if (!go.graphs_off && (rc = capture_graphs(c, err)) != MS_OK) goto fail;
     rc = MS_ERR_DEVICE;
     if (opts->mimi && (rc = codec_open(c, opts, err)) != MS_OK) goto fail;
     LOGI("cuda_open",

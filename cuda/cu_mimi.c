@@ -332,6 +332,10 @@ size_t cu_mimi_bytes(const cu_mimi *g) { return g->bytes; }
 int cu_mimi_graphs(const cu_mimi *g) { return g->graphs; }
 
 int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *err) {
+    return cu_mimi_open_with(out, m, max_slots, NULL, err);
+}
+
+int cu_mimi_open_with(cu_mimi **out, const mimi_model *m, int max_slots, const lm_gpu_opts *gpu, ms_error *err) {
     *out = NULL;
     if (!m || max_slots < 1 || max_slots > MIMI_MAX_BATCH)
         return ms_err_set(err, MS_ERR_ARG, "cuda mimi: %d slots (limit %d)", max_slots, MIMI_MAX_BATCH);
@@ -414,12 +418,14 @@ int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *er
             CU_CHECK_GOTO(err, cudaMallocHost((void **)&sd[k]->hup[t], g->lay.total), fail);
     }
     for (int k = 0; k < 2; k++) CU_CHECK_GOTO(err, cudaStreamSynchronize(sd[k]->st), fail);
-    /* buckets and graphs; MOSHID_CU_MIMI_GRAPHS=0 enqueues every call's
-     * launches instead (the tests compare both) */
+    /* buckets and graphs; codec_graphs_off (cuda.codec_graphs false,
+     * or MOSHID_CU_MIMI_GRAPHS=0) enqueues every call's launches instead (the
+     * tests compare both) */
     for (int b = 1; b < max_slots && g->nbuckets < CU_MIMI_MAX_BUCKETS - 1; b *= 2) g->bucket[g->nbuckets++] = b;
     g->bucket[g->nbuckets++] = max_slots;
-    const char *ge = getenv("MOSHID_CU_MIMI_GRAPHS");
-    if (!(ge && !strcmp(ge, "0")) && (rc = capture(g, err)) != MS_OK) goto fail;
+    lm_gpu_opts go;
+    lm_gpu_opts_get(gpu, &go);
+    if (!go.codec_graphs_off && (rc = capture(g, err)) != MS_OK) goto fail;
     *out = g;
     return MS_OK;
 fail:

@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "err.h"
 #include "mimi.h"
 
@@ -41,6 +42,10 @@ typedef struct cu_mimi cu_mimi;
  * weights are read once here) on the current device, state for max_slots
  * slots (all reset). */
 int cu_mimi_open(cu_mimi **out, const mimi_model *m, int max_slots, ms_error *err);
+/* cu_mimi_open_with: the same with the GPU choices of gpu (codec_graphs_off;
+ * NULL: the defaults; lm_gpu_opts_get applies the environment's
+ * overrides). cu_mimi_open passes NULL. */
+int cu_mimi_open_with(cu_mimi **out, const mimi_model *m, int max_slots, const lm_gpu_opts *gpu, ms_error *err);
 void cu_mimi_close(cu_mimi *g);
 
 /* Device bytes it holds (weights, state slabs, workspaces, upload block). */

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "access.h"
 #include "app_int.h"
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
 #include "msg.h"
@@ -55,17 +55,13 @@ typedef struct load_keepalive {
 
 static void *load_keepalive_main(void *arg) {
     load_keepalive *k = arg;
-    struct timespec end, t;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += NOTIFY_LOAD_CAP_S;
+    double end_ms = ms_mono_ms() + NOTIFY_LOAD_CAP_S * 1e3;
     pthread_mutex_lock(&k->mu);
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_sec += NOTIFY_EXTEND_EVERY_S;
+        struct timespec t = ms_mono_deadline(NOTIFY_EXTEND_EVERY_S);   /* k->cv waits on CLOCK_MONOTONIC */
         while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &t) == 0) {
         }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (k->done || t.tv_sec >= end.tv_sec) break;
+        if (k->done || ms_mono_ms() >= end_ms) break;
         notify_extend_timeout(NOTIFY_EXTEND_USEC);
     }
     pthread_mutex_unlock(&k->mu);
@@ -428,38 +424,23 @@ static void on_hup(uv_signal_t *h, int sig) {
         }
         return;
     }
-    /* What can change without a restart: sampling defaults, session limits
-     * applied to new sessions and to the checks of open ones, idle and
-     * close timeouts. */
-    a->o.text_temperature = n.text_temperature;
-    a->o.text_topk = n.text_topk;
-    a->o.audio_temperature = n.audio_temperature;
-    a->o.audio_topk = n.audio_topk;
-    a->o.output_queue_s = n.output_queue_s;
-    a->o.idle_timeout_s = n.idle_timeout_s;
-    a->o.close_timeout_s = n.close_timeout_s;
-    a->o.max_steps = n.max_steps;
-    a->o.input_pre_skip = n.input_pre_skip;
-    a->o.metrics = n.metrics;
-    /* TLS: the pair is read again for new connections (srv_reload_tls:
-     * open ones keep theirs; a pair that does not load keeps the old one).
-     * The paths are borrowed from the configuration reload just updated. */
+    /* n holds the reloadable options' new values (the table's reload
+     * flag; strings and lists borrowed from the configuration reload just
+     * updated) and the others as they were: sampling defaults, session
+     * limits applied to new sessions and to the checks of open ones, idle
+     * and close timeouts, TLS paths, personas, origins, tokens.
+     * TLS: the pair is read again for new connections (srv_reload_tls:
+     * open ones keep theirs; a pair that does not load keeps the old one). */
     if (a->server && (srv_tls(a->server) || (n.srv.tls_cert && n.srv.tls_cert[0]))) {
         ms_error te = {0};
         if (srv_reload_tls(a->server, n.srv.tls_cert, n.srv.tls_key, &te) != MS_OK)
             LOGE("reload_tls_refused", "msg=\"%s\"", te.msg);
     }
-    a->o.srv.tls_cert = n.srv.tls_cert;
-    a->o.srv.tls_key = n.srv.tls_key;
-    a->o.personas = n.personas;   /* borrowed from the configuration reload just updated */
+    a->o = n;
     pers_reload(a->pers, &n.personas);
     /* Access: origins and tokens for new upgrades; open sessions keep
      * running, also those of a withdrawn token (access.h). A bad tokens
      * file keeps the tokens in force. */
-    a->o.origins = n.origins;     /* borrowed, as personas */
-    a->o.norigins = n.norigins;
-    a->o.tokens_file = n.tokens_file;
-    a->o.protect_http = n.protect_http;
     ms_error ae = {0};
     if (access_set_origins(a->acc, n.origins, n.norigins, &ae) != MS_OK)
         LOGE("reload_origins_refused", "msg=\"%s\"", ae.msg);
@@ -559,6 +540,8 @@ int app_run(const app_opts *o, app_reload_fn reload, void *reload_ud, ms_error *
     a->m = model_open(&o->model, err);
     load_keepalive_stop(&ka);
     if (!a->m) goto fail_loop;
+    const lm_backend_stats *bst = model_open_stats(a->m);
+    met_set_engine_info(model_backend_name(a->m), bst->weights_scheme, bst->kv_scheme);
     sched_model sm = model_sched(a->m);
     sched_config sc = {o->model.slots, a->in_frames, a->out_frames};
     if (!(a->sch = sched_create(&a->loop, &sc, &sm, on_output, a, err))) goto fail_model;

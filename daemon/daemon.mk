@@ -6,7 +6,8 @@ MOSHID_VERSION := 0.1.0-dev
 
 # Daemon modules (everything but main.c), archived so that tests link them.
 # cJSON is included as <cjson/cJSON.h> (Debian's layout), so no -I is needed.
-DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c
+DAEMON_SRCS += daemon/config/cfg.c daemon/config/cfg_dump.c daemon/config/cfg_reload.c daemon/config/cfg_table.c daemon/config/cfg_doc.c daemon/config/cfg_persona.c daemon/config/cfg_util.c \
+	daemon/config/cfg_app.c
 # The server: front end, metrics, engine thread, sessions, model adapter.
 # srv_*.c: the HTTP/WebSocket front end (daemon/net/srv_int.h lists its files).
 SRV_SRCS := daemon/net/srv.c daemon/net/srv_conn.c daemon/net/srv_req.c daemon/net/srv_limit.c daemon/net/srv_tls.c daemon/net/srv_rx.c daemon/net/srv_wire.c \
@@ -26,7 +27,7 @@ DAEMON_SRCS += daemon/service/notify.c
 LIBDAEMON := $(BUILD)/libdaemon.a
 LIBDAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIBS = $(call pc_libs,libcjson libwebsockets libuv opus libsystemd libssl libcrypto)
-$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(PERSONA_SRCS:%.c=$(BUILD)/obj/%.o): CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus soxr)
+$(SERVER_SRCS:%.c=$(BUILD)/obj/%.o) $(PERSONA_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/daemon/config/cfg_table.o: CPPFLAGS_ALL += $(call pc_cflags,libwebsockets libuv opus soxr)
 
 $(LIBDAEMON): $(LIBDAEMON_OBJS)
 	@echo "  AR      $@"
@@ -62,6 +63,7 @@ $(BUILD)/moshid: $(BUILD)/obj/daemon/main.o $(BUILD)/obj/daemon/net/selfsign.o $
 CHECK_SUITES += cfg
 CHECK_cfg_DEPS = $(LIBDAEMON) $(LIBENGINE)
 CHECK_cfg_LIBS = $(DAEMON_LIBS)
+CHECK_cfg_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
 TEST_SCRIPTS += tests/cli/moshid_flags.sh tests/cli/moshid_configs.sh tests/cli/moshid_plugins.sh \
 	tests/cli/config_doc.sh tests/cli/systemd_unit.sh
 
@@ -146,6 +148,12 @@ CHECK_SUITES += persona
 CHECK_persona_DEPS = $(LIBDAEMON) $(LIBPROTO) $(LIBENGINE_IO) $(LIBENGINE)
 CHECK_persona_CFLAGS = $(call pc_cflags,libwebsockets libuv opus)
 CHECK_persona_LIBS = $(DAEMON_LIBS) $(SPM_ENC_LIBS) $(VOICE_LIBS)
+# A session's query, sampling and metadata (daemon/session/sess.c), linked
+# as moshid is.
+CHECK_SUITES += sess
+CHECK_sess_DEPS = $(CHECK_persona_DEPS)
+CHECK_sess_CFLAGS = $(CHECK_persona_CFLAGS)
+CHECK_sess_LIBS = $(CHECK_persona_LIBS)
 
 # The model front: begin, job, a batch of slots against the engine run
 # directly, end, a failed begin (linked as moshid is; the demo model).

@@ -37,8 +37,6 @@ enum {
 /* Most --set options on one command line. */
 #define MAIN_MAX_SETS 64
 
-/* The daemon's view of the configuration (app.h) from the option table;
- * strings are borrowed from c. */
 #ifndef MOSHID_WEB_SRC_DIR
 #define MOSHID_WEB_SRC_DIR ""
 #endif
@@ -85,76 +83,18 @@ static void count_refusal(int why) {
     if (why >= 0 && why < SRV_REF__COUNT) met_add(counter[why], 1);
 }
 
+/* The daemon's options from the configuration: every option through the
+ * table (cfg_to_app), then what no option holds: the defaults that depend
+ * on the installation or on other options, the refusal counter, the build. */
 static void to_app_opts(const cfg *c, app_opts *o) {
-    static const char *const backends[] = {"auto", "cpu", "cuda"};
     memset(o, 0, sizeof *o);
-    o->srv.listen = (const char *const *)c->server.listen.v;
-    o->srv.nlisten = c->server.listen.n;
-    o->srv.proxy_from = (const char *const *)c->server.proxy_protocol_from.v;
-    o->srv.nproxy_from = c->server.proxy_protocol_from.n;
-    o->srv.port = (int)c->server.port;
-    o->srv.tls_cert = c->server.tls_cert;
-    o->srv.tls_key = c->server.tls_key;
-    o->srv.static_dir = c->server.static_dir[0] ? c->server.static_dir : default_web_dir();
-    /* srv admits every origin (NULL); the policy is access.h's, judged in
-     * app.c's ws_admit, and reloadable */
+    cfg_to_app(c, o, false);
+    if (!o->srv.static_dir) o->srv.static_dir = default_web_dir();
+    if (!o->srv.max_connections) o->srv.max_connections = (unsigned)(2 * o->model.slots + 16);
+    /* srv admits every origin (NULL); the policy is access.h's (o->origins),
+     * judged in app.c's ws_admit, and reloadable */
     o->srv.allowed_origins = NULL;
-    o->origins = (const char *const *)c->server.allowed_origins.v;
-    o->norigins = c->server.allowed_origins.n;
-    o->tokens_file = c->auth.tokens_file;
-    o->protect_http = c->auth.protect_http;
-    o->srv.max_message_bytes = (size_t)c->limits.max_message_bytes;
-    o->srv.max_header_bytes = (unsigned)c->limits.max_header_bytes;
-    o->srv.max_connections = (unsigned)(c->server.max_connections ? c->server.max_connections : 2 * c->sessions.max + 16);
-    o->srv.max_connections_per_ip = (unsigned)c->server.max_connections_per_ip;
-    o->srv.max_pending = (unsigned)c->server.max_pending_handshakes;
-    o->srv.max_pending_per_ip = (unsigned)c->server.max_pending_per_ip;
-    o->srv.handshake_timeout_ms = (unsigned)c->server.handshake_timeout_ms;
-    o->srv.conn_rate_per_ip = c->server.conn_rate_per_ip;
-    o->srv.conn_burst_per_ip = (unsigned)c->server.conn_burst_per_ip;
     o->srv.on_refuse = count_refusal;
-    o->srv.send_buffer_bytes = (int)c->limits.send_buffer_bytes;
-    o->metrics = c->server.metrics;
-    o->model.lm_dir = c->model.lm_dir;
-    o->model.mimi = c->model.mimi;
-    o->model.mimi_config = c->model.mimi_config[0] ? c->model.mimi_config : NULL;
-    o->model.tokenizer = c->model.tokenizer[0] ? c->model.tokenizer : NULL;
-    o->model.backend = backends[c->engine.backend];
-    o->model.gpu = (int)c->engine.gpu;
-    o->model.threads = (int)c->engine.threads;
-    o->model.pipeline = c->engine.pipeline;
-    o->model.weights = c->engine.weights;
-    o->model.kv = c->engine.kv;
-    o->model.slots = (int)c->sessions.max;
-    o->model.variant = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
-                       : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
-                                                                     : LM_VARIANT_AUTO;
-    o->model.record_dir = c->debug.record_dir[0] ? c->debug.record_dir : NULL;
-    o->model.step_delay_ms = (int)c->debug.step_delay_ms;
-    o->model.prime_slots = (int)c->personas.max_concurrent_primes;
-    o->model.prime_chunk = (int)c->personas.prime_chunk_positions;
-    o->personas.list = &c->personas.list;
-    o->personas.voices_dir = c->personas.voices_dir;
-    o->personas.on_demand = c->personas.on_demand;
-    o->personas.cache_bytes = (size_t)c->personas.cache_bytes;
-    o->personas.max_prompt_tokens = (int)c->personas.max_prompt_tokens;
-    o->personas.max_voice_s = c->personas.max_voice_s;
-    o->personas.max_concurrent_primes = (int)c->personas.max_concurrent_primes;
-    o->personas.record_dir = c->debug.record_dir;
-    o->text_temperature = c->sampling.text_temperature;
-    o->text_topk = (int)c->sampling.text_topk;
-    o->audio_temperature = c->sampling.audio_temperature;
-    o->audio_topk = (int)c->sampling.audio_topk;
-    o->input_buffer_s = c->limits.input_buffer_s;
-    o->output_queue_s = c->limits.output_queue_s;
-    o->idle_timeout_s = (double)c->limits.idle_timeout_s;
-    o->close_timeout_s = c->limits.close_timeout_s;
-    o->max_steps = c->limits.max_steps;
-    o->realtime.max_append_bytes = c->realtime.max_append_bytes;
-    o->realtime.max_events_per_s = c->realtime.max_events_per_s;
-    o->realtime.response_silence_ms = c->realtime.response_silence_ms;
-    o->realtime.max_response_s = c->realtime.max_response_s;
-    o->input_pre_skip = c->audio.input_pre_skip == CFG_PRE_SKIP_RFC ? AUDIO_PRE_SKIP_RFC : AUDIO_PRE_SKIP_IGNORE;
     o->build = MOSHID_VERSION " (" MOSHID_GIT ")";
 }
 
@@ -189,7 +129,7 @@ static int reload(void *ud, app_opts *o, ms_error *err) {
     for (const char *l = rep.changed; rep.n_changed && *l; l += strcspn(l, "\n"), l += *l == '\n')
         LOGI("reload_changed", "change=\"%s\"", report_line(l, line, sizeof line));
     ms_log_level = r->c->log.level;
-    to_app_opts(r->c, o);
+    cfg_to_app(r->c, o, true);   /* the reloadable options; o keeps the rest */
     return MS_OK;
 }
 
@@ -209,9 +149,7 @@ static int serve(cfg *c, const char *path) {
 static int check_personas(const cfg *c, ms_error *err) {
     int n = c->personas.list.n;
     if (n == 0) return MS_OK;
-    lm_variant v = c->model.variant == CFG_VARIANT_KYUTAI        ? LM_VARIANT_KYUTAI
-                   : c->model.variant == CFG_VARIANT_PERSONAPLEX ? LM_VARIANT_PERSONAPLEX
-                                                                 : LM_VARIANT_AUTO;
+    lm_variant v = (lm_variant)cfg_variant_lm[c->model.variant];
     ms_error e = {0};
     if (model_probe_variant(c->model.lm_dir, v, &v, &e) != MS_OK)
         return ms_err_set(err, e.code ? e.code : MS_ERR_FORMAT, "personas.list: cannot tell the checkpoint's variant: %s",

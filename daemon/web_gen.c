@@ -1,6 +1,6 @@
 /* web_gen.c - moshid-web-gen: prints daemon/web/wire_gen.js, the facts of
  * the wire that the browser page needs before it connects (close statuses,
- * the temperature bound, the token syntax), from the C headers that define
+ * the temperature and top-k bounds, the token syntax), from the C headers that define
  * them, so that the page holds no copy. `make web-gen` rewrites the file;
  * tests/cli/web_gen.sh fails when it is stale. */
 #include <stdio.h>
@@ -19,6 +19,9 @@ int main(void) {
     printf("};\n\n");
     printf("// Largest text_temperature / audio_temperature (PROTO_TEMPERATURE_MAX).\n"
            "export const TEMPERATURE_MAX = %g;\n\n", PROTO_TEMPERATURE_MAX);
+    printf("// Largest text_topk / audio_topk (PROTO_TOPK_MAX; the server checks a\n"
+           "// query's against the model's cards).\n"
+           "export const TOPK_MAX = %d;\n\n", PROTO_TOPK_MAX);
     printf("// An access token's length, bytes (ACCESS_TOKEN_MIN, ACCESS_TOKEN_MAX).\n"
            "export const TOKEN_MIN = %d;\nexport const TOKEN_MAX = %d;\n", ACCESS_TOKEN_MIN, ACCESS_TOKEN_MAX);
     return ferror(stdout) ? 1 : 0;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "lm_config.h"
 
 #define PROTO_QUERY_MAX_BYTES (32u * 1024u) /* whole query string */
 #define PROTO_QUERY_MAX_PARAMS 64u          /* key=value pairs, ignored ones included */
@@ -28,7 +29,11 @@
 #define PROTO_TEXT_PROMPT_MAX 8192u         /* bytes of text_prompt, decoded */
 #define PROTO_NAME_MAX 128u                 /* bytes of voice_prompt / persona */
 #define PROTO_TEMPERATURE_MAX 5.0           /* temperatures in [0, 5] */
-#define PROTO_TOPK_MAX 1000000              /* before the check against the card */
+/* Largest top-k anywhere (the query, the configuration, personas, the
+ * page): the largest card a checkpoint may have (a top-k past a
+ * vocabulary keeps all of it); proto_query_finish then checks a query's
+ * against the model's cards. */
+#define PROTO_TOPK_MAX LM_MAX_CARD
 #define PROTO_MAX_STEPS_MAX 1000000000LL    /* before the configuration's cap */
 #define PROTO_SEED_RANDOM (-1LL)            /* "pick a seed" */
 

@@ -7,9 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "app.h"
+#include "audio_opus.h"
+#include "lm.h"
 #include "cfg_int.h"
 #include "check_main.h"
 #include "log.h"
+#include "query.h"
 
 static int load(cfg *c, const char *json, ms_error *e) {
     return cfg_load_buf(c, json, strlen(json), "t.json", NULL, e);
@@ -179,6 +183,18 @@ START_TEST(test_bounds) {
     refused("{\"limits\":{\"input_buffer_s\":0.1}}", MS_ERR_RANGE, "limits.input_buffer_s", NULL);
     refused("{\"limits\":{\"max_header_bytes\":65536}}", MS_ERR_RANGE, "limits.max_header_bytes", NULL);
     refused("{\"limits\":{\"close_timeout_s\":0}}", MS_ERR_RANGE, "limits.close_timeout_s", NULL);
+    /* top-k: up to PROTO_TOPK_MAX, as a query's and a persona's */
+    refused("{\"sampling\":{\"text_topk\":1048577}}", MS_ERR_RANGE, "sampling.text_topk", "[0, 1048576]");
+    refused("{\"personas\":{\"list\":[{\"name\":\"a\",\"audio_topk\":1048577}]}}", MS_ERR_RANGE, "audio_topk",
+            NULL);
+    {
+        cfg t;
+        ms_error te = {0};
+        ck_assert_int_eq(PROTO_TOPK_MAX, 1048576);
+        ck_assert_msg(load(&t, "{\"sampling\":{\"audio_topk\":1048576},\"personas\":{\"list\":[{\"name\":\"a\","
+                               "\"text_topk\":1048576}]}}", &te) == MS_OK, "%s", te.msg);
+        cfg_close(&t);
+    }
     /* the ends of each range are accepted */
     cfg c;
     ms_error e = {0};
@@ -289,7 +305,8 @@ static const char *all_set =
     "\"text_temperature\":0.30000000000000004,\"audio_topk\":5},{\"name\":\"b-2.x\",\"text_ids\":[1,2,3],"
     "\"text_topk\":0,\"audio_temperature\":0}]},"
     "\"log\":{\"level\":\"error\"},"
-    "\"debug\":{\"record_dir\":\"/rec\",\"step_delay_ms\":5}}";
+    "\"debug\":{\"record_dir\":\"/rec\",\"step_delay_ms\":5},"
+    "\"cuda\":{\"codec\":\"host\",\"gemm_min_rows\":4,\"graphs\":false,\"codec_graphs\":false}}";
 
 START_TEST(test_dump_roundtrip) {
     cfg a, b, d;
@@ -335,6 +352,192 @@ START_TEST(test_dump_roundtrip) {
     cfg_close(&a);
     cfg_close(&b);
     cfg_close(&d);
+}
+END_TEST
+
+/* Bytes of the app_opts field an option writes (cfg_option.to). */
+static size_t to_size(const cfg_option *o) {
+    switch (o->to) {
+    case CFG_TO_INT: return sizeof(int);
+    case CFG_TO_UNSIGNED: return sizeof(unsigned);
+    case CFG_TO_SIZE: return sizeof(size_t);
+    case CFG_TO_I64: return sizeof(int64_t);
+    case CFG_TO_DOUBLE: return sizeof(double);
+    default: return sizeof(void *);
+    }
+}
+
+/* A string field of o in app_opts x ("(null)" for NULL). */
+static const char *app_str(const app_opts *x, size_t at) {
+    const char *s = *(const char *const *)((const char *)x + at - 1);
+    return s ? s : "(null)";
+}
+
+START_TEST(test_to_app) {
+    /* every option but log.level (ms_log_level) names its app_opts field;
+     * the fields do not overlap; with every option away from its default
+     * (all_set) each field differs from the defaults' */
+    cfg a, d;
+    ms_error e = {0};
+    ck_assert_msg(load(&a, all_set, &e) == MS_OK, "%s", e.msg);
+    cfg_init(&d);
+    app_opts oa, od;
+    memset(&oa, 0, sizeof oa);
+    memset(&od, 0, sizeof od);
+    cfg_to_app(&a, &oa, false);
+    cfg_to_app(&d, &od, false);
+    unsigned char used[sizeof(app_opts)] = {0};
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        if (o->to == CFG_TO_NONE) {
+            ck_assert_msg(!strcmp(o->path, "log.level"), "%s reaches no app_opts field", o->path);
+            ck_assert(o->at[0] == 0 && o->at[1] == 0);
+            continue;
+        }
+        ck_assert_msg(o->at[0] > 0, "%s has no field", o->path);
+        for (int k = 0; k < 2 && o->at[k]; k++) {
+            size_t sz = o->to == CFG_TO_LIST && k == 1 ? sizeof(int) : to_size(o);
+            ck_assert_msg(o->at[k] - 1 + sz <= sizeof(app_opts), "%s", o->path);
+            for (size_t b = 0; b < sz; b++) {
+                ck_assert_msg(!used[o->at[k] - 1 + b], "%s overlaps another option's field", o->path);
+                used[o->at[k] - 1 + b] = 1;
+            }
+            const char *pa = (const char *)&oa + o->at[k] - 1, *pd = (const char *)&od + o->at[k] - 1;
+            int differs;
+            if (o->to == CFG_TO_STR || o->to == CFG_TO_STR_OR_NULL || o->to == CFG_TO_NAME)
+                differs = strcmp(app_str(&oa, o->at[k]), app_str(&od, o->at[k])) != 0;
+            else if (o->to == CFG_TO_LIST)
+                differs = k == 1 ? *(const int *)pa != *(const int *)pd
+                                 : *(const void *const *)pa != *(const void *const *)pd;
+            else if (o->to == CFG_TO_PTR)
+                differs = *(const void *const *)pa == CFG_CFIELD(&a, o, void) &&
+                          *(const void *const *)pd == CFG_CFIELD(&d, o, void);
+            else differs = memcmp(pa, pd, sz) != 0;
+            ck_assert_msg(differs, "%s: app_opts field %d is the same as with the defaults", o->path, k);
+        }
+    }
+    /* the conversions */
+    ck_assert_int_eq(oa.srv.port, 9000);
+    ck_assert_int_eq(oa.srv.nlisten, 2);
+    ck_assert_str_eq(oa.srv.listen[1], "::1");
+    ck_assert_int_eq(oa.norigins, 0);
+    ck_assert_int_eq(od.norigins, 2);
+    ck_assert_str_eq(od.origins[0], "same-origin");
+    ck_assert_uint_eq(oa.srv.max_pending, 9);
+    ck_assert(oa.srv.conn_rate_per_ip == 0.5);
+    ck_assert_uint_eq(oa.srv.max_message_bytes, 5000);
+    ck_assert_ptr_null(od.srv.static_dir);          /* "" = none (main.c finds the page) */
+    ck_assert_ptr_null(od.model.tokenizer);
+    ck_assert_str_eq(od.srv.tls_cert, "");          /* kept as "" */
+    ck_assert_str_eq(od.model.backend, "auto");
+    ck_assert_str_eq(oa.model.backend, "cpu");
+    ck_assert_int_eq(od.model.variant, LM_VARIANT_AUTO);
+    ck_assert_int_eq(oa.model.variant, LM_VARIANT_KYUTAI);
+    ck_assert_int_eq(oa.model.weights, LM_WEIGHTS_INT8);
+    ck_assert_int_eq(oa.input_pre_skip, AUDIO_PRE_SKIP_RFC);
+    ck_assert_int_eq(od.input_pre_skip, AUDIO_PRE_SKIP_IGNORE);
+    ck_assert(oa.idle_timeout_s == 0.0 && od.idle_timeout_s == 60.0);
+    ck_assert_int_eq(oa.model.slots, 3);
+    ck_assert_int_eq(oa.model.prime_slots, 2);
+    ck_assert_int_eq(oa.personas.max_concurrent_primes, 2);
+    ck_assert_str_eq(oa.model.record_dir, "/rec");
+    ck_assert_str_eq(oa.personas.record_dir, "/rec");
+    ck_assert_ptr_null(od.personas.record_dir);
+    ck_assert_ptr_eq(oa.personas.list, &a.personas.list);
+    ck_assert_int_eq(oa.personas.list->n, 2);
+    /* cuda.*: lm_gpu_opts, all zero by default */
+    ck_assert(od.model.cuda.codec_host == 0 && od.model.cuda.gemm_min_rows == 0 && od.model.cuda.graphs_off == 0 &&
+              od.model.cuda.codec_graphs_off == 0);
+    ck_assert(oa.model.cuda.codec_host == 1 && oa.model.cuda.gemm_min_rows == 4 && oa.model.cuda.graphs_off == 1 &&
+              oa.model.cuda.codec_graphs_off == 1);
+    ck_assert_int_eq(oa.realtime.response_silence_ms, 400);
+
+    /* reload_only: the reloadable options alone; the others keep what o had */
+    app_opts r = od;
+    cfg_to_app(&a, &r, true);
+    for (size_t i = 0; i < cfg_noptions; i++) {
+        const cfg_option *o = &cfg_options[i];
+        if (!o->at[0]) continue;
+        size_t sz = to_size(o);
+        const app_opts *want = (o->flags & CFG_F_RELOAD) ? &oa : &od;
+        ck_assert_msg(memcmp((const char *)&r + o->at[0] - 1, (const char *)want + o->at[0] - 1, sz) == 0,
+                      "%s after a reload", o->path);
+    }
+    ck_assert_int_eq(r.text_topk, 1);         /* reloadable */
+    ck_assert_int_eq(r.srv.port, 8998);       /* needs a restart */
+    ck_assert_int_eq(r.model.slots, 8);
+    cfg_close(&a);
+    cfg_close(&d);
+}
+END_TEST
+
+START_TEST(test_cuda_options) {
+    cfg c;
+    ms_error e = {0};
+    ck_assert_int_eq(load(&c, "{}", &e), MS_OK);
+    ck_assert_int_eq(c.cuda.codec, 0);
+    ck_assert_int_eq(c.cuda.gemm_min_rows, 0);
+    ck_assert(c.cuda.graphs && c.cuda.codec_graphs);
+    cfg_close(&c);
+    refused("{\"cuda\":{\"codec\":\"cpu\"}}", MS_ERR_ARG, "cuda.codec", NULL);
+    refused("{\"cuda\":{\"gemm_min_rows\":-1}}", MS_ERR_RANGE, "cuda.gemm_min_rows", NULL);
+    refused("{\"cuda\":{\"gemm_min_rows\":1026}}", MS_ERR_RANGE, "cuda.gemm_min_rows", "[0, 1025]");
+    refused("{\"cuda\":{\"graphs\":0}}", MS_ERR_FORMAT, "cuda.graphs", "expected true or false");
+    refused("{\"cuda\":{\"graph\":true}}", MS_ERR_NOTFOUND, "cuda.graph", "did you mean cuda.graphs?");
+    ck_assert_int_eq(load(&c, "{\"cuda\":{\"codec\":\"host\",\"gemm_min_rows\":1025,\"codec_graphs\":false}}", &e),
+                     MS_OK);
+    ck_assert_int_eq(c.cuda.codec, 1);
+    ck_assert_int_eq(c.cuda.gemm_min_rows, 1025);
+    ck_assert(c.cuda.graphs && !c.cuda.codec_graphs);
+    /* the dump shows them; --set takes them; a reload refuses them (restart) */
+    char *txt = cfg_dump(&c);
+    ck_assert_msg(strstr(txt, "\"cuda\":") && strstr(txt, "\"codec\":\t\"host\"") &&
+                  strstr(txt, "\"gemm_min_rows\":\t1025") && strstr(txt, "\"codec_graphs\":\tfalse"), "%s", txt);
+    free(txt);
+    ck_assert_int_eq(cfg_set(&c, "cuda.graphs=false", &e), MS_OK);
+    ck_assert(!c.cuda.graphs);
+    ck_assert_int_ne(cfg_set(&c, "cuda.codec=gpu", &e), MS_OK);
+    cfg next;
+    cfg_init(&next);
+    cfg_reload_report rep;
+    ck_assert_int_eq(cfg_apply_reload(&c, &next, &rep), 4);
+    ck_assert_msg(strstr(rep.refused, "cuda.codec: \"host\" -> \"device\" (needs a restart"), "%s", rep.refused);
+    ck_assert_int_eq(c.cuda.codec, 1);
+    cfg_close(&next);
+    cfg_close(&c);
+}
+END_TEST
+
+/* lm_gpu_opts_get: the environment over the options. */
+START_TEST(test_cuda_env) {
+    static const char *const vars[] = {"MOSHID_CU_MIMI", "MOSHID_CU_GRAPHS", "MOSHID_CU_MIMI_GRAPHS",
+                                       "MOSHID_CU_GEMM_MIN_ROWS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+    lm_gpu_opts in = {.codec_host = 1, .gemm_min_rows = 7, .graphs_off = 1, .codec_graphs_off = 0}, out;
+    lm_gpu_opts_get(&in, &out);
+    ck_assert(out.codec_host == 1 && out.gemm_min_rows == 7 && out.graphs_off == 1 && out.codec_graphs_off == 0);
+    lm_gpu_opts_get(NULL, &out);
+    ck_assert(out.codec_host == 0 && out.gemm_min_rows == 0 && out.graphs_off == 0 && out.codec_graphs_off == 0);
+    setenv("MOSHID_CU_MIMI", "gpu", 1);
+    setenv("MOSHID_CU_GRAPHS", "1", 1);
+    setenv("MOSHID_CU_MIMI_GRAPHS", "0", 1);
+    setenv("MOSHID_CU_GEMM_MIN_ROWS", "3", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert(out.codec_host == 0 && out.gemm_min_rows == 3 && out.graphs_off == 0 && out.codec_graphs_off == 1);
+    setenv("MOSHID_CU_MIMI", "cpu", 1);
+    setenv("MOSHID_CU_GRAPHS", "0", 1);
+    lm_gpu_opts_get(NULL, &out);
+    ck_assert(out.codec_host == 1 && out.graphs_off == 1);
+    /* other values are ignored: the option stands */
+    setenv("MOSHID_CU_MIMI", "yes", 1);
+    setenv("MOSHID_CU_GRAPHS", "", 1);
+    setenv("MOSHID_CU_GEMM_MIN_ROWS", "1026", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert(out.codec_host == 1 && out.graphs_off == 1 && out.gemm_min_rows == 7);
+    setenv("MOSHID_CU_GEMM_MIN_ROWS", "2x", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert_int_eq(out.gemm_min_rows, 7);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 END_TEST
 
@@ -674,6 +877,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, test_bad_json);
     tcase_add_test(tc, test_cross_check);
     tcase_add_test(tc, test_dump_roundtrip);
+    tcase_add_test(tc, test_to_app);
+    tcase_add_test(tc, test_cuda_options);
+    tcase_add_test(tc, test_cuda_env);
     tcase_add_test(tc, test_reload);
     tcase_add_test(tc, test_files);
     tcase_add_test(tc, test_set);

@@ -1,4 +1,5 @@
 /* check_metrics.c - counters, labelled counters, histogram, rendering. */
+#include <stdio.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -48,6 +49,54 @@ START_TEST(test_render) {
 }
 END_TEST
 
+/* Each labelled family: HELP and TYPE once, then one sample per key, all
+ * zero after met_reset. */
+START_TEST(test_labelled_families) {
+    static const struct { const char *name, *type, *label; const char *keys[8]; } fam[] = {
+        {"errors_total", "counter", "kind", {"bad_audio"}},
+        {"ignored_messages_total", "counter", "kind", {"empty", "control", "ping", "text", "unknown"}},
+        {"auth_refused_total", "counter", "reason", {"origin", "missing_token", "unknown_token", "token_limit"}},
+        {"endpoint_sessions_total", "counter", "endpoint", {"chat", "realtime"}},
+        {"endpoint_sessions", "gauge", "endpoint", {"chat", "realtime"}},
+    };
+    met_reset();
+    char buf[16384], want[256];
+    met_render(buf, sizeof buf);
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        snprintf(want, sizeof want, "# TYPE moshid_%s %s\n", fam[f].name, fam[f].type);
+        const char *t = strstr(buf, want);
+        ck_assert_msg(t && !strstr(t + 1, want), "%s: TYPE once", fam[f].name);
+        snprintf(want, sizeof want, "# HELP moshid_%s ", fam[f].name);
+        ck_assert_msg(strstr(buf, want), "%s: HELP", fam[f].name);
+        for (int k = 0; k < 8 && fam[f].keys[k]; k++) {
+            snprintf(want, sizeof want, "\nmoshid_%s{%s=\"%s\"} 0\n", fam[f].name, fam[f].label, fam[f].keys[k]);
+            ck_assert_msg(strstr(buf, want), "missing %s", want + 1);
+        }
+    }
+}
+END_TEST
+
+/* moshid_engine_info: absent before the model opens, then one sample with
+ * the backend and its schemes; label values kept to plain characters. */
+START_TEST(test_engine_info) {
+    met_reset();
+    char buf[16384];
+    met_render(buf, sizeof buf);
+    ck_assert_ptr_null(strstr(buf, "moshid_engine_info"));
+    met_set_engine_info("cpu", "int8", "f32");
+    met_render(buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "# TYPE moshid_engine_info gauge\n"
+                              "moshid_engine_info{backend=\"cpu\",weights=\"int8\",kv=\"f32\"} 1\n"), "%s", buf);
+    met_set_engine_info("cuda", NULL, "b\"f\n16");
+    met_render(buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "moshid_engine_info{backend=\"cuda\",weights=\"unknown\",kv=\"b_f_16\"} 1\n"), "%s",
+                  buf);
+    met_reset();
+    met_render(buf, sizeof buf);
+    ck_assert_ptr_null(strstr(buf, "moshid_engine_info"));
+}
+END_TEST
+
 START_TEST(test_small_buffer) {
     met_reset();
     char small[64];
@@ -61,6 +110,8 @@ static Suite *make_suite(void) {
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_new("core");
     tcase_add_test(tc, test_render);
+    tcase_add_test(tc, test_labelled_families);
+    tcase_add_test(tc, test_engine_info);
     tcase_add_test(tc, test_small_buffer);
     suite_add_tcase(s, tc);
     return s;

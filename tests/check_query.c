@@ -1,4 +1,5 @@
 /* check_query.c - /api/chat query parameters: values, ranges, hostile strings. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,13 @@ START_TEST(test_ranges) {
     proto_query q;
     ck_assert_int_eq(P(&q, "text%5Ftopk=7", NULL), MS_OK);
     ck_assert_int_eq(q.text_topk, 7);
+    /* top-k up to PROTO_TOPK_MAX (the largest card), one more refused */
+    char qs[64];
+    snprintf(qs, sizeof qs, "audio_topk=%d", PROTO_TOPK_MAX);
+    ck_assert_int_eq(P(&q, qs, NULL), MS_OK);
+    ck_assert_int_eq(q.audio_topk, PROTO_TOPK_MAX);
+    snprintf(qs, sizeof qs, "audio_topk=%d", PROTO_TOPK_MAX + 1);
+    ck_assert_int_eq(P(&q, qs, NULL), MS_ERR_RANGE);
 }
 END_TEST
 

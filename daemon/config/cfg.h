@@ -29,6 +29,8 @@
 #define CFG_REPORT_MAX 2048
 
 enum { CFG_VARIANT_AUTO, CFG_VARIANT_KYUTAI, CFG_VARIANT_PERSONAPLEX };
+/* The lm_variant (lm_config.h) of each CFG_VARIANT_*. */
+extern const int cfg_variant_lm[];
 enum { CFG_BACKEND_AUTO, CFG_BACKEND_CPU, CFG_BACKEND_CUDA };
 enum { CFG_PRE_SKIP_IGNORE, CFG_PRE_SKIP_RFC };
 
@@ -39,6 +41,7 @@ extern const char *const cfg_weights_names[];
 extern const char *const cfg_kv_names[];
 extern const char *const cfg_backend_names[];
 extern const char *const cfg_pre_skip_names[];
+extern const char *const cfg_codec_names[];     /* cuda.codec: "device", "host" */
 extern const char *const cfg_log_level_names[]; /* indexed by MS_LOG_* */
 
 /* A list of strings owned by its cfg. */
@@ -157,6 +160,12 @@ typedef struct cfg {
         char *record_dir;           /* "" = off */
         int64_t step_delay_ms;      /* test aid: each engine step sleeps this long; 0 = off */
     } debug;
+    struct {                        /* the CUDA backend (lm_gpu_opts, backend.h) */
+        int codec;                  /* 0 = device, 1 = host (the CPU Mimi) */
+        int64_t gemm_min_rows;      /* matvec/GEMM crossover, rows; 0 = the backend's own */
+        bool graphs;                /* LM steps replayed from CUDA graphs */
+        bool codec_graphs;          /* the device codec's calls replayed from graphs */
+    } cuda;
 } cfg;
 
 /* cfg_init: set every option of c to its default. c needs cfg_close. */
@@ -226,6 +235,15 @@ int cfg_apply_reload(cfg *cur, const cfg *next, cfg_reload_report *rep);
  * When the file does not load, nothing changes and err says why. */
 int cfg_reload_file(cfg *cur, const char *path, cfg_reload_report *rep,
                     ms_error *err);
+
+struct app_opts;
+
+/* cfg_to_app: write every option of c into o (daemon/app.h) through the
+ * table (each row names its app_opts field); with reload_only, only the
+ * options reload applies (CFG_F_RELOAD), the other fields of o are left
+ * as they are. Strings and lists are borrowed from c. Fields of o that no
+ * option names are not touched. */
+void cfg_to_app(const cfg *c, struct app_opts *o, bool reload_only);
 
 /* cfg_write_doc: the option reference in Markdown (the generated part of
  * docs/configuration.md): one table per section. */

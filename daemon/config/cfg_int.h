@@ -48,10 +48,32 @@ typedef struct cfg_custom_ops {
     int (*check_files)(const void *f, const char *path, ms_error *err);   /* cfg_check_files */
 } cfg_custom_ops;
 
+/* How the table walker (cfg_to_app, cfg_app.c) writes an option's value
+ * into app_opts (daemon/app.h): the C type of the field there. */
+typedef enum {
+    CFG_TO_NONE,        /* not in app_opts: read from the cfg (log.level: ms_log_level) */
+    CFG_TO_INT,         /* int (integers, booleans, enums: the index, or values[index]) */
+    CFG_TO_UNSIGNED,    /* unsigned */
+    CFG_TO_SIZE,        /* size_t */
+    CFG_TO_I64,         /* int64_t */
+    CFG_TO_DOUBLE,      /* double (from a number or an integer) */
+    CFG_TO_STR,         /* const char *, borrowed from the cfg ("" kept) */
+    CFG_TO_STR_OR_NULL, /* const char *, borrowed; "" written as NULL */
+    CFG_TO_NAME,        /* const char *: an enum's value name (names[index]) */
+    CFG_TO_LIST,        /* const char *const * at to[0], its int count at to[1] (borrowed) */
+    CFG_TO_PTR,         /* const void *: the address of the option's field in the cfg */
+} cfg_to;
+
 typedef struct cfg_option {
     const char *path;          /* "section.name" */
     cfg_type type;
     size_t offset;             /* of the field in struct cfg */
+    cfg_to to;                 /* the type of its field(s) in app_opts */
+    /* offsetof(app_opts, field) + 1 of the fields written (0: none); a
+     * second field gets the same value (CFG_TO_LIST: the count) */
+    size_t at[2];
+    const int *values;         /* CFG_ENUM, CFG_BOOL: the value written for each index (a
+                                  boolean's: false, true), or NULL (the index itself) */
     unsigned flags;            /* CFG_F_* */
     int64_t idef, imin, imax;  /* CFG_INT; idef also CFG_BOOL and CFG_ENUM */
     double ddef, dmin, dmax;   /* CFG_DOUBLE */
@@ -83,7 +105,8 @@ static inline int cfg__section_len(const cfg_option *o) { return (int)(strchr(o-
  * cfg_util.c (strings, messages, JSON numbers, paths) <- cfg_persona.c
  * (the personas.list type) <- cfg_table.c (the options) <- cfg.c
  * (defaults, values, copy, compare, load) <- cfg_dump.c (JSON text) <-
- * cfg_reload.c (reload and its report); cfg_doc.c reads the table only. */
+ * cfg_reload.c (reload and its report); cfg_doc.c and cfg_app.c (the
+ * values into app_opts) read the table only. */
 
 /* Longest key from a file quoted in a message, bytes (text_shown). */
 #define CFG_KEY_SHOWN_MAX 64

@@ -25,7 +25,6 @@
 /* Longest voice path, bytes (as the path options). */
 #define PERSONA_PATH_MAX 4095
 /* Sampling override bounds (those of sampling.*). */
-#define PERSONA_TOPK_MAX 65536
 
 enum { K_NAME, K_DESCRIPTION, K_VOICE, K_TEXT, K_TEXT_IDS, K_TEXT_TEMP, K_TEXT_TOPK, K_AUDIO_TEMP, K_AUDIO_TOPK, K__N };
 static const char *const key_names[K__N] = {"name", "description", "voice", "text", "text_ids",
@@ -259,11 +258,11 @@ static int load_one(cfg_persona *p, const cJSON *o, const char *at, const char *
             p->audio_temperature = d;
             break;
         case K_TEXT_TOPK:
-            rc = get_number(m, what, 0, PERSONA_TOPK_MAX, true, &d, err);
+            rc = get_number(m, what, 0, PROTO_TOPK_MAX, true, &d, err);
             p->text_topk = (int64_t)d;
             break;
         case K_AUDIO_TOPK:
-            rc = get_number(m, what, 0, PERSONA_TOPK_MAX, true, &d, err);
+            rc = get_number(m, what, 0, PROTO_TOPK_MAX, true, &d, err);
             p->audio_topk = (int64_t)d;
             break;
         }

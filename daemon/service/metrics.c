@@ -44,6 +44,33 @@ static const char *const auth_names[] = {MET_AUTH_REFUSED_KINDS(K)};
 static const char *const ep_names[] = {MET_ENDPOINTS(K)};
 #undef K
 
+/* The labelled families: one sample per key of a label, counters
+ * (unsigned) or gauges (signed). */
+typedef struct met_family {
+    const char *name, *type, *help, *label;
+    const char *const *keys;
+    int n;
+    _Atomic uint64_t *u;   /* the values, or NULL */
+    _Atomic int64_t *s;    /* or these */
+} met_family;
+
+static const met_family families[] = {
+    {"errors_total", "counter", "Errors sent to clients, by kind", "kind", error_names, MET__NERR, errors, NULL},
+    {"ignored_messages_total", "counter", "Client messages ignored, by kind", "kind", ignored_names, MET__NIGN,
+     ignored, NULL},
+    {"auth_refused_total", "counter", "WebSocket upgrades refused by access control, by reason", "reason",
+     auth_names, MET__NAUTH, auth_refused, NULL},
+    {"endpoint_sessions_total", "counter",
+     "WebSocket sessions opened, by endpoint (chat: /api/chat, realtime: /v1/realtime)", "endpoint", ep_names,
+     MET__NEP, ep_opened, NULL},
+    {"endpoint_sessions", "gauge", "WebSocket sessions open now, by endpoint", "endpoint", ep_names, MET__NEP, NULL,
+     ep_open},
+};
+#define MET_NFAMILIES (int)(sizeof families / sizeof families[0])
+
+/* moshid_engine_info's labels (static strings, or NULL before start). */
+static _Atomic(const char *) info_backend, info_weights, info_kv;
+
 void met_add(int c, uint64_t v) { atomic_fetch_add_explicit(&counters[c], v, memory_order_relaxed); }
 uint64_t met_counter(int c) { return atomic_load_explicit(&counters[c], memory_order_relaxed); }
 void met_set(int g, int64_t v) { atomic_store_explicit(&gauges[g], v, memory_order_relaxed); }
@@ -59,6 +86,11 @@ void met_endpoint_open(int e) {
 }
 void met_endpoint_close(int e) {
     if (e >= 0 && e < MET__NEP) atomic_fetch_add_explicit(&ep_open[e], -1, memory_order_relaxed);
+}
+void met_set_engine_info(const char *backend, const char *weights, const char *kv) {
+    atomic_store(&info_backend, backend);
+    atomic_store(&info_weights, weights);
+    atomic_store(&info_kv, kv);
 }
 
 static void observe(met_hist *h, double ms) {
@@ -81,10 +113,12 @@ static void hist_reset(met_hist *h) {
 void met_reset(void) {
     for (int i = 0; i < MET__NCOUNTERS; i++) atomic_store(&counters[i], 0);
     for (int i = 0; i < MET__NGAUGES; i++) atomic_store(&gauges[i], 0);
-    for (int i = 0; i < MET__NERR; i++) atomic_store(&errors[i], 0);
-    for (int i = 0; i < MET__NIGN; i++) atomic_store(&ignored[i], 0);
-    for (int i = 0; i < MET__NAUTH; i++) atomic_store(&auth_refused[i], 0);
-    for (int i = 0; i < MET__NEP; i++) atomic_store(&ep_opened[i], 0), atomic_store(&ep_open[i], 0);
+    for (int f = 0; f < MET_NFAMILIES; f++)
+        for (int i = 0; i < families[f].n; i++) {
+            if (families[f].u) atomic_store(&families[f].u[i], 0);
+            else atomic_store(&families[f].s[i], 0);
+        }
+    met_set_engine_info(NULL, NULL, NULL);
     hist_reset(&step_hist);
     hist_reset(&frame_hist);
 }
@@ -115,6 +149,44 @@ static void render_hist(out_t *o, met_hist *h, const char *name, const char *hel
         (unsigned long long)atomic_load(&h->count));
 }
 
+/* One labelled family: its HELP and TYPE, then a sample per key. */
+static void put_labelled(out_t *o, const met_family *f) {
+    put(o, "# HELP moshid_%s %s\n# TYPE moshid_%s %s\n", f->name, f->help, f->name, f->type);
+    for (int i = 0; i < f->n; i++) {
+        long long v = f->u ? (long long)atomic_load_explicit(&f->u[i], memory_order_relaxed)
+                           : (long long)atomic_load_explicit(&f->s[i], memory_order_relaxed);
+        put(o, "moshid_%s{%s=\"%s\"} %lld\n", f->name, f->label, f->keys[i], v);
+    }
+}
+
+/* A label value: the backend's own words, kept to [A-Za-z0-9_.+-] so that
+ * the exposition needs no escapes; NULL is "unknown". */
+static const char *label_value(const char *s, char *buf, size_t len) {
+    if (!s || !s[0]) s = "unknown";
+    size_t i = 0;
+    for (; s[i] && i + 1 < len; i++) {
+        char ch = s[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                 ch == '.' || ch == '+' || ch == '-';
+        buf[i] = ok ? ch : '_';
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* moshid_engine_info: which backend runs and in which schemes, once the
+ * model is open (met_set_engine_info). */
+static void put_info(out_t *o) {
+    const char *b = atomic_load(&info_backend);
+    if (!b) return;
+    char vb[32], vw[32], vk[32];
+    put(o, "# HELP moshid_engine_info The engine: backend, weight scheme of the linear layers, K/V cache scheme\n"
+           "# TYPE moshid_engine_info gauge\n"
+           "moshid_engine_info{backend=\"%s\",weights=\"%s\",kv=\"%s\"} 1\n",
+        label_value(b, vb, sizeof vb), label_value(atomic_load(&info_weights), vw, sizeof vw),
+        label_value(atomic_load(&info_kv), vk, sizeof vk));
+}
+
 size_t met_render(char *buf, size_t cap) {
     out_t o = {buf, cap, 0};
     for (int i = 0; i < MET__NCOUNTERS; i++)
@@ -123,30 +195,8 @@ size_t met_render(char *buf, size_t cap) {
     for (int i = 0; i < MET__NGAUGES; i++)
         put(&o, "# HELP moshid_%s %s\n# TYPE moshid_%s gauge\nmoshid_%s %lld\n", gauge_names[i], gauge_help[i],
             gauge_names[i], gauge_names[i], (long long)met_gauge(i));
-    put(&o, "# HELP moshid_errors_total Errors sent to clients, by kind\n# TYPE moshid_errors_total counter\n");
-    for (int i = 0; i < MET__NERR; i++)
-        put(&o, "moshid_errors_total{kind=\"%s\"} %llu\n", error_names[i],
-            (unsigned long long)atomic_load_explicit(&errors[i], memory_order_relaxed));
-    put(&o, "# HELP moshid_ignored_messages_total Client messages ignored, by kind\n"
-            "# TYPE moshid_ignored_messages_total counter\n");
-    for (int i = 0; i < MET__NIGN; i++)
-        put(&o, "moshid_ignored_messages_total{kind=\"%s\"} %llu\n", ignored_names[i],
-            (unsigned long long)atomic_load_explicit(&ignored[i], memory_order_relaxed));
-    put(&o, "# HELP moshid_auth_refused_total WebSocket upgrades refused by access control, by reason\n"
-            "# TYPE moshid_auth_refused_total counter\n");
-    for (int i = 0; i < MET__NAUTH; i++)
-        put(&o, "moshid_auth_refused_total{reason=\"%s\"} %llu\n", auth_names[i],
-            (unsigned long long)atomic_load_explicit(&auth_refused[i], memory_order_relaxed));
-    put(&o, "# HELP moshid_endpoint_sessions_total WebSocket sessions opened, by endpoint (chat: /api/chat, "
-            "realtime: /v1/realtime)\n# TYPE moshid_endpoint_sessions_total counter\n");
-    for (int i = 0; i < MET__NEP; i++)
-        put(&o, "moshid_endpoint_sessions_total{endpoint=\"%s\"} %llu\n", ep_names[i],
-            (unsigned long long)atomic_load_explicit(&ep_opened[i], memory_order_relaxed));
-    put(&o, "# HELP moshid_endpoint_sessions WebSocket sessions open now, by endpoint\n"
-            "# TYPE moshid_endpoint_sessions gauge\n");
-    for (int i = 0; i < MET__NEP; i++)
-        put(&o, "moshid_endpoint_sessions{endpoint=\"%s\"} %lld\n", ep_names[i],
-            (long long)atomic_load_explicit(&ep_open[i], memory_order_relaxed));
+    for (int f = 0; f < MET_NFAMILIES; f++) put_labelled(&o, &families[f]);
+    put_info(&o);
     render_hist(&o, &step_hist, "step_latency_seconds", "Engine step latency (one batched step)");
     render_hist(&o, &frame_hist, "frame_latency_seconds",
                 "Frame latency: input frame complete -> its output ready (server side)");

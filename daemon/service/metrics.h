@@ -108,6 +108,10 @@ void met_auth_refused(int kind);
  * MET_ENDPOINTS index; others are not counted) / closed. */
 void met_endpoint_open(int endpoint);
 void met_endpoint_close(int endpoint);
+/* met_set_engine_info: the labels of moshid_engine_info (static strings:
+ * the backend's name, its weights_scheme and kv_scheme, lm_backend_stats;
+ * NULL = "unknown"); rendered once backend is set. */
+void met_set_engine_info(const char *backend, const char *weights, const char *kv);
 /* met_observe_step_ms: add one engine step latency (milliseconds). */
 void met_observe_step_ms(double ms);
 /* met_observe_frame_ms: add one frame latency: input frame complete on the

@@ -23,16 +23,17 @@
 /* The memory plan of a plugin backend with n slots at the model's context,
  * asked as the CUDA backend asks it at open (cuda/cu_backend.c: every slot
  * in the largest bucket, bf16 weights, Mimi on the device unless
- * MOSHID_CU_MIMI=cpu): the figures the daemon logs and quotes agree with the
- * backend's own check. */
-/* (o: the model_opts in scope; the 8-bit schemes as configured, a q8
- * checkpoint under engine.weights = stored counted as bf16: an over-count) */
-#define PLAN_REQ(n)                                                                                       \
-    ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec(),      \
-                   .w8 = o->weights == LM_WEIGHTS_INT8, .kv8 = o->kv == LM_KV_INT8})
-static int plan_codec(void) {
-    const char *where = getenv("MOSHID_CU_MIMI");
-    return !(where && !strcmp(where, "cpu"));
+ * cuda.codec = host, lm_gpu_opts_get): the figures the daemon logs and
+ * quotes agree with the backend's own check; the 8-bit schemes as
+ * configured, a q8 checkpoint under engine.weights = stored counted as
+ * bf16: an over-count. */
+#define PLAN_REQ(o, n)                                                                                    \
+    ((cu_plan_req){.slots = (n), .max_bucket = (n), .weight_bytes_per_el = 2, .codec = plan_codec(o),     \
+                   .w8 = (o)->weights == LM_WEIGHTS_INT8, .kv8 = (o)->kv == LM_KV_INT8})
+static int plan_codec(const model_opts *o) {
+    lm_gpu_opts go;
+    lm_gpu_opts_get(&o->cuda, &go);
+    return !go.codec_host;
 }
 
 typedef struct model_slot {
@@ -173,7 +174,7 @@ static void explain_open_failure(const model_opts *o, int slots, ms_error *err) 
         return;
     if (v == LM_VARIANT_PERSONAPLEX) c.dep_q = LM_PERSONAPLEX_DEP_Q;
     c.variant = v;
-    cu_plan_req r = PLAN_REQ(slots);
+    cu_plan_req r = PLAN_REQ(o, slots);
     cu_plan p;
     if (lm_config_finish(&c, &e) != MS_OK || cu_plan_compute(&c, &r, &p) != 0) return;
     char line[400];
@@ -211,7 +212,7 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_opts bo = {.max_slots = o->slots + m->prime_slots, .threads = o->threads, .variant = o->variant,
                           .device = o->gpu, .mimi = o->mimi, .mimi_config = o->mimi_config, .pipeline = o->pipeline,
-                          .weights = o->weights, .kv = o->kv};
+                          .weights = o->weights, .kv = o->kv, .gpu = &o->cuda};
     if (!(m->lm = lm_backend_open(ops, o->lm_dir, &bo, err))) {
         /* a device was found and chosen: no silent fall back to the CPU,
          * which would serve the configured sessions far below real time */
@@ -226,7 +227,7 @@ model *model_open(const model_opts *o, ms_error *err) {
         /* the planner's view of what was opened, beside what the backend
          * reports (model_open below): a gap between them is the planner's
          * estimates to correct (cuda/cu_plan.c) */
-        cu_plan_req r = PLAN_REQ(bo.max_slots);
+        cu_plan_req r = PLAN_REQ(o, bo.max_slots);
         cu_plan p;
         char line[400];
         if (cu_plan_compute(m->cfg, &r, &p) == 0)
@@ -254,11 +255,12 @@ model *model_open(const model_opts *o, ms_error *err) {
     }
     lm_backend_stats_get(m->lm, &m->open_stats);
     const lm_backend_stats st = m->open_stats;
-    LOGI("model_open", "lm=%s variant=%s backend=%s dim=%d layers=%d dep_q=%d context=%d slots=%d prime_slots=%d "
-         "mimi=%s codebooks=%d pipeline=%d mem_used_mib=%.0f",
-         o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name, m->cfg->dim, m->cfg->num_layers,
-         m->cfg->dep_q, m->cfg->context, m->slots, m->prime_slots, o->mimi, m->lm->ncb, st.pipeline,
-         (double)st.mem_used / 1048576.0);
+    LOGI("model_open", "lm=%s variant=%s backend=%s weights=%s kv=%s dim=%d layers=%d dep_q=%d context=%d slots=%d "
+         "prime_slots=%d mimi=%s codebooks=%d pipeline=%d mem_used_mib=%.0f",
+         o->lm_dir, lm_variant_name(m->cfg->variant), m->lm->ops->name,
+         st.weights_scheme ? st.weights_scheme : "unknown", st.kv_scheme ? st.kv_scheme : "unknown", m->cfg->dim,
+         m->cfg->num_layers, m->cfg->dep_q, m->cfg->context, m->slots, m->prime_slots, o->mimi, m->lm->ncb,
+         st.pipeline, (double)st.mem_used / 1048576.0);
     if (o->step_delay_ms > 0)
         LOGW("step_delay", "ms=%d msg=\"debug.step_delay_ms: every engine step sleeps (a test aid)\"", o->step_delay_ms);
     return m;

@@ -54,6 +54,7 @@ typedef struct model_opts {
                                   personas, after the session slots (no session
                                   gets them); ignored for Kyutai checkpoints */
     int prime_chunk;           /* positions (or saved voice rows) per prime chunk */
+    lm_gpu_opts cuda;          /* the GPU backend's choices (the cuda.* options) */
 } model_opts;
 
 /* A persona snapshot the model made on a prime slot (engine thread):

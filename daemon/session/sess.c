@@ -160,9 +160,8 @@ static int check_slow_reader(sess *s, double now_ms) {
     return 1;
 }
 
-static void send_metadata(sess *s) {
-    app *a = s->a;
-    const lm_config *c = model_lm_config(a->m);
+int sess_metadata_json(const app_opts *o, const char *variant, const char *backend, const lm_config *c,
+                       const sess *s, char *json, size_t len) {
     /* the persona: its name (configured; [A-Za-z0-9_.-]) or null, and its
      * cache key (debug records name primes by it) */
     char persona[160] = "";
@@ -173,7 +172,7 @@ static void send_metadata(sess *s) {
     /* the checkpoint's directory name, for the Kyutai web client's
      * lm_model_file: letters, digits, '.', '-', '_' kept, others '_' */
     char lm_file[64];
-    const char *lm = a->o.model.lm_dir ? a->o.model.lm_dir : "";
+    const char *lm = o->model.lm_dir ? o->model.lm_dir : "";
     size_t ll = strlen(lm);
     while (ll > 1 && lm[ll - 1] == '/') ll--;
     const char *bn = lm + ll;
@@ -198,21 +197,27 @@ static void send_metadata(sess *s) {
              "\"git_timestamp\":\"\",\"git_date\":\"\",\"git_hash\":\"\",\"git_describe\":\"%s\",\"rustc_host_triple\":\"\","
              "\"rustc_version\":\"\",\"cargo_target_triple\":\"\"}",
              (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk, lm_file,
-             a->o.instance ? a->o.instance : "", a->o.build ? a->o.build : "");
-    char json[2048];
-    int n = snprintf(json, sizeof json,
+             o->instance ? o->instance : "", o->build ? o->build : "");
+    int n = snprintf(json, len,
                      "{\"server\":\"moshid\",\"build\":\"%s\",\"instance\":\"%s\",\"variant\":\"%s\","
                      "\"backend\":\"%s\",\"protocol_version\":%u,"
                      "\"sampling\":{\"text_temperature\":%g,\"text_topk\":%d,\"audio_temperature\":%g,"
                      "\"audio_topk\":%d},\"max_steps\":%lld,\"frame_ms\":%g,\"sample_rate\":%d,"
                      "\"limits\":{\"max_message_bytes\":%zu,\"input_buffer_s\":%g,\"output_queue_s\":%g,"
                      "\"idle_timeout_s\":%g},\"model\":{\"dim\":%d,\"num_layers\":%d,\"dep_q\":%d,\"context\":%d}%s%s}",
-                     a->o.build ? a->o.build : "", a->o.instance ? a->o.instance : "", model_variant_name(a->m),
-                     model_backend_name(a->m), PROTO_VERSION,
+                     o->build ? o->build : "", o->instance ? o->instance : "", variant, backend, PROTO_VERSION,
                      (double)s->samp.text_temp, s->samp.text_topk, (double)s->samp.audio_temp, s->samp.audio_topk,
-                     (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, a->o.srv.max_message_bytes, a->o.input_buffer_s, a->o.output_queue_s,
-                     a->o.idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona, flat);
-    if (n > 0 && (size_t)n < sizeof json) {
+                     (long long)s->max_steps, MS_FRAME_MS, MS_SAMPLE_RATE_HZ, o->srv.max_message_bytes, o->input_buffer_s,
+                     o->output_queue_s, o->idle_timeout_s, c->dim, c->num_layers, c->dep_q, c->context, persona, flat);
+    return n > 0 && (size_t)n < len ? n : -1;
+}
+
+static void send_metadata(sess *s) {
+    app *a = s->a;
+    char json[SESS_METADATA_MAX];
+    int n = sess_metadata_json(&a->o, model_variant_name(a->m), model_backend_name(a->m), model_lm_config(a->m), s,
+                               json, sizeof json);
+    if (n > 0) {
         sess_msg *m = msg_new(1 + (size_t)n);
         size_t out = 0;
         if (m && proto_msg_build_metadata(m->buf, srv_pre + 1 + (size_t)n + 1, srv_pre, json, (size_t)n, &out, NULL) == MS_OK) {
@@ -237,16 +242,7 @@ static uint64_t pick_seed(int64_t v) {
     return x & 0x7fffffffffffffffull;
 }
 
-/* The session's sampling: each parameter from the query when given, else
- * its persona's override, else the configuration's default; seeds as
- * proto_query_*_seed resolve them,
- * random when neither is given. The one struct that travels to the engine
- * and that the metadata message reports. */
-static void resolve_samp(sess *s) {
-    const app_opts *o = &s->a->o;
-    const proto_query *q = &s->q;
-    const pers_samp *ov = &s->pt.samp;   /* a configured persona's overrides (< 0: none) */
-    lm_samp *p = &s->samp;
+void sess_samp_resolve(const proto_query *q, const pers_samp *ov, const app_opts *o, lm_samp *p) {
     double tt = ov->text_temperature >= 0 ? ov->text_temperature : o->text_temperature;
     double at = ov->audio_temperature >= 0 ? ov->audio_temperature : o->audio_temperature;
     int tk = ov->text_topk >= 0 ? ov->text_topk : o->text_topk, ak = ov->audio_topk >= 0 ? ov->audio_topk : o->audio_topk;
@@ -320,9 +316,7 @@ static void persona_done(pers_ticket *t, int ok, const pers_fail *f) {
     attach(s);
 }
 
-/* The query arguments ("name=value", libwebsockets hands them URL-decoded;
- * nargs -1: over the query limits) into q, from its initial state. */
-static int query_set_args(proto_query *q, const char *const *args, int nargs, ms_error *e) {
+int sess_query_set_args(proto_query *q, const char *const *args, int nargs, ms_error *e) {
     proto_query_init(q);
     if (nargs < 0)
         return ms_err_set(e, MS_ERR_LIMIT, "more than %u parameters or %u bytes", PROTO_QUERY_MAX_PARAMS,
@@ -337,20 +331,18 @@ static int query_set_args(proto_query *q, const char *const *args, int nargs, ms
     return MS_OK;
 }
 
-/* q checked against the model: the vocabularies, and the session length:
- * limits.max_steps (0: none; past the model's context the backend's K/V
- * ring wraps, as in the official server), lowered by the query's
- * max_steps (capped by the configuration when it sets one). */
-static int query_finish(app *a, proto_query *q, ms_error *e) {
-    const lm_config *lc = model_lm_config(a->m);
-    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
-    proto_query_limits lim = {lc->text_card, lc->card, cap};
+int sess_query_finish(proto_query *q, const lm_config *lc, int64_t max_steps, ms_error *e) {
+    proto_query_limits lim = {lc->text_card, lc->card, max_steps > 0 ? max_steps : 0};
     return proto_query_finish(q, &lim, e);
 }
 
+int64_t sess_max_steps(const proto_query *q, int64_t max_steps) {
+    return proto_query_has(q, PROTO_Q_MAX_STEPS) ? q->max_steps : max_steps > 0 ? max_steps : 0;
+}
+
 int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e) {
-    int rc = query_set_args(q, args, nargs, e);
-    return rc != MS_OK ? rc : query_finish(a, q, e);
+    int rc = sess_query_set_args(q, args, nargs, e);
+    return rc != MS_OK ? rc : sess_query_finish(q, model_lm_config(a->m), a->o.max_steps, e);
 }
 
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
@@ -396,7 +388,7 @@ void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs) {
         return s;
     }
     ms_error e = {0};
-    if (query_set_args(&s->q, args, nargs, &e) != MS_OK) {
+    if (sess_query_set_args(&s->q, args, nargs, &e) != MS_OK) {
         sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
         return s;
     }
@@ -415,12 +407,11 @@ void sess_start(sess *s) {
     ms_error e = {0};
     if (s->begun || s->close_status) return;
     s->begun = 1;
-    if (query_finish(a, &s->q, &e) != MS_OK) {
+    if (sess_query_finish(&s->q, model_lm_config(a->m), a->o.max_steps, &e) != MS_OK) {
         sess_fail(s, MET_ERR_bad_query, PROTO_CLOSE_POLICY, "bad query: %s", e.msg);
         return;
     }
-    int64_t cap = a->o.max_steps > 0 ? a->o.max_steps : 0;
-    s->max_steps = proto_query_has(&s->q, PROTO_Q_MAX_STEPS) ? s->q.max_steps : cap;
+    s->max_steps = sess_max_steps(&s->q, a->o.max_steps);
     /* as tolerant as the official servers' reader: a stream joined late
      * (a client reconnecting with its encoder) or begun again (ogg.h) */
     static const ogg_limits chained = {.chain = true};
@@ -442,7 +433,7 @@ void sess_start(sess *s) {
             return;
         }
     }
-    resolve_samp(s);
+    sess_samp_resolve(&s->q, &s->pt.samp, &a->o, &s->samp);   /* the one struct the engine and the metadata get */
     if (over) { /* /healthz says 503 too: no new session while the engine is behind */
         met_add(MET_sessions_rejected_total, 1);
         sess_fail(s, MET_ERR_overload, PROTO_CLOSE_TRY_LATER,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "app.h"
 #include "audio_opus.h"
 #include "msg.h"
 #include "persona.h"
@@ -111,9 +112,41 @@ struct sess {
 void *sess_open(void *ud, srv_conn *c, const char *const *args, int nargs);
 /* sess_query_read: a session's query arguments ("name=value", nargs of
  * them; -1: over the query limits) into q, checked against the model and
- * limits.max_steps as sess_open checks them. MS_OK, or an error whose
- * message names the parameter. Loop thread. */
+ * limits.max_steps as sess_open checks them (sess_query_set_args, then
+ * sess_query_finish). MS_OK, or an error whose message names the
+ * parameter. Loop thread. */
 int sess_query_read(app *a, const char *const *args, int nargs, proto_query *q, ms_error *e);
+
+/* The pieces of a session's opening that depend on nothing but their
+ * arguments (tests/check_sess.c):
+ * sess_query_set_args: the query arguments (libwebsockets hands them
+ * URL-decoded; nargs -1: over the query limits) into q, from its initial
+ * state; each checked alone (proto_query_set).
+ * sess_query_finish: q checked against the model's cards (lc) and the
+ * session length: max_steps is limits.max_steps (0: none; past the
+ * model's context the backend's K/V ring wraps, as in the official
+ * server), which a query's max_steps may lower, never raise.
+ * sess_max_steps: the session's length in frames (0: no limit) after
+ * sess_query_finish. */
+int sess_query_set_args(proto_query *q, const char *const *args, int nargs, ms_error *e);
+int sess_query_finish(proto_query *q, const lm_config *lc, int64_t max_steps, ms_error *e);
+int64_t sess_max_steps(const proto_query *q, int64_t max_steps);
+
+/* sess_samp_resolve: the session's sampling: each parameter from the
+ * query when given, else its persona's override (ov, < 0: none), else
+ * the configuration's default (o); seeds as proto_query_*_seed resolve
+ * them, random when neither is given. */
+void sess_samp_resolve(const proto_query *q, const pers_samp *ov, const app_opts *o, lm_samp *out);
+
+/* Longest metadata message text, bytes. */
+#define SESS_METADATA_MAX 2048
+/* sess_metadata_json: the JSON of s's metadata message (kind 6,
+ * docs/protocol.md): the server, the model, the session's sampling and
+ * length, the limits, its persona, and the flat fields the Kyutai web
+ * client requires; variant and backend name the model's. Its length, or
+ * -1 when it does not fit in len (no message is then sent). */
+int sess_metadata_json(const app_opts *o, const char *variant, const char *backend, const lm_config *c,
+                       const sess *s, char *json, size_t len);
 void sess_message(void *ud, void *sp, const uint8_t *data, size_t len);
 void sess_oversize(void *ud, void *sp, size_t len);
 void sess_writable(void *ud, void *sp);

@@ -5,7 +5,7 @@
 // temperature bound and the token syntax come from wire_gen.js, generated
 // from the C headers (make web-gen).
 
-import { CLOSE, TEMPERATURE_MAX, TOKEN_MAX, TOKEN_MIN } from "./wire_gen.js";
+import { CLOSE, TEMPERATURE_MAX, TOKEN_MAX, TOKEN_MIN, TOPK_MAX } from "./wire_gen.js";
 
 export const KIND = { HANDSHAKE: 0, AUDIO: 1, TEXT: 2, CONTROL: 3, METADATA: 4, ERROR: 5, PING: 6 };
 
@@ -17,9 +17,9 @@ export { CLOSE };
 // upper bound against the model's cards).
 export const SAMPLING_PARAMS = [
   { name: "text_temperature", min: 0, max: TEMPERATURE_MAX, integer: false },
-  { name: "text_topk", min: 1, max: 1 << 20, integer: true },
+  { name: "text_topk", min: 1, max: TOPK_MAX, integer: true },
   { name: "audio_temperature", min: 0, max: TEMPERATURE_MAX, integer: false },
-  { name: "audio_topk", min: 1, max: 1 << 20, integer: true },
+  { name: "audio_topk", min: 1, max: TOPK_MAX, integer: true },
 ];
 
 // An access token as auth.tokens_file holds them (daemon/net/access.h):
@@ -44,7 +44,7 @@ export function samplingValue(p, text) {
   const v = Number(t);
   if (!re.test(t) || !(v >= p.min && v <= p.max))
     throw new Error(`${p.name}: ${p.integer ? "an integer" : "a number"} from ${p.min}` +
-      `${p.max < 1 << 20 ? " to " + p.max : ""} is needed, not "${t}"`);
+      `${p.max < TOPK_MAX ? " to " + p.max : ""} is needed, not "${t}"`);
   return v;
 }
 

@@ -17,6 +17,10 @@ export const CLOSE = {
 // Largest text_temperature / audio_temperature (PROTO_TEMPERATURE_MAX).
 export const TEMPERATURE_MAX = 5;
 
+// Largest text_topk / audio_topk (PROTO_TOPK_MAX; the server checks a
+// query's against the model's cards).
+export const TOPK_MAX = 1048576;
+
 // An access token's length, bytes (ACCESS_TOKEN_MIN, ACCESS_TOKEN_MAX).
 export const TOKEN_MIN = 16;
 export const TOKEN_MAX = 256;

@@ -25,9 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "lm.h"
 #include "lmgen.h"
 #include "log.h"
@@ -252,22 +252,20 @@ int main(int argc, char **argv) {
     lmgen_init(&g, c, 0, &o.samp);
     lmgen_slot *gp = &g;
     if (o.have_prime) {
-        struct timespec p0, p1;
-        clock_gettime(CLOCK_MONOTONIC, &p0);
+        double p0 = ms_mono_ms();
         if (pp_prompt_load(&pb, &o.pp, c, &err) || pp_prime(b, &g, &pb.p, (pp_prime_mode)o.prime_mode, &err))
             goto fail;
-        clock_gettime(CLOCK_MONOTONIC, &p1);
+        double p1 = ms_mono_ms();
         fprintf(stderr, "moshi-run: primed by %s: offset %lld, %lld positions in %.3f s\n",
                 o.prime_mode == PP_PRIME_PREFILL ? "prefill" : "steps", (long long)g.offset,
-                (long long)lm_backend_pos(b, 0), (p1.tv_sec - p0.tv_sec) + (p1.tv_nsec - p0.tv_nsec) * 1e-9);
+                (long long)lm_backend_pos(b, 0), (p1 - p0) / 1e3);
     }
     line = malloc(RUN_MAX_LINE + 1);
     int codes[LM_MAX_NQ], frame[1 + LM_MAX_DEP_Q], has;
     size_t tl_cap = 0;
     long lineno = 0;
     int64_t step = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = ms_mono_ms();
     if (!line) { ms_err_set(&err, MS_ERR_NOMEM, "out of memory"); goto fail; }
     for (;;) {
         size_t len;
@@ -325,8 +323,7 @@ int main(int argc, char **argv) {
         fputs("}\n", out);
         step++;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double secs = (ms_mono_ms() - t0) / 1e3;
     fprintf(stderr, "moshi-run: %lld steps in %.3f s (%.1f ms/step)\n", (long long)step, secs,
             step ? 1000 * secs / step : 0.0);
     if (o.logits_out) {

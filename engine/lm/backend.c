@@ -22,6 +22,28 @@ void lm_samp_greedy(lm_samp *s) {
     s->audio_temp = 0;
 }
 
+/* One override: the value named off gives 0, on gives 1, else keep. */
+static void env_choice(const char *name, const char *off, const char *on, int *v) {
+    const char *e = getenv(name);
+    if (!e) return;
+    if (!strcmp(e, off)) *v = 0;
+    else if (!strcmp(e, on)) *v = 1;
+}
+
+void lm_gpu_opts_get(const lm_gpu_opts *in, lm_gpu_opts *out) {
+    if (in) *out = *in;
+    else memset(out, 0, sizeof *out);
+    env_choice("MOSHID_CU_MIMI", "gpu", "cpu", &out->codec_host);
+    env_choice("MOSHID_CU_GRAPHS", "1", "0", &out->graphs_off);
+    env_choice("MOSHID_CU_MIMI_GRAPHS", "1", "0", &out->codec_graphs_off);
+    const char *gm = getenv("MOSHID_CU_GEMM_MIN_ROWS");
+    if (gm) {
+        char *end;
+        long n = strtol(gm, &end, 10);
+        if (end != gm && !*end && n >= 1 && n <= LM_MAX_SLOTS + 1) out->gemm_min_rows = (int)n;
+    }
+}
+
 const char *lm_kv_name(lm_kv k) { return k == LM_KV_INT8 ? "int8" : "native"; }
 
 int lm_kv_parse(const char *s, lm_kv *out) {

@@ -71,6 +71,27 @@ int lm_kv_parse(const char *s, lm_kv *out);
 #define LM_SCHEME_W_INT8 2u   /* opts.weights = LM_WEIGHTS_INT8 (and q8 checkpoints) */
 #define LM_SCHEME_KV_INT8 4u  /* opts.kv = LM_KV_INT8 */
 
+/* GPU backends' own choices (the cuda.* options, docs/configuration.md);
+ * all zero = the defaults. Each has an environment variable that overrides
+ * it (docs/cuda.md), for measurements and tests, read by lm_gpu_opts_get. */
+typedef struct lm_gpu_opts {
+    int codec_host;       /* 1: the codec runs on the host (the CPU Mimi),
+                             0: on the device (MOSHID_CU_MIMI=cpu / gpu) */
+    int gemm_min_rows;    /* rows from which a product runs as a GEMM, not
+                             a matvec; 0: the backend's own crossover
+                             (MOSHID_CU_GEMM_MIN_ROWS=N) */
+    int graphs_off;       /* 1: every launch of an LM step enqueued; 0: steps
+                             replayed from captured graphs (MOSHID_CU_GRAPHS=0 / 1) */
+    int codec_graphs_off; /* the same for the device codec
+                             (MOSHID_CU_MIMI_GRAPHS=0 / 1) */
+} lm_gpu_opts;
+
+/* lm_gpu_opts_get: *in (NULL: all defaults) with the environment's
+ * overrides applied, into *out. A variable with another value than the
+ * ones listed above is ignored; MOSHID_CU_GEMM_MIN_ROWS must be 1 ..
+ * LM_MAX_SLOTS + 1. */
+void lm_gpu_opts_get(const lm_gpu_opts *in, lm_gpu_opts *out);
+
 typedef struct lm_backend_opts {
     int max_slots;        /* slots to allocate K/V and codec state for (>= 1) */
     int threads;          /* CPU threads (<= 0: all online CPUs) */
@@ -89,6 +110,8 @@ typedef struct lm_backend_opts {
                              MS_ERR_UNSUPPORTED) */
     int weights;          /* lm_weights (lm.h): LM_WEIGHTS_STORED (0), BF16, INT8 */
     int kv;               /* lm_kv: LM_KV_NATIVE (0) or LM_KV_INT8 */
+    const lm_gpu_opts *gpu;   /* GPU backends: NULL = the defaults (the
+                             environment overrides either) */
 } lm_backend_opts;
 
 /* Where a backend keeps slot state and snapshots. */

@@ -16,6 +16,9 @@
  *                                 MS_ERR_DEVICE, every one of them (sticky)
  *   MOSHID_FAKE_RESET_FAIL=1      every slot reset fails with MS_ERR_DEVICE
  *                                 (a device error seen by a session's start)
+ * Its open writes the GPU choices it was handed (lm_backend_opts.gpu, the
+ * cuda.* options, with the environment's overrides: lm_gpu_opts_get) to
+ * stderr, one "fakecuda_open gpu: ..." line, for the daemon's tests.
  * Test code only: never installed.
  */
 #include <stddef.h>
@@ -58,6 +61,10 @@ static int fake_open(void **ctx, const char *model_dir, const lm_backend_opts *o
     if (env_long("MOSHID_FAKE_OPEN_FAIL", 0))
         return ms_err_set(err, MS_ERR_NOMEM, "fakecuda: not enough device memory for %d slots (MOSHID_FAKE_OPEN_FAIL)",
                           opts->max_slots);
+    lm_gpu_opts go;
+    lm_gpu_opts_get(opts->gpu, &go);
+    fprintf(stderr, "fakecuda_open gpu: codec_host=%d gemm_min_rows=%d graphs_off=%d codec_graphs_off=%d\n",
+            go.codec_host, go.gemm_min_rows, go.graphs_off, go.codec_graphs_off);
     step_fail_after = env_long("MOSHID_FAKE_STEP_FAIL_AFTER", -1);
     reset_fail = env_long("MOSHID_FAKE_RESET_FAIL", 0) != 0;
     steps_done = 0;

@@ -92,6 +92,26 @@ def test_auto_takes_the_plugin_backend(build_dir, tmp_path):
     assert "cuda_plan slots=2 context=" in text
 
 
+def test_cuda_options_reach_the_backend(build_dir, tmp_path):
+    """The cuda.* options travel to the plugin's open (lm_backend_opts.gpu);
+    the MOSHID_CU_* variables override them there."""
+    set_all = {"cuda__codec": "host", "cuda__gemm_min_rows": 3, "cuda__graphs": False, "cuda__codec_graphs": False}
+    for over, extra, want in [
+        ({}, {}, "codec_host=0 gemm_min_rows=0 graphs_off=0 codec_graphs_off=0"),
+        (set_all, {}, "codec_host=1 gemm_min_rows=3 graphs_off=1 codec_graphs_off=1"),
+        (set_all, {"MOSHID_CU_MIMI": "gpu", "MOSHID_CU_GRAPHS": "1", "MOSHID_CU_GEMM_MIN_ROWS": "9"},
+         "codec_host=0 gemm_min_rows=9 graphs_off=0 codec_graphs_off=1"),
+    ]:
+        p, port, log = start_daemon(build_dir, tmp_path, env=plugin_env(build_dir, "fakecuda", **extra),
+                                    engine__backend="cuda", model__lm_dir=kyutai(build_dir), sessions=1, **over)
+        try:
+            assert healthz(port)["backend"] == "fakecuda"
+        finally:
+            stop_daemon(p, log)
+        text = open(log).read()
+        assert "fakecuda_open gpu: " + want + "\n" in text, (over, extra, text[-2000:])
+
+
 def test_auto_falls_back_to_cpu_and_says_why(build_dir, tmp_path):
     for which, extra, why in [
         ("fakecuda-notable", {}, "the CUDA plugin (fake build without a backend table) carries no backend table yet"),

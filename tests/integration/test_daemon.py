@@ -4,6 +4,7 @@ input getting its defined answer while other sessions keep streaming."""
 import asyncio
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -81,6 +82,8 @@ def test_health_and_metrics(daemon):
     assert h["memory"]["used_bytes"] > 1 << 20 and h["memory"]["free_bytes_at_start"] > 0
     st, body = get(daemon, "/metrics")
     assert st == 200 and "moshid_sessions " in body and "moshid_step_latency_seconds_bucket" in body
+    # which engine runs: the CPU backend, the checkpoint's weights as stored, float32 K/V (the defaults)
+    assert re.search(r'^moshid_engine_info\{backend="cpu",weights="(f32|bf16|f16)",kv="f32"\} 1$', body, re.M), body
     assert get(daemon, "/nothing-here")[0] == 404
 
 
