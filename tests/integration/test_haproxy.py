@@ -356,8 +356,17 @@ def test_limits_and_logs_see_each_client(cluster_one_per_client):
     finally:
         for s in socks:
             s.close()
-    logs = "".join(open(log).read() for _, _, log in c.procs.values())
-    opened = re.findall(r"event=session_open id=\d+ peer=(\S+)", logs)
+    def read_logs():
+        return "".join(open(log).read() for _, _, log in c.procs.values())
+
+    def opened_peers():
+        return re.findall(r"event=session_open id=\d+ peer=(\S+)", read_logs())
+
+    # a 101 can reach the client before its instance has written the
+    # session_open line: wait for the three lines, then check them
+    wait_for(lambda: len(opened_peers()) >= 3, VERDICT_S, "three session_open lines")
+    logs = read_logs()
+    opened = opened_peers()
     assert sorted(opened) == ["127.0.0.3", "127.0.0.3", "127.0.0.4"], opened
     assert re.search(r"event=http_refused peer=127\.0\.0\.3 status=429", logs), logs[-3000:]
     assert "peer=127.0.0.2" not in logs
