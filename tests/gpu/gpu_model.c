@@ -76,7 +76,8 @@
 #define H200_HBM_FRACTION 0.85        /* achievable share of it on streaming reads */
 #define H200_BF16_FLOPS 989e12        /* dense bf16 tensor-core peak, FLOP/s */
 #define H200_GEMM_FRACTION 0.7        /* of it a cuBLAS GEMM of these shapes reaches */
-#define H200_NODE_US 1.5              /* one kernel node of a graph replay, launch and drain */
+#define H200_NODE_US 1.3              /* one kernel node of a graph replay: an empty kernel on an H100
+                                       * under CUDA graphs (Hazy Research, 2025; docs/cuda.md) */
 
 /* ---- the released 7B (spec/moshi-lm.md section 2; lm-bench --shape 7b) ------------------ */
 #define M_DIM 4096
