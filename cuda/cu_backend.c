@@ -36,6 +36,11 @@
  * rows are widened to bf16 (exact) into a scratch buffer of at most
  * CU_Q8_SCRATCH elements, a chunk of rows at a time, each chunk a GEMM,
  * then the columns times the row scales (cu_scale_cols).
+ * The RMSNorms and the residual adds have no launches of their own: each
+ * is folded into the product that reads or makes it (cu_fuse: the
+ * matvec's norm prologue or accumulate mode; on the GEMM path the norm in
+ * the bf16 conversion, cu_rmsnorm_bf16, and the add as beta = 1, or for
+ * int8 in cu_scale_cols_add), bit for bit the launches they replace.
  *
  * Errors: every CUDA or cuBLAS failure is MS_ERR_DEVICE naming the call,
  * file:line and the runtime's text. A failure inside step, prefill,

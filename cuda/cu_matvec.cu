@@ -19,6 +19,11 @@
  * per row in flight per thread, each used for every vector of the batch
  * tile before the next is loaded. The block then reduces its partial sums
  * (warp shuffles, then shared memory).
+ * Each kernel comes in modes (cu_fuse, cuda/cu_kern.h): plain; with the
+ * RMSNorm of its input folded in (a prologue sums the tile's squares in
+ * cu_rmsnorm's order, then x is read as x * (alpha * inv)); or adding its
+ * output into y (the residual add). Each is bit for bit the launches it
+ * replaces, and saves the step one graph node per product.
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  */
 #include "cu_kern.h"

@@ -35,6 +35,10 @@
  *  - rmsnorm: |gpu - ref| / (2^-24 |ref|) <= 64 (a handful of roundings
  *    plus the f32 tree sum against the twin's double sum);
  *  - sampler: the same index, exactly (engine/lm/samp.h, docs/cuda.md);
+ *  - the fused products (cu_fuse: a norm prologue, a residual add) and the
+ *    GEMM path's fused pieces: bit for bit the launches they replace (the
+ *    same floats in the same order is what the fusion promises; any
+ *    tolerance would hide a changed summation order);
  *  - the LM step's kernels (cuda/cu_lm.cu): embeddings, residual adds and
  *    the bf16 rounding exactly (the same float additions in the same
  *    order, the same rounding rule); RoPE and SiLU |gpu - ref| <= 64 units
