@@ -85,11 +85,8 @@ __device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], i
  * counts), which is what saves the norm's launch. */
 template <int BT>
 __device__ __forceinline__ void mv_norm_prologue(float (&inv)[BT], const float *x, int b0, int nb, int K, float eps) {
-    __shared__ float inv_s[BT];
     __shared__ float nscratch[CU_RN_WARPS * BT];
-    cu_rms_inv<MV_THREADS, BT>(inv_s, nscratch, x + (size_t)b0 * K, (size_t)K, nb, K, eps);
-#pragma unroll
-    for (int b = 0; b < BT; b++) inv[b] = b < nb ? inv_s[b] : 0.0f;
+    cu_rms_inv<MV_THREADS, BT>(inv, nscratch, x + (size_t)b0 * K, (size_t)K, nb, K, eps);
 }
 
 /* The float4 of x at chunk c of row b: x itself, or (GATED, x = u of

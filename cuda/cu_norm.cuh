@@ -23,12 +23,15 @@
 #define CU_RN_WARPS (CU_RN_THREADS / CU_WARP)
 
 /* cu_rms_inv: inv[r] = 1 / sqrt(mean(x_r^2) + eps) for the rows
- * x_r = x + r * ld (C floats each), r < nr <= NR; a block of NT threads,
- * every thread calls it (it synchronises twice); inv and scratch
- * (CU_RN_WARPS * NR floats) in shared memory; on return every thread may
- * read inv[0..nr). */
+ * x_r = x + r * ld (C floats each), r < nr <= NR (0 for r >= nr), in
+ * every thread's registers; a block of NT threads, every thread calls it
+ * (it synchronises once); scratch: CU_RN_WARPS * NR floats of shared
+ * memory, not to be reused by the caller. Every thread adds the warps'
+ * sums itself (the same order, so the same bits in every thread): no
+ * second barrier, and no divergent branch around the division and the
+ * root (whose slow paths are calls). */
 template <int NT, int NR>
-__device__ __forceinline__ void cu_rms_inv(float *inv, float *scratch, const float *x, size_t ld, int nr, int C,
+__device__ __forceinline__ void cu_rms_inv(float (&inv)[NR], float *scratch, const float *x, size_t ld, int nr, int C,
                                            float eps) {
     static_assert(CU_RN_THREADS % NT == 0 && NT % CU_WARP == 0, "NT must divide the order's 256 threads");
     constexpr int V = CU_RN_THREADS / NT;   /* threads of the order each thread plays */
@@ -53,13 +56,13 @@ __device__ __forceinline__ void cu_rms_inv(float *inv, float *scratch, const flo
             for (int j = 0; j < V; j++) scratch[(warp + j * (NT / CU_WARP)) * NR + r] = ss[r][j];
     }
     __syncthreads();
-    if (threadIdx.x < NR && (int)threadIdx.x < nr) {
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
         float s = 0.0f;
 #pragma unroll
-        for (int w = 0; w < CU_RN_WARPS; w++) s += scratch[w * NR + threadIdx.x];
-        inv[threadIdx.x] = 1.0f / sqrtf(s / (float)C + eps);
+        for (int w = 0; w < CU_RN_WARPS; w++) s += scratch[w * NR + r];
+        inv[r] = r < nr ? 1.0f / sqrtf(s / (float)C + eps) : 0.0f;
     }
-    __syncthreads();
 }
 
 #endif

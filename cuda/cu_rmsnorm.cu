@@ -29,11 +29,11 @@ rmsnorm_kernel(float *y,              /* (B, C); may alias x */
                const float *alpha,    /* (C) */
                int C, float eps) {
     __shared__ float scratch[CU_RN_WARPS];
-    __shared__ float inv_s[1];
     const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
     float *yr = y + (size_t)blockIdx.x * C;         /* (C) */
-    cu_rms_inv<RN_THREADS, 1>(inv_s, scratch, xr, (size_t)C, 1, C, eps);
-    const float inv = inv_s[0];
+    float inv_r[1];
+    cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
+    const float inv = inv_r[0];
     for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * (alpha[c] * inv);
 }
 
@@ -53,11 +53,11 @@ rmsnorm_bf16_kernel(uint16_t *yb,          /* (B, C) bf16 */
                     const float *alpha,    /* (C) */
                     int C, float eps) {
     __shared__ float scratch[CU_RN_WARPS];
-    __shared__ float inv_s[1];
     const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
     uint16_t *yr = yb + (size_t)blockIdx.x * C;     /* (C) */
-    cu_rms_inv<RN_THREADS, 1>(inv_s, scratch, xr, (size_t)C, 1, C, eps);
-    const float inv = inv_s[0];
+    float inv_r[1];
+    cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
+    const float inv = inv_r[0];
     for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = cu_f2bf(xr[c] * (alpha[c] * inv));
 }
 
