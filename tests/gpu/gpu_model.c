@@ -3,25 +3,28 @@
  * Built against the emulator only (`make gpu-model`); predictions, never
  * measurements: docs/cuda.md, "The performance model".
  *
- * What runs: the launches of one LM step (cuda/cu_backend.c's
- * enqueue_step, temporal() and dep_substep(), in the same order with the
- * same launchers and arguments) at the released 7B's geometry, on buffers
- * of the real shapes, for batches 1, 8 and 64 at positions 0 and 3000.
- * Not the whole step: one representative of each repeated part, its
- * counts multiplied by how often the step repeats it:
- *   - the temporal layer: 32 times;
- *   - the depformer layer: 6 layers x dep_q (8) sub-steps, run at sub-step
- *     4 (its attention over 5 sub-steps; the others differ by a few rows);
- *     its norms and residual adds are folded into its products, as the
- *     temporal layer's (cu_fuse), so nothing runs between two layers;
- *   - the depformer sub-step's own launches (input projection, embedding,
- *     head, sampler and feed-back): 8 times;
- *   - the attention over the ring at 2 rows (slots 0 and 1) scaled to B:
- *     its blocks are per row and alike, and 64 rings of 3000 positions
- *     would need 3 GB of emulated memory.
+ * What runs: the CUDA backend itself (cuda/cu_backend.c, lm_cuda_backend;
+ * nothing copied: whatever its step launches is what is priced), opened on
+ * the emulator at the released 7B's geometry with random weights and fewer
+ * layers, real steps (lm_backend_step: the bucket's graph) of batches 1, 8
+ * and 64 at positions 0 and 3000. A slot is put at position p by a
+ * one-position prefill at p - 1 through the table (the dispatcher's
+ * next-position rule skipped): the step reads the full window, whatever
+ * the rows hold. The layers by differences, row by row of the emulator's
+ * table (per kernel, per GEMM shape: launches, bytes, sectors, FLOPs):
+ *   whole = run(1, 1) + (32 - 1) (run(2, 1) - run(1, 1))
+ *                     + (6 - 1) (run(1, 2) - run(1, 1))
+ * (temporal layers, depformer layers), exact for what the emulator counts:
+ * every row is a sum over launches, and a layer's launches and traffic do
+ * not depend on how many layers there are. The depformer's difference is
+ * taken at position 0 (no depformer launch reads the position).
  * Blocks are sampled (every EMU_MODEL_STRIDE-th of each grid; counts
  * scaled), so the emulated memory holds whatever it holds: traffic, not
- * values, is measured (the sampler's data-dependent passes see zeros).
+ * values, is measured (the sampler's data-dependent passes see zeros). The
+ * weights' fill, the graphs' warm-up and the position prefills run one
+ * block a grid, uncounted. The emulated device is the H200's size and
+ * lazy (emu_set_lazy): only the pages the sampled blocks touch are host
+ * memory (64 slots x 3000 positions x 2 layers of K/V is 6.4 GB).
  * The products below CU_GEMM_MIN_ROWS (16) rows are the matvec kernel,
  * measured; from 16 rows they are cuBLAS GEMMs, priced from their shapes.
  *
@@ -44,21 +47,24 @@
  *   kernel NAME bytes N sector_efficiency R predicted_us T
  * (GEMM rows: sector_efficiency -, not measured), then the step's
  * prediction; then the codec's lines per slot count (GPU_MODEL_NO_CODEC
- * set: skipped; 2 of the 3 minutes; GPU_MODEL_NO_LM set: the LM's points
- * skipped, their figures 0); last, exactly one line
+ * set: skipped; GPU_MODEL_NO_LM set: the LM's points skipped, their
+ * figures 0; GPU_MODEL_TIMES set: each run's seconds to stderr); last,
+ * exactly one line
  *   predicted H200 step: B=1 pos=0 X ms (floor Y ms); B=64 pos=3000 X ms (floor Y ms)
- * The 8-bit schemes (int8 weights and int8 K/V, both at once: the
- * backend's int8 launches, cu_matvec_q8 below 16 rows, the rows widened to
- * bf16 chunk by chunk into a GEMM above, the int8 attention) at B=1 and
- * B=128, position 3000, print their tables after the bf16 points and one
+ * The 8-bit schemes (the backend opened with int8 weights and int8 K/V)
+ * at B=1 and B=128, position 3000, print their tables after the bf16 points and one
  * line before the codec's:
  *   predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 X ms (floor Y ms); B=128 pos=3000 X ms (floor Y ms)
  * Exit 0, or 1 when a launch failed.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
@@ -68,7 +74,9 @@
 #include "cu_kern.h"
 #include "emu.h"
 #include "cu_mimi.h"
-#include "lm.h"   /* LM_NORM_EPS */
+#include "backend.h"
+#include "log.h"
+#include "lm.h"
 #include "mimi.h"
 #include "lm_config.h"
 
@@ -93,14 +101,11 @@
 #define M_DLAYERS 6
 #define M_DFF 4224
 #define M_CTX 3000
-#define M_GEMM_MIN_ROWS 16            /* cuda/cu_backend.c CU_GEMM_MIN_ROWS */
-#define M_ATT_ROWS 2                  /* rows the attention runs at (scaled to B) */
-#define M_DEP_K 4                     /* the depformer sub-step run */
 #define EMU_MODEL_STRIDE 16           /* blocks sampled: one in this many */
 #define EMU_CODEC_STRIDE 64           /* the codec's (its grids are larger, its kernels slower here) */
 #define M_MAX_ROWS 128
-#define M_Q8_SCRATCH ((size_t)16 << 20)   /* cuda/cu_backend.c CU_Q8_SCRATCH: bf16 elements */
-#define M_TABLE 64
+#define M_TABLE 96
+#define M_DEVICE_BYTES ((size_t)141e9)   /* the H200's HBM, what the emulated device reports for the LM runs */
 
 typedef struct mrow {
     char name[EMU_NAME_LEN];
@@ -151,35 +156,7 @@ static void collect(double nmult, double mult) {
     }
 }
 
-/* ---- buffers of one step ------------------------------------------------------------------- */
-
-typedef struct mbuf {
-    /* weights (bf16): one temporal layer, the text head, one depformer layer, the sub-step's */
-    uint16_t *attn_in, *attn_out, *ffn_in, *ffn_out, *text_linear, *emb, *text_emb;
-    uint16_t *d_attn_in, *d_attn_out, *d_ffn_in, *d_ffn_out, *dep_in, *dep_emb, *linear;
-    float *norm, *dnorm;
-    /* K/V: M_ATT_ROWS slots of a (2, ctx, D) ring; the rows' new K/V */
-    uint16_t *ring, *kvl;
-    /* activations */
-    float *x, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
-    uint16_t *xb;
-    float *dy, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
-    int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
-    int64_t *pos;
-    samp_row *rows;
-    /* the 8-bit schemes: the chunk's K/V scales, the GEMM path's bf16
-     * scratch. The weight buffers hold int8 rows then (at the next 256
-     * bytes) their scales in the same allocations, the ring the int8
-     * layout (cu_kv_q8_layer_bytes), kvl the chunk's int8 K/V. */
-    float *kvs8;
-    uint16_t *wdq;
-} mbuf;
-
-static int g_q8;   /* 1: the step runs int8 weights and int8 K/V */
-
-static const float *w8s(const uint16_t *w, int N, int K) {   /* cuda/cu_backend.c w8_scales */
-    return (const float *)((const unsigned char *)w + (((size_t)N * K + 255) & ~(size_t)255));
-}
+#define LT(call) CU_CHECK_FATAL(call)
 
 static void *dz(size_t bytes) {   /* device buffer, zeroed */
     void *p = NULL;
@@ -188,185 +165,220 @@ static void *dz(size_t bytes) {   /* device buffer, zeroed */
     return p;
 }
 
-static void *dw(size_t bytes) {   /* a weight: its values never matter here */
-    void *p = NULL;
-    CU_CHECK_FATAL(cudaMalloc(&p, bytes ? bytes : 1));
-    return p;
-}
-
 static int g_hidden, g_dhidden;
-static cublasHandle_t g_blas;
+static int g_q8;   /* 1: the step runs int8 weights and int8 K/V */
 
-static void bufs_open(mbuf *m) {
-    const size_t D = M_DIM, H = (size_t)g_hidden, dd = M_DDIM, dH = (size_t)g_dhidden, R = M_MAX_ROWS;
-    const int splits = cu_attend_splits(M_CTX);
-    m->attn_in = dw(2 * 3 * D * D);
-    m->attn_out = dw(2 * D * D);
-    m->ffn_in = dw(2 * 2 * H * D);
-    m->ffn_out = dw(2 * D * H);
-    m->text_linear = dw(2 * (size_t)M_TEXT * D);
-    m->emb = dw(2 * (size_t)M_NQ * (M_CARD + 1) * D);
-    m->text_emb = dw(2 * (size_t)(M_TEXT + 1) * D);
-    m->d_attn_in = dw(2 * 3 * dd * dd);
-    m->d_attn_out = dw(2 * dd * dd);
-    m->d_ffn_in = dw(2 * 2 * dH * dd);
-    m->d_ffn_out = dw(2 * dd * dH);
-    m->dep_in = dw(2 * dd * D);
-    m->dep_emb = dw(2 * (size_t)(M_CARD + 1) * dd);
-    m->linear = dw(2 * (size_t)M_CARD * dd);
-    m->norm = dz(4 * D);
-    m->dnorm = dz(4 * dd);
-    m->ring = dz(2 * (size_t)M_ATT_ROWS * 2 * M_CTX * D);
-    m->kvl = dz(2 * R * 2 * D);
-    m->x = dz(4 * R * D);
-    m->qkv = dz(4 * R * 3 * D);
-    m->att = dz(4 * R * D);
-    m->o = dz(4 * R * D);
-    m->u = dz(4 * R * 2 * H);
-    m->h = dz(4 * R * H);
-    m->part = dz(4 * R * M_HEADS * (size_t)splits * CU_ATT_PART_FLOATS);
-    m->tlog = dz(4 * R * M_TEXT);
-    m->alog = dz(4 * (size_t)M_DEPQ * R * M_CARD);
-    m->xb = dz(2 * R * H);
-    m->dy = dz(4 * R * dd);
-    m->dqkv = dz(4 * R * 3 * dd);
-    m->datt = dz(4 * R * dd);
-    m->dout = dz(4 * R * dd);
-    m->du = dz(4 * R * 2 * dH);
-    m->dh = dz(4 * R * dH);
-    m->dk = dz(4 * R * LM_MAX_DEP_Q * dd);
-    m->dv = dz(4 * R * LM_MAX_DEP_Q * dd);
-    m->tok = dz(4 * R * (1 + M_NQ));
-    m->slot = dz(4 * R);
-    m->out = dz(4 * R * (1 + M_DEPQ));
-    m->prev = dz(4 * R);
-    m->tgt = dz(4 * R * (1 + M_DEPQ));
-    m->dsteps = dz(4 * R);
-    m->pos = dz(8 * R);
-    m->rows = dz(sizeof(samp_row) * R);
-    m->kvs8 = dz(sizeof(float) * R * 2 * M_HEADS);
-    m->wdq = dz(2 * M_Q8_SCRATCH);
-}
+/* ---- the backend's own step, at 1 or 2 layers a side ----------------------------------- */
 
-/* ---- the step's parts (cuda/cu_backend.c, same launches) ------------------------------------- */
+extern const lm_backend_ops lm_cuda_backend;   /* cuda/cu_backend.c */
 
-#define LT(call) CU_CHECK_FATAL(call)
+/* One emulator table, its counts as doubles (combinations have weights). */
+typedef struct ttab {
+    int n;
+    struct {
+        char name[EMU_NAME_LEN];
+        double launches, dram, gl_bytes, gl_sectors, flops;
+        int gemm;
+    } r[M_TABLE];
+} ttab;
 
-/* The GEMM on m->xb (cuda/cu_backend.c gemm_xb): bf16 W, or int8 rows
- * widened a chunk at a time into m->wdq, a GEMM each, then the scales;
- * acc: y += (beta = 1; int8: the GEMMs into tmp, the scales and the add in
- * one launch). */
-static void gemm_xb(mbuf *m, float *y, const uint16_t *w, int n, int N, int K, int acc, float *tmp) {
-    const float one = 1.0f, zero = 0.0f;   /* the stand-in records the shape (sampling: no arithmetic) */
-    if (!g_q8) {
-        CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
-                                        CUDA_R_16BF, K, acc ? &one : &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                        CUBLAS_GEMM_DEFAULT));
-        return;
+/* dst += w * the rows of src (matched by the emulator's row names: kernels,
+ * and cuBLAS GEMMs by shape), in first-seen order. */
+static void tab_add(ttab *dst, const ttab *src, double w) {
+    for (int i = 0; i < src->n; i++) {
+        int j = 0;
+        while (j < dst->n && strcmp(dst->r[j].name, src->r[i].name)) j++;
+        if (j == dst->n) {
+            if (dst->n == M_TABLE) {
+                fprintf(stderr, "gpu-model: M_TABLE too small\n");
+                exit(1);
+            }
+            memset(&dst->r[j], 0, sizeof dst->r[j]);
+            snprintf(dst->r[j].name, sizeof dst->r[j].name, "%s", src->r[i].name);
+            dst->r[j].gemm = src->r[i].gemm;
+            dst->n++;
+        }
+        dst->r[j].launches += w * src->r[i].launches;
+        dst->r[j].dram += w * src->r[i].dram;
+        dst->r[j].gl_bytes += w * src->r[i].gl_bytes;
+        dst->r[j].gl_sectors += w * src->r[i].gl_sectors;
+        dst->r[j].flops += w * src->r[i].flops;
     }
-    float *dst = acc ? tmp : y;
-    int rows = (int)(M_Q8_SCRATCH / (size_t)K < (size_t)N ? M_Q8_SCRATCH / (size_t)K : (size_t)N);
-    for (int r0 = 0; r0 < N; r0 += rows) {
-        int nr = N - r0 < rows ? N - r0 : rows;
-        LT(cu_q8_to_bf16(m->wdq, (const int8_t *)w + (size_t)r0 * K, (size_t)nr * K, 0));
-        CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, m->wdq, CUDA_R_16BF, K,
-                                        m->xb, CUDA_R_16BF, K, &zero, dst + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                        CUBLAS_GEMM_DEFAULT));
+}
+
+/* The emulator's table since the last emu_traffic_start. */
+static void tab_get(ttab *t) {
+    emu_traffic e[M_TABLE];
+    int n = emu_traffic_get(e, M_TABLE);
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < n; i++) {
+        snprintf(t->r[i].name, sizeof t->r[i].name, "%s", e[i].kernel);
+        t->r[i].gemm = e[i].gemm_m > 0;
+        t->r[i].launches = (double)e[i].launches;
+        t->r[i].dram = e[i].dram_bytes;
+        t->r[i].gl_bytes = e[i].gl_bytes;
+        t->r[i].gl_sectors = e[i].gl_sectors;
+        t->r[i].flops = e[i].gemm_flops;
     }
-    if (acc) LT(cu_scale_cols_add(y, tmp, w8s(w, N, K), n, N, N, 0));
-    else LT(cu_scale_cols(y, w8s(w, N, K), n, N, N, 0));
+    t->n = n;
 }
 
-/* lin_f(): the matvec below M_GEMM_MIN_ROWS rows with f's fusions in its
- * launch, else the norm (or not) with the bf16 rounding + GEMM. */
-static void lin_f(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K, const cu_fuse *f,
-                  float *tmp) {
-    if (n < M_GEMM_MIN_ROWS) {
-        if (g_q8) LT(cu_matvec_q8_fused(y, x, (const int8_t *)w, w8s(w, N, K), n, N, K, f, 0));
-        else LT(cu_matvec_bf16_fused(y, x, w, n, N, K, f, 0));
-        return;
+/* Prices a table into the printed rows (GEMMs of every shape in one row):
+ * per launch, the longer of the bytes and (GEMMs) the FLOPs, plus a node. */
+static void price(const ttab *t) {
+    ntable = 0;
+    for (int i = 0; i < t->n; i++) {
+        double launches = t->r[i].launches;
+        if (launches < 0.5) continue;   /* a row of the 1-layer run only, cancelled: none here */
+        mrow *r = row_of(t->r[i].gemm ? "cublasGemmEx" : t->r[i].name);
+        r->gemm = t->r[i].gemm;
+        r->launches += launches;
+        r->bytes += t->r[i].dram;
+        r->gl_bytes += t->r[i].gl_bytes;
+        r->gl_sectors += t->r[i].gl_sectors;
+        r->flops += t->r[i].flops;
+        double us = fmax(t->r[i].dram / launches / (H200_HBM_BPS * H200_HBM_FRACTION),
+                         t->r[i].gemm ? t->r[i].flops / launches / (H200_BF16_FLOPS * H200_GEMM_FRACTION) : 0.0) *
+                        1e6 + H200_NODE_US;
+        r->us += us * launches;
     }
-    if (f && f->norm) LT(cu_rmsnorm_bf16(m->xb, x, f->norm, n, K, f->eps, 0));
-    else LT(cu_f32_to_bf16(m->xb, x, (size_t)n * K, 0));
-    gemm_xb(m, y, w, n, N, K, f && f->acc, tmp);
 }
 
-static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K) {
-    lin_f(m, y, x, w, n, N, K, NULL, NULL);
-}
-
-/* lin_gated_acc(): y += the gated product: the gated matvec below
- * M_GEMM_MIN_ROWS rows, else the gate and bf16 rounding in one launch +
- * GEMM (beta = 1). */
-static void lin_gated_acc(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K, float *tmp) {
-    const cu_fuse add = {.acc = 1};
-    if (n < M_GEMM_MIN_ROWS) {
-        if (g_q8) LT(cu_matvec_q8_gated_fused(y, u, (const int8_t *)w, w8s(w, N, K), n, N, K, &add, 0));
-        else LT(cu_matvec_bf16_gated_fused(y, u, w, n, N, K, &add, 0));
-        return;
+/* A directory holding the config.json of the released 7B (lm-bench
+ * --shape 7b's) with lt temporal and ld depformer layers. */
+static const char *model_dir(int lt, int ld) {
+    static char dir[256];
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, sizeof dir, "%s/gpu-model-%d-%d-%d", tmp, (int)getpid(), lt, ld);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "gpu-model: mkdir %s: %s\n", dir, strerror(errno));
+        exit(1);
     }
-    LT(cu_silu_gate_bf16(m->xb, u, n, K, 0));
-    gemm_xb(m, y, w, n, N, K, 1, tmp);
-}
-
-static const cu_fuse g_add = {.acc = 1};
-
-static void temporal_layer(mbuf *m, int B) {
-    const int D = M_DIM, H = g_hidden;
-    const cu_fuse nrm = {.norm = m->norm, .eps = LM_NORM_EPS};   /* norm1, norm2: one buffer here */
-    lin_f(m, m->qkv, m->x, m->attn_in, B, 3 * D, D, &nrm, NULL);
-    if (g_q8) LT(cu_qkv_rope_q8(m->qkv, (int8_t *)m->kvl, m->kvs8, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
-    else LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
-    /* (the attention and the K/V store: attend(), scaled separately) */
-    lin_f(m, m->x, m->att, m->attn_out, B, D, D, &g_add, m->o);
-    lin_f(m, m->u, m->x, m->ffn_in, B, 2 * H, D, &nrm, NULL);
-    lin_gated_acc(m, m->x, m->u, m->ffn_out, B, D, H, m->o);
-}
-
-static void attend(mbuf *m, int rows) {
-    const int D = M_DIM;
-    if (g_q8) {
-        size_t lb = cu_kv_q8_layer_bytes(M_CTX, D, M_HEADS);
-        LT(cu_attend_ring_q8(m->att, m->part, m->qkv, 3 * D, (const int8_t *)m->kvl, m->kvs8, (const int8_t *)m->ring,
-                             lb, m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
-        LT(cu_kv_store_q8((int8_t *)m->ring, lb, (const int8_t *)m->kvl, m->kvs8, m->slot, m->pos, rows, D, M_HEADS,
-                          M_CTX, 0));
-        return;
+    char path[320];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "gpu-model: %s: %s\n", path, strerror(errno));
+        exit(1);
     }
-    LT(cu_attend_ring(m->att, m->part, m->qkv, 3 * D, m->kvl, m->ring, (size_t)2 * M_CTX * D, m->slot, m->pos, rows,
-                      M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
-    LT(cu_kv_store(m->ring, (size_t)2 * M_CTX * D, m->kvl, m->slot, m->pos, rows, D, M_CTX, 0));
+    fprintf(f,
+            "{\"hidden_scale\": 4.125, \"max_period\": 10000, \"gating\": \"silu\", \"norm\": \"rms_norm_f32\", "
+            "\"positional_embedding\": \"rope\", \"causal\": true, \"existing_text_padding_id\": 3, "
+            "\"depformer_multi_linear\": true, \"depformer_weights_per_step\": true, \"depformer_pos_emb\": \"none\", "
+            "\"dep_q\": %d, \"context\": %d, "
+            "\"n_q\": %d, \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1], "
+            "\"dim\": %d, \"num_heads\": %d, \"num_layers\": %d, \"card\": %d, \"text_card\": %d, "
+            "\"depformer_dim\": %d, \"depformer_num_heads\": %d, \"depformer_num_layers\": %d, "
+            "\"depformer_dim_feedforward\": %d}\n",
+            M_DEPQ, M_CTX, M_NQ, M_DIM, M_HEADS, lt, M_CARD, M_TEXT, M_DDIM, M_DHEADS, ld, M_DFF);
+    fclose(f);
+    return dir;
 }
 
-static void step_once(mbuf *m, int B) {   /* before the layers, and the text head */
-    LT(cu_embed_sum(m->x, m->tok, 1 + M_NQ, m->emb, m->text_emb, B, M_DIM, M_NQ, M_CARD, M_TEXT, 0));
+static void model_dir_remove(int lt, int ld) {
+    char path[320];
+    const char *dir = model_dir(lt, ld);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    remove(path);
+    rmdir(dir);
 }
 
-static void step_head(mbuf *m, int B) {   /* out_norm folded into the head's product */
-    const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
-    lin_f(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM, &on, NULL);
-    LT(cu_samp_topk_feed(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL, 0,
-                         0));
+#define M_POINTS 6
+typedef struct mpoint { int B, pos; } mpoint;
+
+/* The backend opened at lt temporal and ld depformer layers, max_slots the
+ * largest point's batch, random weights; per point, its slots 0..B-1 set to
+ * the position, one real step (lm_backend_step: the bucket's graph) with
+ * the accounting on, its table into out[point]. Everything but the
+ * measured steps runs with one block a grid (the weights' fill, the
+ * graphs' warm-up, the positions): fast, and not counted. */
+#define EMU_SKIP_STRIDE (1u << 30)
+static void backend_runs(int lt, int ld, const mpoint *pts, int np, ttab *out) {
+    int S = 0;
+    for (int i = 0; i < np; i++) S = pts[i].B > S ? pts[i].B : S;
+    lm_backend_opts o = {.max_slots = S, .threads = 1, .variant = LM_VARIANT_KYUTAI, .random_weights = 1,
+                         .weights = g_q8 ? LM_WEIGHTS_INT8 : LM_WEIGHTS_BF16, .kv = g_q8 ? LM_KV_INT8 : LM_KV_NATIVE};
+    ms_error e = {0};
+    emu_traffic_start(EMU_SKIP_STRIDE);
+    lm_backend *b = lm_backend_open(&lm_cuda_backend, model_dir(lt, ld), &o, &e);
+    if (!b) {
+        fprintf(stderr, "gpu-model: backend open (%d + %d layers): %s\n", lt, ld, e.msg);
+        exit(1);
+    }
+    static lm_step_slot slots[M_MAX_ROWS];
+    const int times = getenv("GPU_MODEL_TIMES") != NULL;   /* the emulator's seconds per part, to stderr */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int tok[1 + M_NQ] = {0};
+    for (int i = 0; i < np; i++) {
+        const int B = pts[i].B, pos = pts[i].pos;
+        emu_traffic_start(EMU_SKIP_STRIDE);
+        for (int s = 0; s < B; s++) {
+            /* pos 0: a reset; else the position by a one-position prefill at pos - 1 through the table (the
+             * dispatcher's next-position rule skipped): the step reads the window's rows whatever they hold */
+            int rc = pos == 0 ? lm_backend_reset_slot(b, s, &e)
+                              : b->ops->prefill(b->ctx, s, pos - 1, 1, tok, NULL, &e);
+            if (rc != MS_OK || lm_backend_pos(b, s) != pos) {
+                fprintf(stderr, "gpu-model: slot %d to position %d: %s\n", s, pos, e.msg);
+                exit(1);
+            }
+            memset(&slots[s], 0, sizeof slots[s]);
+            slots[s].slot = s;
+            slots[s].dep_steps = -1;   /* greedy sampling, every sub-step */
+        }
+        emu_traffic_start(EMU_MODEL_STRIDE);
+        if (lm_backend_step(b, slots, B, &e) != MS_OK) {
+            fprintf(stderr, "gpu-model: step B=%d pos=%d: %s\n", B, pos, e.msg);
+            exit(1);
+        }
+        tab_get(&out[i]);
+        if (times) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            fprintf(stderr, "gpu-model: %d + %d layers%s, B=%d pos=%d: %.1f s\n", lt, ld, g_q8 ? " (8-bit)" : "", B, pos,
+                    (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+            t0 = t1;
+        }
+    }
+    emu_traffic_start(EMU_SKIP_STRIDE);
+    lm_backend_close(b);
+    emu_traffic_stop();
+    model_dir_remove(lt, ld);
 }
 
-static void dep_substep_own(mbuf *m, int B) {   /* out_norm folded into depformer_in */
-    const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
-    lin_f(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM, &on, NULL);
-    LT(cu_embed_add_rows(m->dy, m->prev, m->dep_emb, B, M_DDIM, M_CARD + 1, 0));
-    lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
-    LT(cu_samp_topk_feed(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
-                         1 + M_DEPQ, m->dsteps, 0, 0));
-}
-
-static void dep_layer(mbuf *m, int B) {
-    const int dd = M_DDIM, Hd = g_dhidden;
-    const cu_fuse nrm = {.norm = m->dnorm, .eps = LM_NORM_EPS};
-    lin_f(m, m->dqkv, m->dy, m->d_attn_in, B, 3 * dd, dd, &nrm, NULL);
-    LT((g_q8 ? cu_dep_attend_q8 : cu_dep_attend)(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K,
-                                                 M_DEPQ, B, M_DHEADS, dd / M_DHEADS, 0));
-    lin_f(m, m->dy, m->datt, m->d_attn_out, B, dd, dd, &g_add, m->dout);
-    lin_f(m, m->du, m->dy, m->d_ffn_in, B, 2 * Hd, dd, &nrm, NULL);
-    lin_gated_acc(m, m->dy, m->du, m->d_ffn_out, B, dd, Hd, m->dout);
+/* Every point's whole-step table: run(1, 1) + (32 - 1) (run(2, 1) -
+ * run(1, 1)) + (6 - 1) (run(1, 2) - run(1, 1)). Exact for what the
+ * emulator counts: each row (launches, bytes, sectors, FLOPs) is a sum over
+ * launches, and a layer's launches and their traffic do not depend on how
+ * many layers there are (its K/V view, its weights and workspaces are its
+ * own or shared at the same sizes). The depformer's difference is taken at
+ * position 0 for every point (no depformer launch reads the position; the
+ * temporal part cancels), which spares the 2-depformer-layer run the
+ * attention over a full window. */
+#define M_RUNS (2 * M_POINTS)
+static void step_tables(const mpoint *pts, int np, ttab *whole) {
+    static ttab t11[M_RUNS], t21[M_POINTS], t12[M_RUNS];
+    mpoint p11[M_RUNS], p12[M_RUNS];
+    int n11 = np, n12 = 0, at0[M_POINTS], dep[M_POINTS];
+    memcpy(p11, pts, sizeof *pts * (size_t)np);
+    for (int i = 0; i < np; i++) {   /* each batch's point at position 0: in the 1 + 1 run, and the 1 + 2 run's */
+        int j = 0, k = 0;
+        while (j < n11 && !(p11[j].B == pts[i].B && p11[j].pos == 0)) j++;
+        if (j == n11) p11[n11++] = (mpoint){pts[i].B, 0};
+        while (k < n12 && p12[k].B != pts[i].B) k++;
+        if (k == n12) p12[n12++] = (mpoint){pts[i].B, 0};
+        at0[i] = j;
+        dep[i] = k;
+    }
+    backend_runs(1, 1, p11, n11, t11);
+    backend_runs(2, 1, pts, np, t21);
+    backend_runs(1, 2, p12, n12, t12);
+    for (int i = 0; i < np; i++) {
+        memset(&whole[i], 0, sizeof whole[i]);
+        tab_add(&whole[i], &t11[i], 1.0 - (M_LAYERS - 1));
+        tab_add(&whole[i], &t21[i], M_LAYERS - 1);
+        tab_add(&whole[i], &t12[dep[i]], M_DLAYERS - 1);
+        tab_add(&whole[i], &t11[at0[i]], -(M_DLAYERS - 1.0));
+    }
 }
 
 /* The bytes a step must read: every weight matrix it uses once, the text
@@ -388,30 +400,9 @@ static double floor_bytes(int B, int pos) {
     return temporal + head + dep + emb + kv;
 }
 
-/* One (B, pos) point: runs the parts, prints the table; returns the step's ms. */
-static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
-    ntable = 0;
-    int32_t slot[M_MAX_ROWS];
-    int64_t p[M_MAX_ROWS];
-    for (int b = 0; b < M_MAX_ROWS; b++) {
-        slot[b] = b % M_ATT_ROWS;   /* only the attention reads more than M_ATT_ROWS rows' slots */
-        p[b] = pos;
-    }
-    CU_CHECK_FATAL(cudaMemcpy(m->slot, slot, sizeof slot, cudaMemcpyHostToDevice));
-    CU_CHECK_FATAL(cudaMemcpy(m->pos, p, sizeof p, cudaMemcpyHostToDevice));
-    emu_traffic_reset();
-    step_once(m, B);
-    step_head(m, B);
-    collect(1, 1);
-    temporal_layer(m, B);
-    collect(M_LAYERS, M_LAYERS);
-    int ar = B < M_ATT_ROWS ? B : M_ATT_ROWS;
-    attend(m, ar);
-    collect(M_LAYERS, (double)M_LAYERS * B / ar);
-    dep_substep_own(m, B);
-    collect(M_DEPQ, M_DEPQ);
-    dep_layer(m, B);
-    collect(M_DEPQ * M_DLAYERS, M_DEPQ * M_DLAYERS);
+/* One (B, pos) point: prices its table, prints it; returns the step's ms. */
+static double model_point(const ttab *t, int B, int pos, double *floor_ms) {
+    price(t);
     double us = 0, bytes = 0, launches = 0;
     for (int i = 0; i < ntable; i++) {
         const mrow *r = &table[i];
@@ -500,27 +491,38 @@ int main(void) {
            "x %.2f, bf16 %.0f TFLOP/s x %.2f, %.1f us a graph node (docs/cuda.md)\n\n",
            EMU_MODEL_STRIDE, H200_HBM_BPS / 1e12, H200_HBM_FRACTION, H200_BF16_FLOPS / 1e12, H200_GEMM_FRACTION,
            H200_NODE_US);
-    mbuf m;
-    memset(&m, 0, sizeof m);
-    bufs_open(&m);
-    CUBLAS_CHECK_FATAL(cublasCreate(&g_blas));
-    emu_traffic_start(EMU_MODEL_STRIDE);
     static const int batches[] = {1, 8, 64}, positions[] = {0, 3000};
     double ms[3][2], fl[3][2];
     const int no_lm = getenv("GPU_MODEL_NO_LM") != NULL;
+    /* the emulated device as large as the H200 and lazy: 64 slots of 3000 positions at 2 layers are 6.4 GB of
+     * K/V, of which the sampled blocks read a sixteenth (emu_set_lazy) */
+    ms_log_level = ms_log_parse_level("warn");   /* the backend's open lines: not this tool's output */
+    emu_set_lazy(1);
+    emu_set_device_bytes(M_DEVICE_BYTES);
+    static ttab whole[M_POINTS];
+    if (!no_lm) {
+        mpoint pts[M_POINTS];
+        for (int bi = 0; bi < 3; bi++)
+            for (int pi = 0; pi < 2; pi++) pts[bi * 2 + pi] = (mpoint){batches[bi], positions[pi]};
+        step_tables(pts, 6, whole);
+    }
     for (int bi = 0; bi < 3; bi++)
         for (int pi = 0; pi < 2; pi++)
-            ms[bi][pi] = no_lm ? (fl[bi][pi] = 0) : model_point(&m, batches[bi], positions[pi], &fl[bi][pi]);
-    /* the 8-bit schemes: the same buffers (the int8 layouts fit in the bf16 sizes) */
+            ms[bi][pi] = no_lm ? (fl[bi][pi] = 0)
+                               : model_point(&whole[bi * 2 + pi], batches[bi], positions[pi], &fl[bi][pi]);
+    /* the 8-bit schemes: the backend opened with int8 weights and int8 K/V */
     g_q8 = 1;
     double ms8[2] = {0, 0}, fl8[2] = {0, 0};
     if (!no_lm) {
+        const mpoint pts[2] = {{1, 3000}, {128, 3000}};
+        step_tables(pts, 2, whole);
         printf("8-bit schemes (int8 weights, int8 K/V):\n\n");
-        ms8[0] = model_point(&m, 1, 3000, &fl8[0]);
-        ms8[1] = model_point(&m, 128, 3000, &fl8[1]);
+        ms8[0] = model_point(&whole[0], 1, 3000, &fl8[0]);
+        ms8[1] = model_point(&whole[1], 128, 3000, &fl8[1]);
     }
     g_q8 = 0;
-    emu_traffic_stop();
+    emu_set_lazy(0);
+    emu_set_device_bytes(0);
     printf("predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 %.2f ms (floor %.2f ms); B=128 pos=3000 "
            "%.2f ms (floor %.2f ms)\n\n", ms8[0], fl8[0], ms8[1], fl8[1]);
     if (!getenv("GPU_MODEL_NO_CODEC")) {

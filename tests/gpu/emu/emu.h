@@ -133,6 +133,15 @@ void emu_set_devices(int n);
  * cudaFreeHost calls so far (each may synchronise the device): a steady
  * state makes none. */
 uint64_t emu_alloc_calls(void);
+/* emu_set_lazy: 1 = device buffers allocated from now on are lazy: not
+ * poisoned and not shadowed (no "never written" check on them), so their
+ * pages stay uncommitted until touched; a cudaMemset to 0 on one hands its
+ * whole pages back (zero on their next read) instead of writing them.
+ * With it, emu_set_device_bytes: the size the device reports and allows
+ * (0: the default 8 GiB). For gpu-model, whose 7B geometry needs more
+ * memory than the host has while sampled blocks touch little of it. */
+void emu_set_lazy(int on);
+void emu_set_device_bytes(size_t bytes);
 
 /* ---- traffic accounting (emu_traffic.c; the performance model) ------------- */
 

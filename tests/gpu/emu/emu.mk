@@ -101,13 +101,14 @@ $(EMU_TEST): $(EMU_OUT)/$(EMU_DIR)/emu_test.o $(EMU_OUT)/$(EMU_DIR)/emu_faults.o
 	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 
 # The H200 performance model of the LM step (tests/gpu/gpu_model.c): the
-# step's launches at the 7B's geometry with the emulator's traffic
-# accounting; prints per-kernel lines and the predicted step times.
+# CUDA backend's own steps (cuda/cu_backend.c) at the 7B's geometry with the
+# emulator's traffic accounting; prints per-kernel lines and the predicted
+# step times.
 EMU_MODEL := $(BUILD)/gpu-model
-$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_OUT)/host/cuda/cu_mimi.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) \
-		$(LIBENGINE)
+$(EMU_MODEL): $(EMU_OUT)/tests/gpu/gpu_model.o $(EMU_OUT)/host/cuda/cu_backend.o $(EMU_OUT)/host/cuda/cu_mimi.o \
+		$(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) $(LIBENGINE)
 	@echo "  LD      $@"
-	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl
+	$(Q)$(CXX) -rdynamic -o $@ $^ -lm -ldl -lpthread
 gpu-model: $(EMU_MODEL)
 	$(Q)$(EMU_MODEL)
 .PHONY: gpu-model

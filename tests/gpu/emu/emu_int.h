@@ -61,6 +61,7 @@ typedef struct emu_alloc {
     size_t elem;            /* and element size */
     const void *key;        /* shared variables: the declaration */
     uint64_t gen;           /* block generation its shadow was reset for */
+    int lazy;               /* emu_set_lazy: neither poisoned nor shadowed */
 } emu_alloc;
 
 typedef struct emu_state {
@@ -145,6 +146,11 @@ void emu_alloc_reset_all(void);
 void emu_alloc_reset_block(emu_alloc *a);
 /* emu_shadow_set: mark [p, p+n) of device memory written (v = 1) or not. */
 void emu_shadow_set(const void *p, size_t n, int v);
+/* emu_mem_set: a memset node's work: [p, p+n) = v, marked written; a lazy
+ * buffer set to 0 gets its whole pages back instead (emu_set_lazy). */
+void emu_mem_set(void *p, int v, size_t n);
+/* emu_lazy_on: emu_set_lazy's switch. */
+int emu_lazy_on(void);
 void emu_shadow_copy(void *dst, const void *src, size_t n);
 /* emu_check: one access by the current thread; faults on the first problem. */
 void emu_check(const void *p, size_t n, int flags, emu_site site, const void *pc);

@@ -24,7 +24,7 @@
 
 #define E emu_g
 
-#define ARENA_BYTES (16ull << 30)   /* reserved, not committed */
+#define ARENA_BYTES (1ull << 40)    /* reserved, not committed (gpu-model's lazy buffers: tens of GB) */
 #define ARENA_MIN_BYTES (1ull << 30)
 #define ALLOCS_MAX 65536
 #define SIGSTACK_BYTES (256 * 1024)
@@ -119,16 +119,18 @@ emu_alloc *emu_alloc_new(size_t size, size_t align, emu_akind kind) {
     }
     if (hi + pg > arena_end) return NULL;
     if (mprotect(lo, (size_t)(hi - lo), PROT_READ | PROT_WRITE) != 0) return NULL;
-    memset(lo, EMU_POISON, (size_t)(hi - lo));
+    int lazy = kind == EMU_A_DEVICE && emu_lazy_on();
+    if (!lazy) memset(lo, EMU_POISON, (size_t)(hi - lo));
     emu_alloc *a = &allocs[nallocs];
     memset(a, 0, sizeof *a);
+    a->lazy = lazy;
     a->lo = lo;
     a->hi = hi;
     a->ptr = ptr;
     a->size = size;
     a->kind = kind;
     a->id = nallocs++;
-    if (kind != EMU_A_PINNED) {
+    if (kind != EMU_A_PINNED && !lazy) {
         a->shadow = calloc(size ? size : 1, 1);
         if (!a->shadow) return NULL;
     }
@@ -184,6 +186,27 @@ void emu_shadow_set(const void *p, size_t n, int v) {
     int span = 0;
     emu_alloc *a = emu_alloc_at(p, n, &span);
     if (a && a->shadow && span) memset(a->shadow + ((const char *)p - a->ptr), v ? 1 : 0, n);
+}
+
+void emu_mem_set(void *p, int v, size_t n) {
+    int span = 0;
+    emu_alloc *a = emu_alloc_at(p, n, &span);
+    if (!a || !a->lazy || !span || v != 0) {
+        memset(p, v, n);
+        emu_shadow_set(p, n, 1);
+        return;
+    }
+    /* lazy, to 0: the partial pages at either end written, the whole ones handed back */
+    char *c = p, *end = c + n;
+    char *first = (char *)(((uintptr_t)c + pg - 1) & ~(uintptr_t)(pg - 1));
+    char *last = (char *)((uintptr_t)end & ~(uintptr_t)(pg - 1));
+    if (first >= last) {
+        memset(c, 0, n);
+        return;
+    }
+    memset(c, 0, (size_t)(first - c));
+    if (madvise(first, (size_t)(last - first), MADV_DONTNEED) != 0) memset(first, 0, (size_t)(last - first));
+    memset(last, 0, (size_t)(end - last));
 }
 
 void emu_shadow_copy(void *dst, const void *src, size_t n) {

@@ -26,6 +26,12 @@
 static struct { const void *func; int dyn_max; } func_attrs[EMU_FUNC_ATTRS];
 static int nfunc_attrs;
 static size_t device_used;
+static size_t device_bytes = EMU_DEVICE_BYTES;   /* emu_set_device_bytes */
+static int lazy;                                 /* emu_set_lazy */
+
+void emu_set_lazy(int on) { lazy = on != 0; }
+int emu_lazy_on(void) { return lazy; }
+void emu_set_device_bytes(size_t bytes) { device_bytes = bytes ? bytes : EMU_DEVICE_BYTES; }
 
 __thread cudaError_t emu_t_last;
 __thread int emu_t_dev;
@@ -175,7 +181,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (device < 0 || device >= emu_devices() || no_device()) return emu_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "moshid CUDA emulator (host fibers)");
-    p->totalGlobalMem = EMU_DEVICE_BYTES;
+    p->totalGlobalMem = device_bytes;
     p->sharedMemPerBlock = EMU_SHARED_DEFAULT;
     p->sharedMemPerBlockOptin = EMU_SHARED_LIMIT;
     p->regsPerBlock = 65536;
@@ -353,7 +359,7 @@ static cudaError_t malloc_kind(void **ptr, size_t bytes, emu_akind kind, const c
         *ptr = NULL;
         return cudaSuccess;
     }
-    if (device_used + bytes > EMU_DEVICE_BYTES) return emu_ret(cudaErrorMemoryAllocation);
+    if (device_used + bytes > device_bytes) return emu_ret(cudaErrorMemoryAllocation);
     if (E.alloc_fail_after && --E.alloc_fail_after == 0) return emu_ret(cudaErrorMemoryAllocation);
     emu_alloc *a = emu_alloc_new(bytes, 256, kind);
     if (!a) return emu_ret(cudaErrorMemoryAllocation);
@@ -394,8 +400,8 @@ cudaError_t cudaFreeHost(void *ptr) { return free_kind(ptr, EMU_A_PINNED, "cudaF
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     EMU_ENTER();
-    *free_bytes = EMU_DEVICE_BYTES - device_used;
-    *total_bytes = EMU_DEVICE_BYTES;
+    *free_bytes = device_bytes - device_used;
+    *total_bytes = device_bytes;
     return cudaSuccess;
 }
 

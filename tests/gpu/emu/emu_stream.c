@@ -749,8 +749,7 @@ static cudaError_t run_node(const emu_node *nd) {
         emu_shadow_copy(nd->dst, nd->own ? nd->own : nd->src, nd->n);
         return cudaSuccess;
     case EMU_NODE_MEMSET:
-        memset(nd->dst, nd->value, nd->n);
-        emu_shadow_set(nd->dst, nd->n, 1);
+        emu_mem_set(nd->dst, nd->value, nd->n);
         return cudaSuccess;
     case EMU_NODE_HOST:
         nd->fn(nd->arg);
