@@ -67,6 +67,9 @@ typedef struct emu_state {
     int inited;
     /* options */
     emu_order order;
+    emu_order block_order;  /* emu_set_block_order */
+    uint32_t *block_perm;   /* a random block order's permutation, block_perm_n entries */
+    size_t block_perm_n;
     uint64_t seed;
     int quiet, hooks;
     unsigned timeout_ms;
