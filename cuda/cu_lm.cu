@@ -485,7 +485,7 @@ attend_ring_kernel(float *outp, int out_stride, float *part, unsigned *count, co
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();   /* the others' partials are read after their arrivals */
+    __threadfence();   /* the others' partials are read after their arrivals, through L2 (__ldcg: no stale L1 line) */
     /* the combine: pass 0 the maximum, pass 1 the sums, in split order */
     const float *pp = pb, *pacc = pb + 2 * gridDim.z;
     float M = -INFINITY, LS = 0.0f, a[ATT_OUT_ELEMS];
@@ -495,7 +495,7 @@ attend_ring_kernel(float *outp, int out_stride, float *part, unsigned *count, co
         for (int s0 = 0; s0 < used; s0 += ATT_ML_CHUNK) {
             const int n = min(ATT_ML_CHUNK, used - s0);
             __syncthreads();   /* the previous chunk is read */
-            for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) mls[i] = pp[2 * s0 + i];
+            for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) mls[i] = __ldcg(pp + 2 * s0 + i);
             __syncthreads();
             for (int sp = 0; sp < n; sp++) {
                 if (pass == 0) {
@@ -506,7 +506,7 @@ attend_ring_kernel(float *outp, int out_stride, float *part, unsigned *count, co
 #pragma unroll
                     for (int i = 0; i < ATT_OUT_ELEMS; i++) {
                         const int d = threadIdx.x + i * ATT_THREADS;
-                        if (d < head_dim) a[i] += f * pacc[(size_t)(s0 + sp) * CU_ATT_MAX_HEAD_DIM + d];
+                        if (d < head_dim) a[i] += f * __ldcg(pacc + (size_t)(s0 + sp) * CU_ATT_MAX_HEAD_DIM + d);
                     }
                 }
             }

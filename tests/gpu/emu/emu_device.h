@@ -184,6 +184,15 @@ EMU_NOSAN inline T ldg(emu_site s, const T *p) {
     return *p;
 }
 
+/* __ldcg: a global load cached in L2 only (on a device it skips a stale L1
+ * line: what a block reads of another block's stores after their
+ * publication); here a load, checked and counted once. */
+template <class T>
+EMU_NOSAN inline T ldcg(emu_site s, const T *p) {
+    emu_access(p, sizeof(T), EMU_LOAD, s);
+    return *p;
+}
+
 /* Atomics run as plain read-modify-writes: a fiber is never preempted
  * inside one, so each is atomic; the address is checked first (alignment,
  * address space, bounds, initialised). */
@@ -254,6 +263,7 @@ static inline unsigned emu_syncwarp_mask_(unsigned m = 0xFFFFFFFFu) { return m; 
 #define __reduce_xor_sync(m, v) emu::reduce(EMU_W_XOR, EMU_W_XOR, EMU_SITE, (m), (v))
 
 #define __ldg(p) emu::ldg(EMU_SITE, (p))
+#define __ldcg(p) emu::ldcg(EMU_SITE, (p))
 
 #define atomicAdd(p, v) emu::atomic_add(EMU_SITE, (p), (v))
 #define atomicSub(p, v) emu::atomic_sub(EMU_SITE, (p), (v))
