@@ -573,6 +573,22 @@ extern "C" cudaError_t cu_mimi_convtr(float *y, float *full, float *state, size_
  * group order. */
 #define LN_THREADS 128
 
+/* The mean over D channels of column jl from each thread's partial sum a:
+ * the G partials of the column added in group order by group 0. Starts
+ * with a barrier, so stat may still be read by the caller before it. */
+__device__ double ln_column_mean(double a, double *part, double *stat, int TJ, int G, int jl, int g, int D) {
+    __syncthreads();   /* every thread has read stat (a previous mean) */
+    part[threadIdx.x] = a;
+    __syncthreads();
+    if (g == 0) {
+        double m = 0;
+        for (int q = 0; q < G; q++) m += part[q * TJ + jl];
+        stat[jl] = m / D;
+    }
+    __syncthreads();
+    return stat[jl];
+}
+
 __global__ void __launch_bounds__(LN_THREADS) mimi_layer_norm_kernel(float *y, const float *x, const float *w,
                                                                       const float *b, int D, int N, int TJ) {
     __shared__ double part[LN_THREADS];
@@ -582,32 +598,16 @@ __global__ void __launch_bounds__(LN_THREADS) mimi_layer_norm_kernel(float *y, c
     double a = 0;
     if (ok)
         for (int d = g; d < D; d += G) a += x[(size_t)d * N + j];
-    part[threadIdx.x] = a;
-    __syncthreads();
-    if (g == 0) {
-        double m = 0;
-        for (int q = 0; q < G; q++) m += part[q * TJ + jl];
-        stat[jl] = m / D;
-    }
-    __syncthreads();
-    const double mean = stat[jl];
+    const double mean = ln_column_mean(a, part, stat, TJ, G, jl, g, D);
     a = 0;
     if (ok)
         for (int d = g; d < D; d += G) {
             double e = x[(size_t)d * N + j] - mean;
             a += e * e;
         }
-    __syncthreads();   /* every thread has read stat (the mean) */
-    part[threadIdx.x] = a;
-    __syncthreads();
-    if (g == 0) {
-        double v = 0;
-        for (int q = 0; q < G; q++) v += part[q * TJ + jl];
-        stat[jl] = v / D;
-    }
-    __syncthreads();
+    const double var = ln_column_mean(a, part, stat, TJ, G, jl, g, D);
     if (!ok) return;
-    const float inv = (float)(1.0 / sqrt(stat[jl] + 1e-5));
+    const float inv = (float)(1.0 / sqrt(var + 1e-5));
     const float mu = (float)mean;
     for (int d = g; d < D; d += G) y[(size_t)d * N + j] = (x[(size_t)d * N + j] - mu) * inv * w[d] + b[d];
 }
