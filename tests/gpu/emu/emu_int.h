@@ -61,6 +61,7 @@ typedef struct emu_alloc {
     size_t elem;            /* and element size */
     const void *key;        /* shared variables: the declaration */
     uint64_t gen;           /* block generation its shadow was reset for */
+    uint64_t race_launch;   /* the race check: the last launch that stored to it (plainly) */
 } emu_alloc;
 
 typedef struct emu_state {

@@ -325,11 +325,12 @@ static void race_fault(emu_fault_kind k, const emu_alloc *a, const char *p, emu_
     emu_fault_raise(k, "%s %s, which %s (%s)", op, d, what, where);
 }
 
-static void race_note(const emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
+static void race_note(emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
     if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
     rb_sync();
     const uint32_t blk = race_block();
     const uint64_t launch = race_launch();
+    a->race_launch = launch;
     for (size_t i = 0; i < n; i++) {
         race_ent *e = race_find((uintptr_t)(p + i), launch, 1);
         if (!e) continue;
@@ -352,10 +353,13 @@ static void race_note(const emu_alloc *a, const char *p, size_t n, emu_site site
 }
 
 static void race_load(const emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
-    if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
     rb_sync();
-    const uint32_t blk = race_block();
     const uint64_t launch = race_launch();
+    /* a buffer no block has stored to in this launch, read before any atomic: nothing to check or note
+     * (most loads: weights, inputs) */
+    if (a->race_launch != launch && !RB.atomics) return;
+    if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
+    const uint32_t blk = race_block();
     for (size_t i = 0; i < n; i++) {
         race_ent *e = race_find((uintptr_t)(p + i), launch, RB.atomics);
         if (!e) continue;
