@@ -477,51 +477,58 @@ static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16
     return gemm_xb(c, y, w, n, N, K, err);
 }
 
+/* Layer l's attention for n rows: RoPE on c->qkv, the attention over each
+ * row's ring into c->att, the new positions' K/V into the ring. A step
+ * (prefill 0: one row per slot) writes the new K/V into the ring from
+ * RoPE and the attention reads every key there: 2 launches. A prefill
+ * chunk (rows of one slot, which may wrap the ring) stages them in kvl
+ * (kvl8, kvs8), the attention reads the chunk's own from there, and the
+ * store follows it: 3 launches. */
+static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, float rope_k, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    int D = g->dim, ctx = g->context;
+    if (c->q8kv) {
+        int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
+        if (!prefill) {
+            ETRY(cu_qkv_rope_ring_q8(c->qkv, kv8_layer, c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim,
+                                     ctx, rope_k, c->st));
+            ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, NULL, kv8_layer, c->kv8_slot,
+                                   r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
+            return MS_OK;
+        }
+        ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+        ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot,
+                               r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
+        ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx, c->st));
+        return MS_OK;
+    }
+    uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
+    if (!prefill) {
+        ETRY(cu_qkv_rope_ring(c->qkv, kvl_layer, c->kv_slot, r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, rope_k,
+                              c->st));
+        ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, kvl_layer, c->kv_slot, r->slot, r->pos,
+                            n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
+        return MS_OK;
+    }
+    ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+    ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
+                        g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
+    ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+    return MS_OK;
+}
+
 /* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
  * Each residual add is fused with the norm after it (cu_add_rmsnorm: the
  * next layer's norm1, or out_norm after the last layer, in place). */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
-    int D = g->dim, H = g->hidden, ctx = g->context;
+    int D = g->dim, H = g->hidden;
     float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
     ETRY(cu_rmsnorm(c->xn, c->x, c->layers[0].norm1, n, D, LM_NORM_EPS, c->st));
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
         WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
-        /* A step (one row per slot): RoPE writes the new K/V into the ring,
-         * the attention reads every key there (2 launches). A prefill
-         * chunk (rows of one slot, which may wrap the ring): staged in
-         * kvl, stored after the attention (3). */
-        if (c->q8kv) {
-            int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
-            if (!prefill) {
-                ETRY(cu_qkv_rope_ring_q8(c->qkv, kv8_layer, c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim,
-                                         ctx, rope_k, c->st));
-                ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, NULL, kv8_layer,
-                                       c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0,
-                                       c->st));
-            } else {
-                ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
-                ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer,
-                                       c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1,
-                                       c->st));
-                ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx,
-                                    c->st));
-            }
-        } else {
-            uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
-            if (!prefill) {
-                ETRY(cu_qkv_rope_ring(c->qkv, kvl_layer, c->kv_slot, r->slot, r->pos, n, g->num_heads, g->head_dim,
-                                      ctx, rope_k, c->st));
-                ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, kvl_layer, c->kv_slot, r->slot,
-                                    r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
-            } else {
-                ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
-                ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot,
-                                    r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
-                ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
-            }
-        }
+        WTRY(attention(c, l, n, r, prefill, rope_k, err));
         WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
         ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
         WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
