@@ -175,7 +175,8 @@ int cu_attend_splits(int window);
 cudaError_t cu_attend_ring(float *out,               /* (B, heads * head_dim) */
                            float *part,              /* (B, heads, splits * CU_ATT_PART_FLOATS) workspace */
                            unsigned *count,          /* (B, heads) arrival counters: 0 before the first call
-                                                        (cudaMemset), left at 0 by every call */
+                                                        (cudaMemset), left at 0 by every call; one launch
+                                                        at a time uses them */
                            const float *q,           /* (B, q_stride) */
                            int q_stride,
                            const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16; or NULL */
