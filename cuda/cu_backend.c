@@ -36,6 +36,11 @@
  * rows are widened to bf16 (exact) into a scratch buffer of at most
  * CU_Q8_SCRATCH elements, a chunk of rows at a time, each chunk a GEMM,
  * then the columns times the row scales (cu_scale_cols).
+ * The RMSNorms and the residual adds have no launches of their own: each
+ * is folded into the product that reads or makes it (cu_fuse: the
+ * matvec's norm prologue or accumulate mode; on the GEMM path the norm in
+ * the bf16 conversion, cu_rmsnorm_bf16, and the add as beta = 1, or for
+ * int8 in cu_scale_cols_add), bit for bit the launches they replace.
  *
  * Errors: every CUDA or cuBLAS failure is MS_ERR_DEVICE naming the call,
  * file:line and the runtime's text. A failure inside step, prefill,
@@ -165,12 +170,12 @@ typedef struct cu_ctx {
     float *kvs8;                 /* (R, 2, heads) their scales */
     int64_t *pos;                /* (nslots) host: next position */
     /* workspaces (R rows) */
-    float *x, *xn, *qkv, *att, *o, *u, *h, *part;
+    float *x, *qkv, *att, *o, *u, *h, *part;   /* o: the int8 GEMM path's product before its add */
     unsigned *att_count;         /* (R, heads) the attention's arrival counters: 0 between launches */
     uint16_t *kvl, *xb;
     void *blas_ws;
     float *tlog, *alog;          /* (R, text_card), (dep_q, R, card) */
-    float *dy, *dyn, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    float *dy, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
     int32_t *prev, *out;         /* (R), (1 + dep_q, R) */
     size_t dcache;               /* floats per row of dk/dv: dep_layers * LM_MAX_DEP_Q * ddim */
     unsigned char *dup, *hup;    /* upload block: device, pinned host */
@@ -414,27 +419,32 @@ static int weights_pass(cu_ctx *c, ms_error *err) {
 
 #define ETRY(call) CU_CHECK(err, call)
 
-/* y (n, N) = xb (n, K) W^T, xb = c->xb (bf16 activations): one cuBLAS GEMM;
+/* y (n, N) = xb (n, K) W^T, xb = c->xb (bf16 activations), or with acc
+ * y += it (the residual add): one cuBLAS GEMM, beta = 1 to accumulate;
  * int8 W, chunks of rows widened into c->wdq, a GEMM each, then the row
- * scales. */
-static int gemm_xb(cu_ctx *c, float *y, const uint16_t *w, int n, int N, int K, ms_error *err) {
+ * scales: cu_scale_cols on y, or with acc the GEMMs write tmp (n, N) and
+ * cu_scale_cols_add adds the scaled product to y (the scale must come
+ * before the add, and beta cannot scale by column). tmp: read only then. */
+static int gemm_xb(cu_ctx *c, float *y, const uint16_t *w, int n, int N, int K, int acc, float *tmp, ms_error *err) {
     const float one = 1.0f, zero = 0.0f;
     if (!c->w8) {
         /* column-major: C (N, n) = W^T viewed (K, N) transposed times xb (K, n) */
         CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, c->xb,
-                                       CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                       CUDA_R_16BF, K, acc ? &one : &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
         return MS_OK;
     }
+    float *dst = acc ? tmp : y;
     int rows = (int)(c->wdq_n / (size_t)K < (size_t)N ? c->wdq_n / (size_t)K : (size_t)N);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         ETRY(cu_q8_to_bf16(c->wdq, (const int8_t *)w + (size_t)r0 * K, (size_t)nr * K, c->st));
         CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, c->wdq, CUDA_R_16BF, K,
-                                       c->xb, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                       c->xb, CUDA_R_16BF, K, &zero, dst + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
     }
-    ETRY(cu_scale_cols(y, w8_scales(w, N, K), n, N, N, c->st));
+    if (acc) ETRY(cu_scale_cols_add(y, tmp, w8_scales(w, N, K), n, N, N, c->st));
+    else ETRY(cu_scale_cols(y, w8_scales(w, N, K), n, N, N, c->st));
     return MS_OK;
 }
 
@@ -443,38 +453,49 @@ static int use_gemm(const cu_ctx *c, int n, int K) {
     return n >= c->gemm_min && (!c->w8 || (K % 4 == 0 && c->wdq_n >= (size_t)K));
 }
 
-/* y (n, N) = x (n, K) W^T: the matvec for few rows, else a cuBLAS GEMM on
- * bf16-rounded activations. */
-static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, int N, int K, ms_error *err) {
+/* y (n, N) = x (n, K) W^T with f's fusions (cu_fuse, cuda/cu_kern.h; NULL:
+ * none): the matvec for few rows, the norm and the add inside its launch;
+ * else a cuBLAS GEMM on bf16-rounded activations, the norm in the rounding
+ * launch (cu_rmsnorm_bf16) and the add in the GEMM (gemm_xb). tmp (n, N):
+ * the int8 GEMM path's product before the add (f->acc only). */
+static int lin_f(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, int N, int K, const cu_fuse *f,
+                 float *tmp, ms_error *err) {
     if (!use_gemm(c, n, K)) {
-        if (c->w8) ETRY(cu_matvec_q8(y, x, (const int8_t *)w, w8_scales(w, N, K), n, N, K, c->st));
-        else ETRY(cu_matvec_bf16(y, x, w, n, N, K, c->st));
+        if (c->w8) ETRY(cu_matvec_q8_fused(y, x, (const int8_t *)w, w8_scales(w, N, K), n, N, K, f, c->st));
+        else ETRY(cu_matvec_bf16_fused(y, x, w, n, N, K, f, c->st));
         return MS_OK;
     }
-    ETRY(cu_f32_to_bf16(c->xb, x, (size_t)n * K, c->st));
-    return gemm_xb(c, y, w, n, N, K, err);
+    if (f && f->norm) ETRY(cu_rmsnorm_bf16(c->xb, x, f->norm, n, K, f->eps, c->st));
+    else ETRY(cu_f32_to_bf16(c->xb, x, (size_t)n * K, c->st));
+    return gemm_xb(c, y, w, n, N, K, f && f->acc, tmp, err);
 }
 
-/* y (n, N) = silu_gate(u) (n, K) W^T, u (n, 2K): the gated FFN's output
- * product with the gate fused into it (the gated matvec, or the gate and
- * the bf16 rounding in one launch before the GEMM); two launches where the
- * gated matvec's vector path does not apply. */
-static int lin_gated(cu_ctx *c, float *y, float *h, const float *u, const uint16_t *w, int n, int N, int K,
-                     ms_error *err) {
+static int lin(cu_ctx *c, float *y, const float *x, const uint16_t *w, int n, int N, int K, ms_error *err) {
+    return lin_f(c, y, x, w, n, N, K, NULL, NULL, err);
+}
+
+/* y (n, N) += silu_gate(u) (n, K) W^T, u (n, 2K): the gated FFN's output
+ * product with the gate and the residual add fused into it (the gated
+ * matvec, or the gate and the bf16 rounding in one launch before the GEMM,
+ * beta = 1); two launches where the gated matvec's vector path does not
+ * apply (h (n, K) the gate). tmp as lin_f's. */
+static int lin_gated_acc(cu_ctx *c, float *y, float *h, const float *u, const uint16_t *w, int n, int N, int K,
+                         float *tmp, ms_error *err) {
+    const cu_fuse add = {.acc = 1};
     if (!use_gemm(c, n, K)) {
         if (c->w8 && cu_matvec_q8_ok(u, (const int8_t *)w, K)) {
-            ETRY(cu_matvec_q8_gated(y, u, (const int8_t *)w, w8_scales(w, N, K), n, N, K, c->st));
+            ETRY(cu_matvec_q8_gated_fused(y, u, (const int8_t *)w, w8_scales(w, N, K), n, N, K, &add, c->st));
             return MS_OK;
         }
         if (!c->w8 && cu_matvec_gated_ok(u, w, K)) {
-            ETRY(cu_matvec_bf16_gated(y, u, w, n, N, K, c->st));
+            ETRY(cu_matvec_bf16_gated_fused(y, u, w, n, N, K, &add, c->st));
             return MS_OK;
         }
         ETRY(cu_silu_gate(h, u, n, K, c->st));
-        return lin(c, y, h, w, n, N, K, err);
+        return lin_f(c, y, h, w, n, N, K, &add, tmp, err);
     }
     ETRY(cu_silu_gate_bf16(c->xb, u, n, K, c->st));
-    return gemm_xb(c, y, w, n, N, K, err);
+    return gemm_xb(c, y, w, n, N, K, 1, tmp, err);
 }
 
 /* Layer l's attention for n rows: RoPE on c->qkv, the attention over each
@@ -517,50 +538,49 @@ static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, flo
     return MS_OK;
 }
 
-/* The temporal transformer for n rows (x in: embeddings; out: out_norm(h)).
- * Each residual add is fused with the norm after it (cu_add_rmsnorm: the
- * next layer's norm1, or out_norm after the last layer, in place). */
+/* The temporal transformer for n rows: x in, the embeddings; out, h, the
+ * residual stream after the last layer, not normalised (its readers, the
+ * text head and depformer_in, fold out_norm into their products). Each
+ * RMSNorm is folded into the product that reads it (QKV: norm1, ffn_in:
+ * norm2) and each residual add into the product that makes it (the output
+ * projection and ffn_out add into x: cu_fuse), so a layer launches its four
+ * products and its attention (attention(): RoPE and the attention in a
+ * step, the K/V store too in a prefill chunk), nothing else. */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, H = g->hidden;
     float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
-    ETRY(cu_rmsnorm(c->xn, c->x, c->layers[0].norm1, n, D, LM_NORM_EPS, c->st));
+    const cu_fuse add = {.acc = 1};
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
-        WTRY(lin(c, c->qkv, c->xn, L->attn_in, n, 3 * D, D, err));
+        const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
+        WTRY(lin_f(c, c->qkv, c->x, L->attn_in, n, 3 * D, D, &n1, NULL, err));
         WTRY(attention(c, l, n, r, prefill, rope_k, err));
-        WTRY(lin(c, c->o, c->att, L->attn_out, n, D, D, err));
-        ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, L->norm2, n, D, LM_NORM_EPS, c->st));
-        WTRY(lin(c, c->u, c->xn, L->ffn_in, n, 2 * H, D, err));
-        WTRY(lin_gated(c, c->o, c->h, c->u, L->ffn_out, n, D, H, err));
-        if (l + 1 < g->num_layers)
-            ETRY(cu_add_rmsnorm(c->xn, c->x, c->o, c->layers[l + 1].norm1, n, D, LM_NORM_EPS, c->st));
-        else
-            ETRY(cu_add_rmsnorm(c->x, c->x, c->o, c->out_norm, n, D, LM_NORM_EPS, c->st));
+        WTRY(lin_f(c, c->x, c->att, L->attn_out, n, D, D, &add, c->o, err));
+        WTRY(lin_f(c, c->u, c->x, L->ffn_in, n, 2 * H, D, &n2, NULL, err));
+        WTRY(lin_gated_acc(c, c->x, c->h, c->u, L->ffn_out, n, D, H, c->o, err));
     }
     return MS_OK;
 }
 
 /* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
- * Residual adds fused with the next norm (cu_add_rmsnorm) but the last. */
+ * As temporal(): the norms folded into QKV and ffn_in, the residual adds
+ * into the output projection and ffn_out (dy +=); the head reads dy as the
+ * last add leaves it (the depformer has no final norm). */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
-    ETRY(cu_rmsnorm(c->dyn, c->dy, c->dep_layers[0].norm1, B, dd, LM_NORM_EPS, c->st));
+    const cu_fuse add = {.acc = 1};
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const cu_dep_layer *L = &c->dep_layers[l];
+        const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
-        WTRY(lin(c, c->dqkv, c->dyn, L->attn_in[k], B, 3 * dd, dd, err));
+        WTRY(lin_f(c, c->dqkv, c->dy, L->attn_in[k], B, 3 * dd, dd, &n1, NULL, err));
         ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B,
                                                           g->depformer_num_heads, g->dep_head_dim, c->st));
-        WTRY(lin(c, c->dout, c->datt, L->attn_out[k], B, dd, dd, err));
-        ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, L->norm2, B, dd, LM_NORM_EPS, c->st));
-        WTRY(lin(c, c->du, c->dyn, L->ffn_in[k], B, 2 * Hd, dd, err));
-        WTRY(lin_gated(c, c->dout, c->dh, c->du, L->ffn_out[k], B, dd, Hd, err));
-        if (l + 1 < g->depformer_num_layers)
-            ETRY(cu_add_rmsnorm(c->dyn, c->dy, c->dout, c->dep_layers[l + 1].norm1, B, dd, LM_NORM_EPS, c->st));
-        else
-            ETRY(cu_add(c->dy, c->dout, (size_t)B * dd, c->st));
+        WTRY(lin_f(c, c->dy, c->datt, L->attn_out[k], B, dd, dd, &add, c->dout, err));
+        WTRY(lin_f(c, c->du, c->dy, L->ffn_in[k], B, 2 * Hd, dd, &n2, NULL, err));
+        WTRY(lin_gated_acc(c, c->dy, c->dh, c->du, L->ffn_out[k], B, dd, Hd, c->dout, err));
     }
     WTRY(lin(c, c->alog + (size_t)k * B * g->card, c->dy, c->linears[k], B, g->card, dd, err));
     return MS_OK;
@@ -574,14 +594,18 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
     const lm_config *g = &c->cfg;
     cu_rows r = rows_at(g, c->dup, B);
     int nt = 1 + g->dep_q;
+    /* out_norm(h), which the text head and every depformer_in read, is
+     * folded into each of those products (the matvec's prologue, or the
+     * GEMM's input conversion): no launch of its own */
+    const cu_fuse on = {.norm = c->out_norm, .eps = LM_NORM_EPS};
     ETRY(cu_embed_sum(c->x, r.tok, g->n_streams, c->emb, c->text_emb, B, g->dim, g->n_q, g->card, g->text_card,
                       c->st));
     WTRY(temporal(c, B, &r, 0, err));
-    WTRY(lin(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, err));
+    WTRY(lin_f(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, &on, NULL, err));
     ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL, 0,
                            c->st));
     for (int k = 0; k < ndep; k++) {
-        WTRY(lin(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, err));   /* reads out_norm(h) */
+        WTRY(lin_f(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, &on, NULL, err));   /* out_norm(h) */
         ETRY(cu_embed_add_rows(c->dy, c->prev, k == 0 ? c->dep_text_emb : c->dep_emb[k - 1], B, g->depformer_dim,
                                k == 0 ? g->text_card + 1 : g->card + 1, c->st));
         WTRY(dep_substep(c, B, k, err));
@@ -608,9 +632,9 @@ static void cu_close(void *vctx) {
     for (int i = 0; i < c->nbuckets; i++)
         if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
     if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
-    void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->xn, c->qkv, c->att, c->o, c->u,
+    void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->qkv, c->att, c->o, c->u,
                    c->h, c->part, c->att_count, c->kvl, c->xb,
-                   c->tlog, c->alog, c->dy, c->dyn, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
+                   c->tlog, c->alog, c->dy, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
@@ -863,7 +887,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
     size_t splits = (size_t)cu_attend_splits(g->window);
     c->dcache = (size_t)g->depformer_num_layers * LM_MAX_DEP_Q * dd;
     int nt = 1 + g->dep_q;
-    if (dalloc(c, (void **)&c->x, R * D, 4, err) || dalloc(c, (void **)&c->xn, R * D, 4, err) ||
+    if (dalloc(c, (void **)&c->x, R * D, 4, err) ||
         dalloc(c, (void **)&c->qkv, R * 3 * D, 4, err) || dalloc(c, (void **)&c->att, R * D, 4, err) ||
         dalloc(c, (void **)&c->o, R * D, 4, err) || dalloc(c, (void **)&c->u, R * 2 * H, 4, err) ||
         dalloc(c, (void **)&c->h, R * H, 4, err) ||
@@ -872,7 +896,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->kvl, c->q8kv ? 1 : R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
         dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
         dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
-        dalloc(c, (void **)&c->dy, R * dd, 4, err) || dalloc(c, (void **)&c->dyn, R * dd, 4, err) ||
+        dalloc(c, (void **)&c->dy, R * dd, 4, err) ||
         dalloc(c, (void **)&c->dqkv, R * 3 * dd, 4, err) || dalloc(c, (void **)&c->datt, R * dd, 4, err) ||
         dalloc(c, (void **)&c->dout, R * dd, 4, err) || dalloc(c, (void **)&c->du, R * 2 * Hd, 4, err) ||
         dalloc(c, (void **)&c->dh, R * Hd, 4, err) || dalloc(c, (void **)&c->dk, R * c->dcache, 4, err) ||

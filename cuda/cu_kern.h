@@ -5,7 +5,9 @@
  *     cu_matvec_bf16     kern_matvec_bf16   (engine/cpu/kern_cpu.h)
  *     cu_matvec_q8       kern_matmul_rows_i8 (engine/cpu/kern_q8.c)
  *     cu_rmsnorm         kern_rmsnorm       (engine/cpu/kern_cpu.h)
- *     cu_add_rmsnorm     kern_add, then kern_rmsnorm
+ *     cu_rmsnorm_bf16    kern_rmsnorm, then st_f32_to_bf16
+ *     cu_matvec_*_fused  kern_rmsnorm, then the product; or the product,
+ *                        then kern_add (cu_fuse below)
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
  * CPU backend's kernels applied row by row:
@@ -57,6 +59,30 @@ cudaError_t cu_matvec_bf16(float *y,          /* (B, N) */
                            const uint16_t *w, /* (N, K) bf16 */
                            int B, int N, int K, cudaStream_t stream);
 
+/* cu_fuse: what a product folds into its own launch (issue 25: each launch
+ * is a graph node, and nodes were most of the predicted batch-1 step over
+ * its floor), each bit for bit the launches it replaces:
+ *   norm (non-NULL): the product of rmsnorm(x) * norm (K floats, eps
+ *     inside the root) instead of x: every block sums its rows' squares
+ *     itself, in cu_rmsnorm's order (cuda/cu_norm.cuh), and reads
+ *     x * (norm * inv) where it read x: = cu_rmsnorm, then the product;
+ *   acc: y += the product (int8: the product times the row scale, rounded,
+ *     then added): = the product into a temporary, then cu_add. Each
+ *     output is written by one thread: deterministic.
+ * Not both at once (cudaErrorInvalidValue). The vector paths need norm
+ * 16-byte aligned too (else the scalar path). A NULL cu_fuse: neither. */
+typedef struct cu_fuse {
+    const float *norm;   /* (K) RMSNorm scales, or NULL */
+    float eps;
+    int acc;
+} cu_fuse;
+
+/* cu_matvec_bf16_fused: cu_matvec_bf16 with f's fusions. */
+cudaError_t cu_matvec_bf16_fused(float *y,          /* (B, N) in (acc) and out */
+                                 const float *x,    /* (B, K) */
+                                 const uint16_t *w, /* (N, K) bf16 */
+                                 int B, int N, int K, const cu_fuse *f, cudaStream_t stream);
+
 /* cu_matvec_bf16_gated: y = silu_gate(u) . W^T, the gated FFN's output
  * product with the gate computed as cu_silu_gate does, in the matvec's
  * launch: bit for bit cu_silu_gate then cu_matvec_bf16, one launch fewer.
@@ -67,6 +93,10 @@ cudaError_t cu_matvec_bf16_gated(float *y,          /* (B, N) */
                                  const float *u,    /* (B, 2K): gate | up */
                                  const uint16_t *w, /* (N, K) bf16 */
                                  int B, int N, int K, cudaStream_t stream);
+/* cu_matvec_bf16_gated_fused: with f->acc, y += (the residual add); f->norm
+ * must be NULL. */
+cudaError_t cu_matvec_bf16_gated_fused(float *y, const float *u, const uint16_t *w, int B, int N, int K,
+                                       const cu_fuse *f, cudaStream_t stream);
 
 /* The 8-bit weight scheme (W8A16): int8 rows, one f32 scale per row. */
 /* cu_matvec_q8: y = (x . Wq^T) * ws per column: each row's sum of q * x,
@@ -83,12 +113,22 @@ cudaError_t cu_matvec_q8(float *y,          /* (B, N) */
  * cu_matvec_q8_ok(u, w, K) must hold. */
 cudaError_t cu_matvec_q8_gated(float *y, const float *u /* (B, 2K) */, const int8_t *w, const float *ws, int B,
                                int N, int K, cudaStream_t stream);
+/* cu_matvec_q8_fused, cu_matvec_q8_gated_fused: with f's fusions, as the
+ * bf16 ones (the gated: acc only). */
+cudaError_t cu_matvec_q8_fused(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
+                               const cu_fuse *f, cudaStream_t stream);
+cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const int8_t *w, const float *ws, int B, int N, int K,
+                                     const cu_fuse *f, cudaStream_t stream);
 /* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
  * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
  * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */
 cudaError_t cu_q8_to_bf16(uint16_t *wb, const int8_t *w, size_t n, cudaStream_t stream);
 /* cu_scale_cols: y[b][n] *= ws[n], b < B, n < N, rows ldy apart. */
 cudaError_t cu_scale_cols(float *y, const float *ws, int B, int N, int ldy, cudaStream_t stream);
+/* cu_scale_cols_add: y[b][n] += p[b][n] * ws[n] (the product rounded, then
+ * added: cu_scale_cols on p, then cu_add), rows ld apart in both: the int8
+ * GEMM path's residual add. */
+cudaError_t cu_scale_cols_add(float *y, const float *p, const float *ws, int B, int N, int ld, cudaStream_t stream);
 
 /* cu_rmsnorm: y = x * alpha / sqrt(mean(x^2) + eps) per row; y may alias x. */
 cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
@@ -96,13 +136,13 @@ cudaError_t cu_rmsnorm(float *y,            /* (B, C) */
                        const float *alpha,  /* (C) */
                        int B, int C, float eps, cudaStream_t stream);
 
-/* cu_add_rmsnorm: x += r, then y = rmsnorm(x) * alpha per row (the
- * residual add and the next norm in one launch); y may alias x. */
-cudaError_t cu_add_rmsnorm(float *y,            /* (B, C) */
-                           float *x,            /* (B, C) in and out */
-                           const float *r,      /* (B, C) */
-                           const float *alpha,  /* (C) */
-                           int B, int C, float eps, cudaStream_t stream);
+/* cu_rmsnorm_bf16: yb = bf16(rmsnorm(x) * alpha) per row, cu_rmsnorm's
+ * values rounded as cu_f32_to_bf16 rounds: the GEMM path's input
+ * conversion with the norm in it (one launch for two). */
+cudaError_t cu_rmsnorm_bf16(uint16_t *yb,         /* (B, C) bf16 */
+                            const float *x,       /* (B, C) */
+                            const float *alpha,   /* (C) */
+                            int B, int C, float eps, cudaStream_t stream);
 
 /* cu_samp_topk_rows: one token per row, the same index as samp_topk_rows
  * for the same inputs (samp.h; cuda/samp_core.h). stream_id is the RNG

@@ -17,20 +17,11 @@
  */
 #include <math.h>
 
+#include "cu_bf16.cuh"
 #include "cu_kern.h"
 #include "cu_reduce.cuh"
 extern "C" {
 #include "lm_config.h"   /* LM_MAX_DEP_Q, LM_MAX_NQ */
-}
-
-/* bf16 <-> f32, the host's rounding (st_f32_to_bf16: nearest even, NaN
- * kept quiet). */
-__device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((unsigned)h << 16); }
-__device__ __forceinline__ uint16_t cu_f2bf(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
 }
 
 #define EW_THREADS 128   /* element-wise kernels */

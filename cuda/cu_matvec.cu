@@ -19,15 +19,27 @@
  * per row in flight per thread, each used for every vector of the batch
  * tile before the next is loaded. The block then reduces its partial sums
  * (warp shuffles, then shared memory).
+ * Each kernel comes in modes (cu_fuse, cuda/cu_kern.h): plain; with the
+ * RMSNorm of its input folded in (a prologue sums the tile's squares in
+ * cu_rmsnorm's order, then x is read as x * (alpha * inv)); or adding its
+ * output into y (the residual add). Each is bit for bit the launches it
+ * replaces, and saves the step one graph node per product.
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  */
 #include "cu_kern.h"
+#include "cu_norm.cuh"
 #include "cu_reduce.cuh"
 
 #define MV_THREADS 128  /* threads per block */
 #define MV_ROWS 2       /* output rows per block */
 #define MV_UNROLL 8     /* 8-byte W chunks per row in flight per thread */
 #define MV_UNROLL_Q8 16 /* 4-byte int8 chunks: the same bytes in flight */
+
+/* What a kernel fuses (cu_fuse, cuda/cu_kern.h): nothing, the RMSNorm of
+ * its input (a prologue), or the residual add of its output. */
+#define MV_PLAIN 0
+#define MV_NORM 1
+#define MV_ACC 2
 
 /* The 4 bf16 of an 8-byte chunk as floats (little-endian: element 0 is the
  * low half of .x). */
@@ -45,8 +57,11 @@ __device__ __forceinline__ void chunk_to_f32(uint2 v, float f[4]) { bf16x4_to_f3
 __device__ __forceinline__ void chunk_to_f32(uint32_t v, float f[4]) { i8x4_to_f32(v, f); }
 
 /* Writes the block's MV_ROWS x BT sums, each times its row's scale when ws
- * is not NULL (int8 rows); rows past N and vectors past nb are dropped. */
-template <int BT>
+ * is not NULL (int8 rows); rows past N and vectors past nb are dropped.
+ * ACC: added to y instead (the residual add: y = y + sum, or y + sum *
+ * scale, the scale's product rounded first as cu_scale_cols then cu_add
+ * round it; __fmul_rn keeps nvcc from contracting the two into an fma). */
+template <int BT, bool ACC>
 __device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], int n0, int b0, int nb, int N,
                                          const float *ws) {
     __shared__ float scratch[(MV_THREADS / CU_WARP) * MV_ROWS * BT];
@@ -54,8 +69,24 @@ __device__ __forceinline__ void mv_store(float *y, float (&acc)[MV_ROWS * BT], i
     int t = threadIdx.x;
     if (t < MV_ROWS * BT) {
         int r = t / BT, b = t % BT;
-        if (n0 + r < N && b < nb) y[(size_t)(b0 + b) * N + n0 + r] = ws ? s * ws[n0 + r] : s;
+        if (n0 + r < N && b < nb) {
+            float v = ws ? __fmul_rn(s, ws[n0 + r]) : s;
+            float *yo = y + (size_t)(b0 + b) * N + n0 + r;
+            *yo = ACC ? *yo + v : v;
+        }
     }
+}
+
+/* The norm prologue (MV_NORM): inv[b] = 1 / sqrt(mean(x_b^2) + eps) of
+ * the tile's rows b < nb (0 past them), summed by cu_rms_inv
+ * (cuda/cu_norm.cuh) in cu_rmsnorm's order. Every block of the grid
+ * computes its tile's roots itself: x is re-read once per block (from L2;
+ * K floats per row, plus K of alpha in the loop: docs/cuda.md gives the
+ * counts), which is what saves the norm's launch. */
+template <int BT>
+__device__ __forceinline__ void mv_norm_prologue(float (&inv)[BT], const float *x, int b0, int nb, int K, float eps) {
+    __shared__ float nscratch[CU_RN_WARPS * BT];
+    cu_rms_inv<MV_THREADS, BT>(inv, nscratch, x + (size_t)b0 * K, (size_t)K, nb, K, eps);
 }
 
 /* The float4 of x at chunk c of row b: x itself, or (GATED, x = u of
@@ -75,17 +106,24 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
 
 /* Fast path. bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
  * aligned; int8 (CH uint32_t, 4 int8, ws the row scales): K % 4 == 0, x 16-
- * and w 4-byte aligned. Grid (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K),
- * or (GATED) u (B, 2K). */
-template <int BT, bool GATED, typename CH>
+ * and w 4-byte aligned; MV_NORM: alpha 16-byte aligned. Grid
+ * (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K).
+ * MODE: MV_PLAIN, MV_NORM (x read as rmsnorm_kernel's output: x * (alpha *
+ * inv), the same products in the same order, so the same bits), MV_ACC
+ * (y += the product). */
+template <int BT, bool GATED, typename CH, int MODE>
 __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
-                                            const void *__restrict__ w, const float *__restrict__ ws, int B, int N,
-                                            int K) {
+                                            const void *__restrict__ w, const float *__restrict__ ws,
+                                            const float *__restrict__ alpha, int B, int N, int K, float eps) {
+    static_assert(!(GATED && MODE == MV_NORM), "the gated input is never normalised");
     constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
     const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
+    float inv[BT];
+    if constexpr (MODE == MV_NORM) mv_norm_prologue<BT>(inv, x, b0, nb, K, eps);
+    const float4 *al4 = reinterpret_cast<const float4 *>(alpha);   /* (K / 4), MV_NORM only */
     const CH *wr[MV_ROWS];
 #pragma unroll
     for (int r = 0; r < MV_ROWS; r++)   /* rows past N read row N-1, never stored */
@@ -113,10 +151,15 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
             float wf[MV_ROWS][4];
 #pragma unroll
             for (int r = 0; r < MV_ROWS; r++) chunk_to_f32(wv[u][r], wf[r]);
+            float4 al = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if constexpr (MODE == MV_NORM) al = __ldg(al4 + c);
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
                 float4 xa = mv_x<GATED>(xb, xstride, b, c, K4);
+                if constexpr (MODE == MV_NORM)
+                    xa = make_float4(xa.x * (al.x * inv[b]), xa.y * (al.y * inv[b]), xa.z * (al.z * inv[b]),
+                                     xa.w * (al.w * inv[b]));
 #pragma unroll
                 for (int r = 0; r < MV_ROWS; r++) {
                     float s = acc[r * BT + b];
@@ -127,169 +170,219 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
             }
         }
     }
-    mv_store<BT>(y, acc, n0, b0, nb, N, ws);
+    mv_store<BT, MODE == MV_ACC>(y, acc, n0, b0, nb, N, ws);
 }
 
-template <int BT>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_bf16_vec(float *__restrict__ y,          /* (B, N) */
-                const float *__restrict__ x,    /* (B, K) */
-                const uint16_t *__restrict__ w, /* (N, K) bf16 */
-                int B, int N, int K) {
-    mv_vec_body<BT, false, uint2>(y, x, w, nullptr, B, N, K);
-}
-
-template <int BT>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_bf16_gated(float *__restrict__ y,          /* (B, N) */
-                  const float *__restrict__ u,    /* (B, 2K): gate | up */
-                  const uint16_t *__restrict__ w, /* (N, K) bf16 */
-                  int B, int N, int K) {
-    mv_vec_body<BT, true, uint2>(y, u, w, nullptr, B, N, K);
-}
+/* The kernels, one name per (weights, gate, mode) so that the emulator and
+ * the performance model name what ran; all take the same arguments:
+ * y (B, N), x (B, K) or u (B, 2K), w (N, K) bf16 or int8, ws (N) int8 row
+ * scales (NULL for bf16), alpha (K) norm scales (MV_NORM only). */
+#define MV_VEC_KERNEL(name, GATED, CH, MODE)                                                                   \
+    template <int BT>                                                                                          \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
+         const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps) {      \
+        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps);                                    \
+    }
+MV_VEC_KERNEL(matvec_bf16_vec, false, uint2, MV_PLAIN)
+MV_VEC_KERNEL(matvec_bf16_norm, false, uint2, MV_NORM)
+MV_VEC_KERNEL(matvec_bf16_acc, false, uint2, MV_ACC)
+MV_VEC_KERNEL(matvec_bf16_gated, true, uint2, MV_PLAIN)
+MV_VEC_KERNEL(matvec_bf16_gated_acc, true, uint2, MV_ACC)
+MV_VEC_KERNEL(matvec_q8_vec, false, uint32_t, MV_PLAIN)
+MV_VEC_KERNEL(matvec_q8_norm, false, uint32_t, MV_NORM)
+MV_VEC_KERNEL(matvec_q8_acc, false, uint32_t, MV_ACC)
+MV_VEC_KERNEL(matvec_q8_gated, true, uint32_t, MV_PLAIN)
+MV_VEC_KERNEL(matvec_q8_gated_acc, true, uint32_t, MV_ACC)
 
 /* Any K and alignment: one element at a time; W bf16, or (Q8) int8 rows
- * with their scales ws. Grid (ceil(N / MV_ROWS),
- * ceil(B / CU_MATVEC_BATCH_TILE)). */
-template <bool Q8>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_scalar(float *__restrict__ y,          /* (B, N) */
-              const float *__restrict__ x,    /* (B, K) */
-              const void *__restrict__ w,     /* (N, K) bf16 or int8 */
-              const float *__restrict__ ws,   /* (N) int8 row scales, NULL for bf16 */
-              int B, int N, int K) {
+ * with their scales ws; the modes as mv_vec_body's. Grid (ceil(N /
+ * MV_ROWS), ceil(B / CU_MATVEC_BATCH_TILE)). */
+template <bool Q8, int MODE>
+__device__ __forceinline__ void mv_scalar_body(float *__restrict__ y, const float *__restrict__ x,
+                                               const void *__restrict__ w, const float *__restrict__ ws,
+                                               const float *__restrict__ alpha, int B, int N, int K, float eps) {
     constexpr int BT = CU_MATVEC_BATCH_TILE;
     const int n0 = blockIdx.x * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
+    float inv[BT];
+    if constexpr (MODE == MV_NORM) mv_norm_prologue<BT>(inv, x, b0, nb, K, eps);
     float acc[MV_ROWS * BT];
 #pragma unroll
     for (int j = 0; j < MV_ROWS * BT; j++) acc[j] = 0.0f;
     for (int k = threadIdx.x; k < K; k += MV_THREADS) {
+        const float a = MODE == MV_NORM ? alpha[k] : 0.0f;
 #pragma unroll
         for (int r = 0; r < MV_ROWS; r++) {
             size_t i = (size_t)min(n0 + r, N - 1) * K + k;
             float wf = Q8 ? (float)static_cast<const int8_t *>(w)[i]
                           : __uint_as_float((uint32_t) static_cast<const uint16_t *>(w)[i] << 16);
 #pragma unroll
-            for (int b = 0; b < BT; b++)
-                if (b < nb) acc[r * BT + b] = fmaf(wf, x[(size_t)(b0 + b) * K + k], acc[r * BT + b]);
+            for (int b = 0; b < BT; b++) {
+                if (b >= nb) break;
+                float xv = x[(size_t)(b0 + b) * K + k];
+                if constexpr (MODE == MV_NORM) xv = xv * (a * inv[b]);
+                acc[r * BT + b] = fmaf(wf, xv, acc[r * BT + b]);
+            }
         }
     }
-    mv_store<BT>(y, acc, n0, b0, nb, N, ws);
+    mv_store<BT, MODE == MV_ACC>(y, acc, n0, b0, nb, N, ws);
 }
 
-template <int BT>
-static void launch_vec(float *y, const float *x, const uint16_t *w, int B, int N, int K, cudaStream_t stream) {
-    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
-    matvec_bf16_vec<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, B, N, K);
+#define MV_SCALAR_KERNEL(name, MODE)                                                                          \
+    template <bool Q8>                                                                                         \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
+         const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps) {      \
+        mv_scalar_body<Q8, MODE>(y, x, w, ws, alpha, B, N, K, eps);                                            \
+    }
+MV_SCALAR_KERNEL(matvec_scalar, MV_PLAIN)
+MV_SCALAR_KERNEL(matvec_scalar_norm, MV_NORM)
+MV_SCALAR_KERNEL(matvec_scalar_acc, MV_ACC)
+
+/* ---- launchers ---------------------------------------------------------------- */
+
+/* The arguments every matvec kernel takes. */
+typedef struct mv_args {
+    float *y;
+    const float *x;
+    const void *w;
+    const float *ws, *alpha;
+    int B, N, K;
+    float eps;
+} mv_args;
+
+#define MV_ARGS(a) (a).y, (a).x, (a).w, (a).ws, (a).alpha, (a).B, (a).N, (a).K, (a).eps
+
+template <int BT, bool Q8, bool GATED, int MODE>
+static void launch_vec(const mv_args &a, cudaStream_t stream) {
+    dim3 grid((unsigned)((a.N + MV_ROWS - 1) / MV_ROWS), (unsigned)((a.B + BT - 1) / BT));
+    if constexpr (!Q8 && !GATED && MODE == MV_PLAIN) matvec_bf16_vec<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!Q8 && !GATED && MODE == MV_NORM) matvec_bf16_norm<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!Q8 && !GATED) matvec_bf16_acc<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!Q8 && MODE == MV_PLAIN) matvec_bf16_gated<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!Q8) matvec_bf16_gated_acc<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!GATED && MODE == MV_PLAIN) matvec_q8_vec<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!GATED && MODE == MV_NORM) matvec_q8_norm<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (!GATED) matvec_q8_acc<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if constexpr (MODE == MV_PLAIN) matvec_q8_gated<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else matvec_q8_gated_acc<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
 }
 
-template <int BT>
-static void launch_gated(float *y, const float *u, const uint16_t *w, int B, int N, int K, cudaStream_t stream) {
-    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
-    matvec_bf16_gated<BT><<<grid, MV_THREADS, 0, stream>>>(y, u, w, B, N, K);
+/* The batch tile: 1, 2, 4, else CU_MATVEC_BATCH_TILE (tiles of it). */
+template <bool Q8, bool GATED, int MODE>
+static void launch_tile(const mv_args &a, cudaStream_t stream) {
+    if (a.B == 1) launch_vec<1, Q8, GATED, MODE>(a, stream);
+    else if (a.B == 2) launch_vec<2, Q8, GATED, MODE>(a, stream);
+    else if (a.B <= 4) launch_vec<4, Q8, GATED, MODE>(a, stream);
+    else launch_vec<CU_MATVEC_BATCH_TILE, Q8, GATED, MODE>(a, stream);
+}
+
+template <bool Q8>
+static void launch_scalar(const mv_args &a, int mode, cudaStream_t stream) {
+    dim3 grid((unsigned)((a.N + MV_ROWS - 1) / MV_ROWS),
+              (unsigned)((a.B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE));
+    if (mode == MV_NORM) matvec_scalar_norm<Q8><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else if (mode == MV_ACC) matvec_scalar_acc<Q8><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+    else matvec_scalar<Q8><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a));
+}
+
+/* The mode of a fusion request; -1: norm and acc both asked (refused). */
+static int mv_mode(const cu_fuse *f) {
+    if (!f) return MV_PLAIN;
+    if (f->norm && f->acc) return -1;
+    return f->norm ? MV_NORM : f->acc ? MV_ACC : MV_PLAIN;
+}
+
+/* Checks shared by the launchers: dimensions, the grid's y limit, the
+ * fusion (eps a number, not both modes). */
+static int mv_bad(int B, int N, int K, const cu_fuse *f) {
+    return B < 0 || N < 0 || K < 0 || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535 ||
+           mv_mode(f) < 0 || (f && f->norm && !(f->eps >= 0.0f));
+}
+
+/* The vector path's alignment of the norm scales (one float4 per chunk). */
+static int mv_norm_ok(const cu_fuse *f) { return !f || !f->norm || ((uintptr_t)f->norm % 16) == 0; }
+
+template <bool Q8, bool GATED>
+static void launch_mode(const mv_args &a, int mode, cudaStream_t stream) {
+    if (mode == MV_ACC) launch_tile<Q8, GATED, MV_ACC>(a, stream);
+    else if constexpr (!GATED) {
+        if (mode == MV_NORM) launch_tile<Q8, false, MV_NORM>(a, stream);
+        else launch_tile<Q8, false, MV_PLAIN>(a, stream);
+    } else {
+        launch_tile<Q8, true, MV_PLAIN>(a, stream);
+    }
 }
 
 extern "C" int cu_matvec_gated_ok(const float *u, const uint16_t *w, int K) {
     return K % 8 == 0 && ((uintptr_t)u % 16) == 0 && ((uintptr_t)w % 16) == 0;
 }
 
-extern "C" cudaError_t cu_matvec_bf16_gated(float *y, const float *u, const uint16_t *w, int B, int N, int K,
-                                            cudaStream_t stream) {
-    if (B < 0 || N < 0 || K < 0 || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535 ||
-        !cu_matvec_gated_ok(u, w, K))
-        return cudaErrorInvalidValue;
+extern "C" cudaError_t cu_matvec_bf16_fused(float *y, const float *x, const uint16_t *w, int B, int N, int K,
+                                            const cu_fuse *f, cudaStream_t stream) {
+    if (mv_bad(B, N, K, f)) return cudaErrorInvalidValue;
     if (B == 0 || N == 0) return cudaSuccess;
-    if (B == 1) launch_gated<1>(y, u, w, B, N, K, stream);
-    else if (B == 2) launch_gated<2>(y, u, w, B, N, K, stream);
-    else if (B <= 4) launch_gated<4>(y, u, w, B, N, K, stream);
-    else launch_gated<CU_MATVEC_BATCH_TILE>(y, u, w, B, N, K, stream);
+    const mv_args a = {y, x, w, nullptr, f ? f->norm : nullptr, B, N, K, f ? f->eps : 0.0f};
+    int aligned = K % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0 && mv_norm_ok(f);
+    if (aligned) launch_mode<false, false>(a, mv_mode(f), stream);
+    else launch_scalar<false>(a, mv_mode(f), stream);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cu_matvec_bf16(float *y, const float *x, const uint16_t *w, int B, int N, int K,
                                       cudaStream_t stream) {
-    if (B < 0 || N < 0 || K < 0 || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535)
-        return cudaErrorInvalidValue;
+    return cu_matvec_bf16_fused(y, x, w, B, N, K, nullptr, stream);
+}
+
+extern "C" cudaError_t cu_matvec_bf16_gated_fused(float *y, const float *u, const uint16_t *w, int B, int N, int K,
+                                                  const cu_fuse *f, cudaStream_t stream) {
+    if (mv_bad(B, N, K, f) || (f && f->norm) || !cu_matvec_gated_ok(u, w, K)) return cudaErrorInvalidValue;
     if (B == 0 || N == 0) return cudaSuccess;
-    int aligned = K % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    if (!aligned) {
-        dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS),
-                  (unsigned)((B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE));
-        matvec_scalar<false><<<grid, MV_THREADS, 0, stream>>>(y, x, w, nullptr, B, N, K);
-    } else if (B == 1) {
-        launch_vec<1>(y, x, w, B, N, K, stream);
-    } else if (B == 2) {
-        launch_vec<2>(y, x, w, B, N, K, stream);
-    } else if (B <= 4) {
-        launch_vec<4>(y, x, w, B, N, K, stream);
-    } else {
-        launch_vec<CU_MATVEC_BATCH_TILE>(y, x, w, B, N, K, stream);
-    }
+    const mv_args a = {y, u, w, nullptr, nullptr, B, N, K, 0.0f};
+    launch_mode<false, true>(a, mv_mode(f), stream);
     return cudaGetLastError();
 }
 
+extern "C" cudaError_t cu_matvec_bf16_gated(float *y, const float *u, const uint16_t *w, int B, int N, int K,
+                                            cudaStream_t stream) {
+    return cu_matvec_bf16_gated_fused(y, u, w, B, N, K, nullptr, stream);
+}
+
 /* ---- int8 rows (W8A16) ------------------------------------------------------ */
-
-template <int BT>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_q8_vec(float *__restrict__ y, const float *__restrict__ x, const int8_t *__restrict__ w,
-              const float *__restrict__ ws, int B, int N, int K) {
-    mv_vec_body<BT, false, uint32_t>(y, x, w, ws, B, N, K);
-}
-
-template <int BT>
-__global__ void __launch_bounds__(MV_THREADS)
-matvec_q8_gated(float *__restrict__ y, const float *__restrict__ u, const int8_t *__restrict__ w,
-                const float *__restrict__ ws, int B, int N, int K) {
-    mv_vec_body<BT, true, uint32_t>(y, u, w, ws, B, N, K);
-}
-
-template <int BT, bool GATED>
-static void launch_q8(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
-                      cudaStream_t stream) {
-    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
-    if (GATED) matvec_q8_gated<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
-    else matvec_q8_vec<BT><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
-}
-
-template <bool GATED>
-static void launch_q8_tile(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
-                           cudaStream_t stream) {
-    if (B == 1) launch_q8<1, GATED>(y, x, w, ws, B, N, K, stream);
-    else if (B == 2) launch_q8<2, GATED>(y, x, w, ws, B, N, K, stream);
-    else if (B <= 4) launch_q8<4, GATED>(y, x, w, ws, B, N, K, stream);
-    else launch_q8<CU_MATVEC_BATCH_TILE, GATED>(y, x, w, ws, B, N, K, stream);
-}
 
 extern "C" int cu_matvec_q8_ok(const float *x, const int8_t *w, int K) {
     return K % 4 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 4) == 0;
 }
 
+extern "C" cudaError_t cu_matvec_q8_fused(float *y, const float *x, const int8_t *w, const float *ws, int B, int N,
+                                          int K, const cu_fuse *f, cudaStream_t stream) {
+    if (mv_bad(B, N, K, f) || !ws) return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    const mv_args a = {y, x, w, ws, f ? f->norm : nullptr, B, N, K, f ? f->eps : 0.0f};
+    if (cu_matvec_q8_ok(x, w, K) && mv_norm_ok(f)) launch_mode<true, false>(a, mv_mode(f), stream);
+    else launch_scalar<true>(a, mv_mode(f), stream);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t cu_matvec_q8(float *y, const float *x, const int8_t *w, const float *ws, int B, int N, int K,
                                     cudaStream_t stream) {
-    if (B < 0 || N < 0 || K < 0 || !ws || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535)
-        return cudaErrorInvalidValue;
+    return cu_matvec_q8_fused(y, x, w, ws, B, N, K, nullptr, stream);
+}
+
+extern "C" cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const int8_t *w, const float *ws, int B,
+                                                int N, int K, const cu_fuse *f, cudaStream_t stream) {
+    if (mv_bad(B, N, K, f) || (f && f->norm) || !ws || !cu_matvec_q8_ok(u, w, K)) return cudaErrorInvalidValue;
     if (B == 0 || N == 0) return cudaSuccess;
-    if (cu_matvec_q8_ok(x, w, K)) {
-        launch_q8_tile<false>(y, x, w, ws, B, N, K, stream);
-    } else {
-        dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS),
-                  (unsigned)((B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE));
-        matvec_scalar<true><<<grid, MV_THREADS, 0, stream>>>(y, x, w, ws, B, N, K);
-    }
+    const mv_args a = {y, u, w, ws, nullptr, B, N, K, 0.0f};
+    launch_mode<true, true>(a, mv_mode(f), stream);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cu_matvec_q8_gated(float *y, const float *u, const int8_t *w, const float *ws, int B, int N,
                                           int K, cudaStream_t stream) {
-    if (B < 0 || N < 0 || K < 0 || !ws || (B + CU_MATVEC_BATCH_TILE - 1) / CU_MATVEC_BATCH_TILE > 65535 ||
-        !cu_matvec_q8_ok(u, w, K))
-        return cudaErrorInvalidValue;
-    if (B == 0 || N == 0) return cudaSuccess;
-    launch_q8_tile<true>(y, u, w, ws, B, N, K, stream);
-    return cudaGetLastError();
+    return cu_matvec_q8_gated_fused(y, u, w, ws, B, N, K, nullptr, stream);
 }
 
 /* The large-batch path's operands: wb = (bf16) w, exact (|q| <= 127 has 8
@@ -328,5 +421,24 @@ extern "C" cudaError_t cu_scale_cols(float *y, const float *ws, int B, int N, in
     if (B == 0 || N == 0) return cudaSuccess;
     scale_cols_kernel<<<dim3((unsigned)((N + MV_THREADS - 1) / MV_THREADS), (unsigned)B), MV_THREADS, 0, stream>>>(
         y, ws, N, ldy);
+    return cudaGetLastError();
+}
+
+/* y[b][n] += p[b][n] * ws[n] (the product rounded first, as cu_scale_cols
+ * then cu_add round it). */
+__global__ void __launch_bounds__(MV_THREADS)
+scale_cols_add_kernel(float *__restrict__ y, const float *__restrict__ p, const float *__restrict__ ws, int N,
+                      int ld) {
+    const int b = blockIdx.y;
+    const int n = blockIdx.x * MV_THREADS + threadIdx.x;
+    if (n < N) y[(size_t)b * ld + n] += __fmul_rn(p[(size_t)b * ld + n], ws[n]);
+}
+
+extern "C" cudaError_t cu_scale_cols_add(float *y, const float *p, const float *ws, int B, int N, int ld,
+                                         cudaStream_t stream) {
+    if (B < 0 || N < 0 || ld < N || B > 65535) return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    scale_cols_add_kernel<<<dim3((unsigned)((N + MV_THREADS - 1) / MV_THREADS), (unsigned)B), MV_THREADS, 0,
+                            stream>>>(y, p, ws, N, ld);
     return cudaGetLastError();
 }

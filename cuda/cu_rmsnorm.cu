@@ -4,33 +4,36 @@
  * inv), and sums the squares in double where this kernel sums in f32.
  *
  * One block per row: each thread sums the squares of a strided slice in
- * f32, the block reduces, then every thread scales its slice. Rows are
- * short (1024 or 4096) and the op reads B*C floats: launch-bound, not
- * bandwidth-bound, at the batch sizes of a step. cu_add_rmsnorm fuses the
- * residual add before it (kern_add, then kern_rmsnorm): one launch, not
- * two, at every layer boundary of the step (issue 25: graph nodes are most
- * of the predicted time over the floor at batch 1).
+ * f32, the block reduces (cu_rms_inv, cuda/cu_norm.cuh: the one order
+ * every norm of the step uses), then every thread scales its slice. Rows
+ * are short (1024 or 4096) and the op reads B*C floats: launch-bound, not
+ * bandwidth-bound, at the batch sizes of a step. So the step launches
+ * neither kernel below the GEMM crossover: the products fold the norm into
+ * their loads (cu_matvec_*_fused, cuda/cu_matvec.cu) and the residual add
+ * into their stores (issue 25: graph nodes are most of the predicted time
+ * over the floor at batch 1). From the crossover on, cu_rmsnorm_bf16 is
+ * the GEMM's input conversion with the norm in it: one launch, as the
+ * plain conversion was.
  */
+#include "cu_bf16.cuh"
 #include "cu_kern.h"
-#include "cu_reduce.cuh"
+#include "cu_norm.cuh"
 
-#define RN_THREADS 256
+#define RN_THREADS CU_RN_THREADS   /* threads per block: the order's own count */
 
+/* y may alias x: each thread reads its own elements before writing them,
+ * after the block's sum. */
 __global__ void __launch_bounds__(RN_THREADS)
 rmsnorm_kernel(float *y,              /* (B, C); may alias x */
                const float *x,        /* (B, C) */
                const float *alpha,    /* (C) */
                int C, float eps) {
-    __shared__ float scratch[RN_THREADS / CU_WARP];
-    __shared__ float inv_s;
+    __shared__ float scratch[CU_RN_WARPS];
     const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
     float *yr = y + (size_t)blockIdx.x * C;         /* (C) */
-    float ss[1] = {0.0f};
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) ss[0] = fmaf(xr[c], xr[c], ss[0]);
-    float tot = cu_block_sum<RN_THREADS, 1>(ss, scratch);
-    if (threadIdx.x == 0) inv_s = 1.0f / sqrtf(tot / (float)C + eps);
-    __syncthreads();
-    const float inv = inv_s;
+    float inv_r[1];
+    cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
+    const float inv = inv_r[0];
     for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * (alpha[c] * inv);
 }
 
@@ -42,36 +45,26 @@ extern "C" cudaError_t cu_rmsnorm(float *y, const float *x, const float *alpha, 
     return cudaGetLastError();
 }
 
-/* x += r, then y = rmsnorm(x) * alpha (y may alias x: each thread reads
- * its own elements before writing them). */
+/* yb = bf16(rmsnorm(x) * alpha): rmsnorm_kernel's values, rounded as
+ * cu_f32_to_bf16 rounds them. */
 __global__ void __launch_bounds__(RN_THREADS)
-add_rmsnorm_kernel(float *y,              /* (B, C) */
-                   float *x,              /* (B, C) in: the residual stream; out: + r */
-                   const float *r,        /* (B, C) */
-                   const float *alpha,    /* (C) */
-                   int C, float eps) {
-    __shared__ float scratch[RN_THREADS / CU_WARP];
-    __shared__ float inv_s;
-    float *xr = x + (size_t)blockIdx.x * C;
-    const float *rr = r + (size_t)blockIdx.x * C;
-    float *yr = y + (size_t)blockIdx.x * C;
-    float ss[1] = {0.0f};
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) {
-        float v = xr[c] + rr[c];
-        xr[c] = v;
-        ss[0] = fmaf(v, v, ss[0]);
-    }
-    float tot = cu_block_sum<RN_THREADS, 1>(ss, scratch);
-    if (threadIdx.x == 0) inv_s = 1.0f / sqrtf(tot / (float)C + eps);
-    __syncthreads();
-    const float inv = inv_s;
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * (alpha[c] * inv);
+rmsnorm_bf16_kernel(uint16_t *yb,          /* (B, C) bf16 */
+                    const float *x,        /* (B, C) */
+                    const float *alpha,    /* (C) */
+                    int C, float eps) {
+    __shared__ float scratch[CU_RN_WARPS];
+    const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
+    uint16_t *yr = yb + (size_t)blockIdx.x * C;     /* (C) */
+    float inv_r[1];
+    cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
+    const float inv = inv_r[0];
+    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = cu_f2bf(xr[c] * (alpha[c] * inv));
 }
 
-extern "C" cudaError_t cu_add_rmsnorm(float *y, float *x, const float *r, const float *alpha, int B, int C, float eps,
-                                      cudaStream_t stream) {
+extern "C" cudaError_t cu_rmsnorm_bf16(uint16_t *yb, const float *x, const float *alpha, int B, int C, float eps,
+                                       cudaStream_t stream) {
     if (B < 0 || C <= 0 || !(eps >= 0.0f)) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    add_rmsnorm_kernel<<<(unsigned)B, RN_THREADS, 0, stream>>>(y, x, r, alpha, C, eps);
+    rmsnorm_bf16_kernel<<<(unsigned)B, RN_THREADS, 0, stream>>>(yb, x, alpha, C, eps);
     return cudaGetLastError();
 }

@@ -11,7 +11,9 @@
  *    ffn linear_out with N and K swapped (the same bytes of W, K = 4096
  *    against 11264), and a second table times the scalar fallback (W one
  *    element off) against the vector path: the figures docs/cuda.md ("What
- *    the first GPU run must measure") asks for;
+ *    the first GPU run must measure") asks for; a third table times the
+ *    matvec with the RMSNorm folded in (cu_fuse) against the plain one and
+ *    against the two launches it replaces;
  *  - cu_samp_topk_rows: time per call for the text (32000, k 25; and top-k
  *    off, k 0) and audio (2048, k 250) rows, batch 1 and 8, and the time of
  *    its C twin (the CPU sampler, samp_topk_rows, one thread) on the same
@@ -147,6 +149,57 @@ static void bench_matvec_scalar(size_t l2_bytes) {
     gu_dfree(w); gu_dfree(x); gu_dfree(y);
 }
 
+/* The norm folded into the product (cu_fuse, cuda/cu_kern.h): the fused
+ * matvec (each block sums its rows' squares itself, then reads x * (alpha *
+ * inv)) against the plain matvec and against the two launches it replaces
+ * (cu_rmsnorm, then the plain matvec), as ratios of times: whether the
+ * prologue's re-reads of x and alpha (from L1/L2, every block the same
+ * rows) cost more than the node they save (docs/cuda.md). */
+static void bench_matvec_norm(size_t l2_bytes) {
+    static const struct { const char *what; int N, K; } shapes[] = {
+        {"attn in_proj", 12288, 4096}, {"ffn linear_in", 22528, 4096}, {"depformer in_proj", 3072, 1024},
+    };
+    static const int batches[] = {1, 8};
+    printf("\n| matvec with the norm folded | B | N x K | plain us | fused us | fused / plain | rmsnorm + plain us | "
+           "fused / (rmsnorm + plain) |\n|---|---|---|---|---|---|---|---|\n");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s].N, K = shapes[s].K;
+        size_t wbytes = (size_t)N * K * 2;
+        int copies = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
+        if (copies < 1) copies = 1;
+        if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
+        uint16_t *w = gu_dalloc(wbytes * copies);
+        CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));
+        float *x = gu_dalloc((size_t)8 * K * sizeof(float)), *xn = gu_dalloc((size_t)8 * K * sizeof(float));
+        float *a = gu_dalloc((size_t)K * sizeof(float)), *y = gu_dalloc((size_t)8 * N * sizeof(float));
+        CU_CHECK_FATAL(cudaMemset(x, 0x3C, (size_t)8 * K * sizeof(float)));   /* finite floats */
+        CU_CHECK_FATAL(cudaMemset(a, 0x3C, (size_t)K * sizeof(float)));
+        const cu_fuse f = {.norm = a, .eps = 1e-8f};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            int B = batches[bi];
+            double ms[3];
+            for (int v = 0; v < 3; v++) {
+                for (int i = 0; i <= BENCH_ITERS; i++) {   /* launch 0: the warm-up */
+                    if (i == 1) tic();
+                    const uint16_t *wi = w + (size_t)(i % copies) * N * K;
+                    if (v == 0) {
+                        CU_CHECK_FATAL(cu_matvec_bf16(y, x, wi, B, N, K, 0));
+                    } else if (v == 1) {
+                        CU_CHECK_FATAL(cu_matvec_bf16_fused(y, x, wi, B, N, K, &f, 0));
+                    } else {
+                        CU_CHECK_FATAL(cu_rmsnorm(xn, x, a, B, K, 1e-8f, 0));
+                        CU_CHECK_FATAL(cu_matvec_bf16(y, xn, wi, B, N, K, 0));
+                    }
+                }
+                ms[v] = toc(BENCH_ITERS);
+            }
+            printf("| %s | %d | %d x %d | %.1f | %.1f | %.2f | %.1f | %.2f |\n", shapes[s].what, B, N, K, ms[0] * 1e3,
+                   ms[1] * 1e3, ms[1] / ms[0], ms[2] * 1e3, ms[1] / ms[2]);
+        }
+        gu_dfree(w); gu_dfree(x); gu_dfree(xn); gu_dfree(a); gu_dfree(y);
+    }
+}
+
 /* Wall-clock seconds (CLOCK_MONOTONIC), for the CPU twins. */
 static double now_s(void) {
     struct timespec t;
@@ -210,6 +263,7 @@ int main(void) {
            p.minor, p.multiProcessorCount, p.l2CacheSize >> 20, ceiling);
     bench_matvec(ceiling, h, (size_t)p.l2CacheSize);
     bench_matvec_scalar((size_t)p.l2CacheSize);
+    bench_matvec_norm((size_t)p.l2CacheSize);
     bench_sample();
     CUBLAS_CHECK_FATAL(cublasDestroy(h));
     return 0;

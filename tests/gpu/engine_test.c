@@ -35,6 +35,10 @@
  *  - rmsnorm: |gpu - ref| / (2^-24 |ref|) <= 64 (a handful of roundings
  *    plus the f32 tree sum against the twin's double sum);
  *  - sampler: the same index, exactly (engine/lm/samp.h, docs/cuda.md);
+ *  - the fused products (cu_fuse: a norm prologue, a residual add) and the
+ *    GEMM path's fused pieces: bit for bit the launches they replace (the
+ *    same floats in the same order is what the fusion promises; any
+ *    tolerance would hide a changed summation order);
  *  - the LM step's kernels (cuda/cu_lm.cu): embeddings, residual adds and
  *    the bf16 rounding exactly (the same float additions in the same
  *    order, the same rounding rule); RoPE and SiLU |gpu - ref| <= 64 units
@@ -155,13 +159,23 @@ static void test_cu_check(void) {
 
 static void test_launch_args(void) {
     if (!begin("launcher_argument_checks", 0, 0)) return;
+    static const float one[4] __attribute__((aligned(16))) = {1, 1, 1, 1};
+    const cu_fuse both = {.norm = one, .eps = 1e-8f, .acc = 1}, norm = {.norm = one, .eps = 1e-8f},
+                  nan_eps = {.norm = one, .eps = NAN};
     int ok = cu_matvec_bf16(NULL, NULL, NULL, -1, 4, 4, 0) == cudaErrorInvalidValue &&
              cu_matvec_bf16(NULL, NULL, NULL, 1, 4, -8, 0) == cudaErrorInvalidValue &&
              cu_rmsnorm(NULL, NULL, NULL, 1, 0, 1e-8f, 0) == cudaErrorInvalidValue &&
              cu_rmsnorm(NULL, NULL, NULL, 1, 8, NAN, 0) == cudaErrorInvalidValue &&
              cu_samp_topk_rows(NULL, NULL, NULL, 1, 0, 0, 0) == cudaErrorInvalidValue &&
              cu_samp_topk_rows(NULL, NULL, NULL, -1, 8, 0, 0) == cudaErrorInvalidValue &&
-             cu_matvec_bf16(NULL, NULL, NULL, 0, 4, 4, 0) == cudaSuccess;
+             cu_matvec_bf16(NULL, NULL, NULL, 0, 4, 4, 0) == cudaSuccess &&
+             /* a product fuses the norm of its input or the add of its output, not both; no gated norm */
+             cu_matvec_bf16_fused(NULL, NULL, NULL, 1, 4, 8, &both, 0) == cudaErrorInvalidValue &&
+             cu_matvec_q8_fused(NULL, NULL, NULL, (const float *)16, 1, 4, 8, &both, 0) == cudaErrorInvalidValue &&
+             cu_matvec_bf16_gated_fused(NULL, NULL, NULL, 1, 4, 8, &norm, 0) == cudaErrorInvalidValue &&
+             cu_matvec_q8_gated_fused(NULL, NULL, NULL, (const float *)16, 1, 4, 8, &norm, 0) == cudaErrorInvalidValue &&
+             cu_matvec_bf16_fused(NULL, NULL, NULL, 1, 4, 8, &nan_eps, 0) == cudaErrorInvalidValue &&
+             cu_rmsnorm_bf16(NULL, NULL, NULL, 1, 0, 1e-8f, 0) == cudaErrorInvalidValue;
     result(ok, "launcher_argument_checks", "bad dims refused before any launch");
 }
 
@@ -288,66 +302,12 @@ static void rmsnorm_case(int B, int C, double scale, int inplace, uint64_t seed)
     free(x); free(y); free(yr); free(a);
 }
 
-/* cu_add_rmsnorm against kern_add then kern_rmsnorm: x after the add
- * exactly, y within rmsnorm's tolerance; inplace: y is x. */
-static void add_rmsnorm_case(int B, int C, int inplace, uint64_t seed) {
-    char name[96];
-    snprintf(name, sizeof name, "add_rmsnorm B=%d C=%d%s", B, C, inplace ? " in-place" : "");
-    if (!begin(name, 1, (double)B * C)) return;
-    const float eps = 1e-8f;
-    gu_rng r = {seed};
-    size_t n = (size_t)B * C;
-    float *x = malloc(n * sizeof *x), *o = malloc(n * sizeof *o), *y = malloc(n * sizeof *y);
-    float *xr = malloc(n * sizeof *xr), *yr = malloc(n * sizeof *yr), *xg = malloc(n * sizeof *xg);
-    float *a = malloc((size_t)C * sizeof *a);
-    for (size_t i = 0; i < n; i++) {
-        x[i] = (float)gu_normal(&r);
-        o[i] = (float)(0.5 * gu_normal(&r));
-    }
-    for (int c = 0; c < C; c++) a[c] = (float)(1.0 + 0.5 * gu_normal(&r));
-    memcpy(xr, x, n * sizeof *x);
-    kern_add(xr, o, (int)n);
-    kern_rmsnorm(yr, xr, a, B, C, eps);
-    float *dx = gu_dalloc(n * sizeof *x), *dout = gu_dalloc(n * sizeof *o), *da = gu_dalloc((size_t)C * sizeof *a);
-    float *dy = inplace ? dx : gu_dalloc(n * sizeof *y);
-    gu_h2d(dx, x, n * sizeof *x);
-    gu_h2d(dout, o, n * sizeof *o);
-    gu_h2d(da, a, (size_t)C * sizeof *a);
-    CU_CHECK_FATAL(cu_add_rmsnorm(dy, dx, dout, da, B, C, eps, 0));
-    gu_sync();
-    gu_d2h(y, dy, n * sizeof *y);
-    gu_d2h(xg, dx, n * sizeof *xg);
-    double worst = 0.0, tol = 64.0;
-    long bad = -1, badx = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (!inplace && xg[i] != xr[i] && badx < 0) badx = (long)i;
-        double d = fabs((double)y[i] - yr[i]);
-        double e = d == 0.0 ? 0.0 : d / (fabs((double)yr[i]) * ldexp(1.0, -24) + 1e-300);
-        if (e != e) e = INFINITY;
-        if (e > worst) worst = e;
-        if (e > tol && bad < 0) bad = (long)i;
-    }
-    if (badx >= 0)
-        result(0, name, "x after the add differs at (b=%ld, c=%ld): gpu %.9g ref %.9g", badx / C, badx % C, xg[badx],
-               xr[badx]);
-    else if (bad >= 0)
-        result(0, name, "first mismatch at (b=%ld, c=%ld): gpu %.9g ref %.9g", bad / C, bad % C, y[bad], yr[bad]);
-    else
-        result(1, name, "x exact%s; y max normalised error %.3g (tolerance %.3g)", inplace ? " (y is x)" : "", worst,
-               tol);
-    gu_dfree(dx); gu_dfree(dout); gu_dfree(da);
-    if (!inplace) gu_dfree(dy);
-    free(x); free(o); free(y); free(xr); free(yr); free(xg); free(a);
-}
-
 static void test_rmsnorm(void) {
     rmsnorm_case(1, 4096, 1.0, 0, 1);
     rmsnorm_case(3, 1024, 3.0, 0, 2);
     rmsnorm_case(2, 7, 1.0, 0, 3);
     rmsnorm_case(4, 4096, 1e-4, 0, 4);   /* mean(x^2) ~ eps: eps placement matters */
     rmsnorm_case(5, 1000, 1.0, 1, 5);
-    add_rmsnorm_case(3, 4096, 0, 6);
-    add_rmsnorm_case(2, 1000, 1, 7);   /* the step's last norm: in place */
 }
 
 /* ---- sampler ------------------------------------------------------------- */
@@ -1332,6 +1292,157 @@ static void dep_attend_q8_case(int B, int heads, int hd, int K, int window) {
     free(qkv); free(got); free(want); free(k8); free(v8); free(ks); free(vs);
 }
 
+/* ---- the fused products (cu_fuse) ------------------------------------------------ */
+
+/* A fused product against the launches it replaces, bit for bit (the
+ * fusions promise the same floats: the norm's squares summed in
+ * cu_rmsnorm's order, the same products, the add after the same rounding):
+ *   norm (mode 1): cu_rmsnorm into a buffer, then the plain product;
+ *   acc (mode 2): the plain product into a temporary, then cu_add onto y.
+ * bf16 or int8 rows (q8), plain or gated (acc only); xoff: x (and the
+ * normed buffer of the reference) this many floats off 16 bytes, so both
+ * sides take the scalar path. On the emulator the kernel's name is checked
+ * too, so a fusion that silently fell back would fail here. */
+static void fused_case(int q8, int gated, int mode, int B, int N, int K, int xoff) {
+    char name[112];
+    snprintf(name, sizeof name, "fused_%s%s_%s B=%d N=%d K=%d%s", q8 ? "q8" : "bf16", gated ? "_gated" : "",
+             mode == 1 ? "norm" : "acc", B, N, K, xoff ? " misaligned" : "");
+    if (!begin(name, 1, 2.0 * B * N * K)) return;
+    gu_rng r = {700 + (uint64_t)(B * 31 + N + K + mode + 2 * q8 + 4 * gated)};
+    const float eps = 1e-8f;
+    size_t kx = gated ? 2 * (size_t)K : (size_t)K, nx = (size_t)B * kx + xoff, ny = (size_t)B * N;
+    float *x = malloc(nx * 4), *a = malloc((size_t)K * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4),
+          *y2 = malloc(ny * 4);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)(2.0 * gu_normal(&r));
+    for (int k = 0; k < K; k++) a[k] = (float)(1.0 + 0.5 * gu_normal(&r));
+    for (size_t i = 0; i < ny; i++) y0[i] = (float)gu_normal(&r);
+    void *w = q8 ? (void *)i8_table(&r, (size_t)N * K) : (void *)bf16_table(&r, (size_t)N * K);
+    float *ws = scale_table(&r, N);
+    float *dx = gu_dalloc(nx * 4), *dxn = gu_dalloc(((size_t)B * K + xoff) * 4), *da = gu_dalloc((size_t)K * 4);
+    float *dt = gu_dalloc(ny * 4), *dy1 = gu_dalloc(ny * 4), *dy2 = gu_dalloc(ny * 4), *dws = gu_dalloc((size_t)N * 4);
+    void *dw = gu_dalloc((size_t)N * K * (q8 ? 1 : 2));
+    gu_h2d(dx, x, nx * 4);
+    gu_h2d(da, a, (size_t)K * 4);
+    gu_h2d(dy1, y0, ny * 4);
+    gu_h2d(dy2, y0, ny * 4);
+    gu_h2d(dws, ws, (size_t)N * 4);
+    gu_h2d(dw, w, (size_t)N * K * (q8 ? 1 : 2));
+    const float *xin = dx + xoff;
+    const cu_fuse f = {.norm = mode == 1 ? da : NULL, .eps = eps, .acc = mode == 2};
+    /* the launches replaced */
+    float *py = mode == 1 ? dy1 : dt;
+    const float *px = xin;
+    if (mode == 1) {
+        CU_CHECK_FATAL(cu_rmsnorm(dxn + xoff, xin, da, B, K, eps, 0));
+        px = dxn + xoff;
+    }
+    if (q8 && gated) CU_CHECK_FATAL(cu_matvec_q8_gated(py, px, dw, dws, B, N, K, 0));
+    else if (q8) CU_CHECK_FATAL(cu_matvec_q8(py, px, dw, dws, B, N, K, 0));
+    else if (gated) CU_CHECK_FATAL(cu_matvec_bf16_gated(py, px, dw, B, N, K, 0));
+    else CU_CHECK_FATAL(cu_matvec_bf16(py, px, dw, B, N, K, 0));
+    if (mode == 2) CU_CHECK_FATAL(cu_add(dy1, dt, ny, 0));
+    /* the fused launch */
+    if (q8 && gated) CU_CHECK_FATAL(cu_matvec_q8_gated_fused(dy2, xin, dw, dws, B, N, K, &f, 0));
+    else if (q8) CU_CHECK_FATAL(cu_matvec_q8_fused(dy2, xin, dw, dws, B, N, K, &f, 0));
+    else if (gated) CU_CHECK_FATAL(cu_matvec_bf16_gated_fused(dy2, xin, dw, B, N, K, &f, 0));
+    else CU_CHECK_FATAL(cu_matvec_bf16_fused(dy2, xin, dw, B, N, K, &f, 0));
+    char ran[128] = "", want[128];
+    if (emu_last_kernel) snprintf(ran, sizeof ran, "%s", emu_last_kernel());
+    gu_sync();
+    gu_d2h(y1, dy1, ny * 4);
+    gu_d2h(y2, dy2, ny * 4);
+    int vec = q8 ? cu_matvec_q8_ok(xin, dw, K) : K % 8 == 0 && xoff == 0;
+    int bt = B == 1 ? 1 : B == 2 ? 2 : B <= 4 ? 4 : CU_MATVEC_BATCH_TILE;
+    const char *m = mode == 1 ? "norm" : "acc";
+    if (vec)
+        snprintf(want, sizeof want, "matvec_%s_%s%s<%d>", q8 ? "q8" : "bf16", gated ? "gated_" : "", m, bt);
+    else
+        snprintf(want, sizeof want, "matvec_scalar_%s<%s>", m, q8 ? "true" : "false");
+    long bad = -1;
+    for (size_t i = 0; i < ny && bad < 0; i++)
+        if (memcmp(&y1[i], &y2[i], 4)) bad = (long)i;
+    if (bad >= 0)
+        result(0, name, "y differs at (b=%ld, n=%ld): fused %.9g, the launches it replaces %.9g", bad / N, bad % N,
+               y2[bad], y1[bad]);
+    else if (emu_last_kernel && strcmp(ran, want))
+        result(0, name, "ran %s, expected %s", ran, want);
+    else
+        result(1, name, "%s%sbit for bit the launches it replaces", ran, ran[0] ? ": " : "");
+    gu_dfree(dx); gu_dfree(dxn); gu_dfree(da); gu_dfree(dt); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dws); gu_dfree(dw);
+    free(x); free(a); free(y0); free(y1); free(y2); free(w); free(ws);
+}
+
+/* The GEMM path's fused pieces, bit for bit: cu_rmsnorm_bf16 = cu_rmsnorm
+ * then cu_f32_to_bf16 (the GEMM's input), cu_scale_cols_add = cu_scale_cols
+ * then cu_add (the int8 GEMM's scales and the residual add). */
+static void fused_gemm_pieces_case(int B, int K, int N) {
+    char name[96];
+    snprintf(name, sizeof name, "fused_gemm_pieces B=%d K=%d N=%d", B, K, N);
+    if (!begin(name, 1, (double)B * (K + N))) return;
+    gu_rng r = {900 + (uint64_t)B};
+    const float eps = 1e-8f;
+    size_t nx = (size_t)B * K, ny = (size_t)B * N;
+    float *x = malloc(nx * 4), *a = malloc((size_t)K * 4), *p = malloc(ny * 4), *y0 = malloc(ny * 4),
+          *y1 = malloc(ny * 4), *y2 = malloc(ny * 4);
+    uint16_t *hb1 = malloc(nx * 2), *hb2 = malloc(nx * 2);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)(3.0 * gu_normal(&r));
+    for (int k = 0; k < K; k++) a[k] = (float)(1.0 + 0.5 * gu_normal(&r));
+    for (size_t i = 0; i < ny; i++) {
+        p[i] = (float)(100.0 * gu_normal(&r));
+        y0[i] = (float)gu_normal(&r);
+    }
+    float *ws = scale_table(&r, N);
+    float *dx = gu_dalloc(nx * 4), *dxn = gu_dalloc(nx * 4), *da = gu_dalloc((size_t)K * 4), *dp = gu_dalloc(ny * 4),
+          *dy1 = gu_dalloc(ny * 4), *dy2 = gu_dalloc(ny * 4), *dws = gu_dalloc((size_t)N * 4);
+    uint16_t *dhb1 = gu_dalloc(nx * 2), *dhb2 = gu_dalloc(nx * 2);
+    gu_h2d(dx, x, nx * 4);
+    gu_h2d(da, a, (size_t)K * 4);
+    gu_h2d(dp, p, ny * 4);
+    gu_h2d(dy1, y0, ny * 4);
+    gu_h2d(dy2, y0, ny * 4);
+    gu_h2d(dws, ws, (size_t)N * 4);
+    CU_CHECK_FATAL(cu_rmsnorm(dxn, dx, da, B, K, eps, 0));
+    CU_CHECK_FATAL(cu_f32_to_bf16(dhb1, dxn, nx, 0));
+    CU_CHECK_FATAL(cu_rmsnorm_bf16(dhb2, dx, da, B, K, eps, 0));
+    CU_CHECK_FATAL(cu_scale_cols_add(dy2, dp, dws, B, N, N, 0));
+    CU_CHECK_FATAL(cu_scale_cols(dp, dws, B, N, N, 0));
+    CU_CHECK_FATAL(cu_add(dy1, dp, ny, 0));
+    gu_sync();
+    gu_d2h(hb1, dhb1, nx * 2);
+    gu_d2h(hb2, dhb2, nx * 2);
+    gu_d2h(y1, dy1, ny * 4);
+    gu_d2h(y2, dy2, ny * 4);
+    long badh = -1, bady = -1;
+    for (size_t i = 0; i < nx && badh < 0; i++)
+        if (hb1[i] != hb2[i]) badh = (long)i;
+    for (size_t i = 0; i < ny && bady < 0; i++)
+        if (memcmp(&y1[i], &y2[i], 4)) bady = (long)i;
+    if (badh >= 0) result(0, name, "rmsnorm_bf16 differs at %ld: 0x%04x vs 0x%04x", badh, hb2[badh], hb1[badh]);
+    else if (bady >= 0) result(0, name, "scale_cols_add differs at %ld: %.9g vs %.9g", bady, y2[bady], y1[bady]);
+    else result(1, name, "bit for bit the launches they replace");
+    gu_dfree(dx); gu_dfree(dxn); gu_dfree(da); gu_dfree(dp); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dws);
+    gu_dfree(dhb1); gu_dfree(dhb2);
+    free(x); free(a); free(p); free(y0); free(y1); free(y2); free(hb1); free(hb2); free(ws);
+}
+
+static void test_fused(void) {
+    for (int q8 = 0; q8 < 2; q8++) {
+        fused_case(q8, 0, 1, 1, 37, 1024, 0);   /* the norm prologue, batch tile 1, N odd */
+        fused_case(q8, 0, 1, 2, 16, 4096, 0);   /* the 7B's width: 16 slices per thread */
+        fused_case(q8, 0, 1, 3, 20, 1000, 0);   /* tile 4, one row short; K % 256 != 0 */
+        fused_case(q8, 0, 1, 11, 9, 264, 0);    /* two tiles of 8, the second short */
+        fused_case(q8, 0, 1, 3, 10, 96, 1);     /* x misaligned: the scalar path */
+        fused_case(q8, 0, 2, 1, 37, 1024, 0);   /* the add */
+        fused_case(q8, 0, 2, 5, 20, 512, 0);
+        fused_case(q8, 0, 2, 2, 9, 100, 1);     /* scalar */
+        fused_case(q8, 1, 2, 1, 33, 512, 0);    /* the gated FFN's output with the add */
+        fused_case(q8, 1, 2, 9, 12, 256, 0);
+    }
+    fused_case(0, 0, 1, 4, 8, 36, 0);           /* bf16 K % 8 != 0: scalar */
+    fused_gemm_pieces_case(3, 4096, 1024);
+    fused_gemm_pieces_case(17, 1000, 33);
+}
+
 static void test_q8_kernels(void) {
     matvec_q8_case(1, 37, 64, 0, 0, 0);
     matvec_q8_case(3, 129, 264, 0, 0, 0);
@@ -1656,6 +1767,7 @@ int main(int argc, char **argv) {
     test_sample();
     test_lm_kernels();
     test_q8_kernels();
+    test_fused();
     test_mimi_kernels();
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail ? 1 : 0;

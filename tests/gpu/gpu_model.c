@@ -11,10 +11,11 @@
  * counts multiplied by how often the step repeats it:
  *   - the temporal layer: 32 times;
  *   - the depformer layer: 6 layers x dep_q (8) sub-steps, run at sub-step
- *     4 (its attention over 5 sub-steps; the others differ by a few rows),
- *     and the add + norm between two of them, 5 x 8 times;
+ *     4 (its attention over 5 sub-steps; the others differ by a few rows);
+ *     its norms and residual adds are folded into its products, as the
+ *     temporal layer's (cu_fuse), so nothing runs between two layers;
  *   - the depformer sub-step's own launches (input projection, embedding,
- *     head, sampler, feed-back): 8 times;
+ *     head, sampler and feed-back): 8 times;
  *   - RoPE with its K/V written to the ring and the attention over the
  *     ring (a step's pair: cu_kv_store is a prefill chunk's only) at 2
  *     rows (slots 0 and 1) scaled to B: their blocks are per row and
@@ -167,9 +168,9 @@ typedef struct mbuf {
     uint16_t *ring;
     unsigned *att_count;
     /* activations */
-    float *x, *xn, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
+    float *x, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
     uint16_t *xb;
-    float *dy, *dyn, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    float *dy, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
     int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
     int64_t *pos;
     samp_row *rows;
@@ -223,7 +224,6 @@ static void bufs_open(mbuf *m) {
     m->ring = dz(2 * (size_t)M_ATT_ROWS * 2 * M_CTX * D);
     m->att_count = dz(sizeof(unsigned) * M_ATT_ROWS * M_HEADS);
     m->x = dz(4 * R * D);
-    m->xn = dz(4 * R * D);
     m->qkv = dz(4 * R * 3 * D);
     m->att = dz(4 * R * D);
     m->o = dz(4 * R * D);
@@ -234,7 +234,6 @@ static void bufs_open(mbuf *m) {
     m->alog = dz(4 * (size_t)M_DEPQ * R * M_CARD);
     m->xb = dz(2 * R * H);
     m->dy = dz(4 * R * dd);
-    m->dyn = dz(4 * R * dd);
     m->dqkv = dz(4 * R * 3 * dd);
     m->datt = dz(4 * R * dd);
     m->dout = dz(4 * R * dd);
@@ -258,58 +257,72 @@ static void bufs_open(mbuf *m) {
 #define LT(call) CU_CHECK_FATAL(call)
 
 /* The GEMM on m->xb (cuda/cu_backend.c gemm_xb): bf16 W, or int8 rows
- * widened a chunk at a time into m->wdq, a GEMM each, then the scales. */
-static void gemm_xb(mbuf *m, float *y, const uint16_t *w, int n, int N, int K) {
+ * widened a chunk at a time into m->wdq, a GEMM each, then the scales;
+ * acc: y += (beta = 1; int8: the GEMMs into tmp, the scales and the add in
+ * one launch). */
+static void gemm_xb(mbuf *m, float *y, const uint16_t *w, int n, int N, int K, int acc, float *tmp) {
     const float one = 1.0f, zero = 0.0f;   /* the stand-in records the shape (sampling: no arithmetic) */
     if (!g_q8) {
         CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, m->xb,
-                                        CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                        CUDA_R_16BF, K, acc ? &one : &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
         return;
     }
+    float *dst = acc ? tmp : y;
     int rows = (int)(M_Q8_SCRATCH / (size_t)K < (size_t)N ? M_Q8_SCRATCH / (size_t)K : (size_t)N);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int nr = N - r0 < rows ? N - r0 : rows;
         LT(cu_q8_to_bf16(m->wdq, (const int8_t *)w + (size_t)r0 * K, (size_t)nr * K, 0));
         CUBLAS_CHECK_FATAL(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, m->wdq, CUDA_R_16BF, K,
-                                        m->xb, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                        m->xb, CUDA_R_16BF, K, &zero, dst + r0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
     }
-    LT(cu_scale_cols(y, w8s(w, N, K), n, N, N, 0));
+    if (acc) LT(cu_scale_cols_add(y, tmp, w8s(w, N, K), n, N, N, 0));
+    else LT(cu_scale_cols(y, w8s(w, N, K), n, N, N, 0));
 }
 
-/* lin(): the matvec below M_GEMM_MIN_ROWS rows, else bf16 rounding + GEMM. */
-static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K) {
+/* lin_f(): the matvec below M_GEMM_MIN_ROWS rows with f's fusions in its
+ * launch, else the norm (or not) with the bf16 rounding + GEMM. */
+static void lin_f(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K, const cu_fuse *f,
+                  float *tmp) {
     if (n < M_GEMM_MIN_ROWS) {
-        if (g_q8) LT(cu_matvec_q8(y, x, (const int8_t *)w, w8s(w, N, K), n, N, K, 0));
-        else LT(cu_matvec_bf16(y, x, w, n, N, K, 0));
+        if (g_q8) LT(cu_matvec_q8_fused(y, x, (const int8_t *)w, w8s(w, N, K), n, N, K, f, 0));
+        else LT(cu_matvec_bf16_fused(y, x, w, n, N, K, f, 0));
         return;
     }
-    LT(cu_f32_to_bf16(m->xb, x, (size_t)n * K, 0));
-    gemm_xb(m, y, w, n, N, K);
+    if (f && f->norm) LT(cu_rmsnorm_bf16(m->xb, x, f->norm, n, K, f->eps, 0));
+    else LT(cu_f32_to_bf16(m->xb, x, (size_t)n * K, 0));
+    gemm_xb(m, y, w, n, N, K, f && f->acc, tmp);
 }
 
-/* lin_gated(): the gated matvec below M_GEMM_MIN_ROWS rows, else the gate
- * and bf16 rounding in one launch + GEMM. */
-static void lin_gated(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K) {
+static void lin(mbuf *m, float *y, const float *x, const uint16_t *w, int n, int N, int K) {
+    lin_f(m, y, x, w, n, N, K, NULL, NULL);
+}
+
+/* lin_gated_acc(): y += the gated product: the gated matvec below
+ * M_GEMM_MIN_ROWS rows, else the gate and bf16 rounding in one launch +
+ * GEMM (beta = 1). */
+static void lin_gated_acc(mbuf *m, float *y, const float *u, const uint16_t *w, int n, int N, int K, float *tmp) {
+    const cu_fuse add = {.acc = 1};
     if (n < M_GEMM_MIN_ROWS) {
-        if (g_q8) LT(cu_matvec_q8_gated(y, u, (const int8_t *)w, w8s(w, N, K), n, N, K, 0));
-        else LT(cu_matvec_bf16_gated(y, u, w, n, N, K, 0));
+        if (g_q8) LT(cu_matvec_q8_gated_fused(y, u, (const int8_t *)w, w8s(w, N, K), n, N, K, &add, 0));
+        else LT(cu_matvec_bf16_gated_fused(y, u, w, n, N, K, &add, 0));
         return;
     }
     LT(cu_silu_gate_bf16(m->xb, u, n, K, 0));
-    gemm_xb(m, y, w, n, N, K);
+    gemm_xb(m, y, w, n, N, K, 1, tmp);
 }
+
+static const cu_fuse g_add = {.acc = 1};
 
 static void temporal_layer(mbuf *m, int B) {
     const int D = M_DIM, H = g_hidden;
-    lin(m, m->qkv, m->xn, m->attn_in, B, 3 * D, D);
+    const cu_fuse nrm = {.norm = m->norm, .eps = LM_NORM_EPS};   /* norm1, norm2: one buffer here */
+    lin_f(m, m->qkv, m->x, m->attn_in, B, 3 * D, D, &nrm, NULL);
     /* (RoPE with the K/V to the ring, and the attention: attend(), scaled separately) */
-    lin(m, m->o, m->att, m->attn_out, B, D, D);
-    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));
-    lin(m, m->u, m->xn, m->ffn_in, B, 2 * H, D);
-    lin_gated(m, m->o, m->u, m->ffn_out, B, D, H);
-    LT(cu_add_rmsnorm(m->xn, m->x, m->o, m->norm, B, D, LM_NORM_EPS, 0));   /* next norm1, or out_norm */
+    lin_f(m, m->x, m->att, m->attn_out, B, D, D, &g_add, m->o);
+    lin_f(m, m->u, m->x, m->ffn_in, B, 2 * H, D, &nrm, NULL);
+    lin_gated_acc(m, m->x, m->u, m->ffn_out, B, D, H, m->o);
 }
 
 /* A step's attention (cuda/cu_backend.c temporal(), prefill 0): RoPE
@@ -333,20 +346,19 @@ static void attend(mbuf *m, int rows) {
 
 static void step_once(mbuf *m, int B) {   /* before the layers, and the text head */
     LT(cu_embed_sum(m->x, m->tok, 1 + M_NQ, m->emb, m->text_emb, B, M_DIM, M_NQ, M_CARD, M_TEXT, 0));
-    LT(cu_rmsnorm(m->xn, m->x, m->norm, B, M_DIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
 }
 
-static void step_head(mbuf *m, int B) {
-    lin(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM);
+static void step_head(mbuf *m, int B) {   /* out_norm folded into the head's product */
+    const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
+    lin_f(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM, &on, NULL);
     LT(cu_samp_topk_feed(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL, 0,
                          0));
 }
 
-static void dep_substep_own(mbuf *m, int B) {
-    lin(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM);
+static void dep_substep_own(mbuf *m, int B) {   /* out_norm folded into depformer_in */
+    const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
+    lin_f(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM, &on, NULL);
     LT(cu_embed_add_rows(m->dy, m->prev, m->dep_emb, B, M_DDIM, M_CARD + 1, 0));
-    LT(cu_rmsnorm(m->dyn, m->dy, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));   /* layer 0's norm1 */
-    LT(cu_add(m->dy, m->dout, (size_t)B * M_DDIM, 0));                     /* the last layer's add */
     lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
     LT(cu_samp_topk_feed(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
                          1 + M_DEPQ, m->dsteps, 0, 0));
@@ -354,18 +366,13 @@ static void dep_substep_own(mbuf *m, int B) {
 
 static void dep_layer(mbuf *m, int B) {
     const int dd = M_DDIM, Hd = g_dhidden;
-    lin(m, m->dqkv, m->dyn, m->d_attn_in, B, 3 * dd, dd);
+    const cu_fuse nrm = {.norm = m->dnorm, .eps = LM_NORM_EPS};
+    lin_f(m, m->dqkv, m->dy, m->d_attn_in, B, 3 * dd, dd, &nrm, NULL);
     LT((g_q8 ? cu_dep_attend_q8 : cu_dep_attend)(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K,
                                                  M_DEPQ, B, M_DHEADS, dd / M_DHEADS, 0));
-    lin(m, m->dout, m->datt, m->d_attn_out, B, dd, dd);
-    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, dd, LM_NORM_EPS, 0));
-    lin(m, m->du, m->dyn, m->d_ffn_in, B, 2 * Hd, dd);
-    lin_gated(m, m->dout, m->du, m->d_ffn_out, B, dd, Hd);
-}
-
-/* Between two depformer layers: the residual add and the next norm1. */
-static void dep_between(mbuf *m, int B) {
-    LT(cu_add_rmsnorm(m->dyn, m->dy, m->dout, m->dnorm, B, M_DDIM, LM_NORM_EPS, 0));
+    lin_f(m, m->dy, m->datt, m->d_attn_out, B, dd, dd, &g_add, m->dout);
+    lin_f(m, m->du, m->dy, m->d_ffn_in, B, 2 * Hd, dd, &nrm, NULL);
+    lin_gated_acc(m, m->dy, m->du, m->d_ffn_out, B, dd, Hd, m->dout);
 }
 
 /* The bytes a step must read: every weight matrix it uses once, the text
@@ -413,8 +420,6 @@ static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
     collect(M_DEPQ, M_DEPQ);
     dep_layer(m, B);
     collect(M_DEPQ * M_DLAYERS, M_DEPQ * M_DLAYERS);
-    dep_between(m, B);
-    collect(M_DEPQ * (M_DLAYERS - 1), M_DEPQ * (M_DLAYERS - 1));
     double us = 0, bytes = 0, launches = 0;
     for (int i = 0; i < ntable; i++) {
         const mrow *r = &table[i];

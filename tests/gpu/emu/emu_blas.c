@@ -270,7 +270,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     size_t es_a = at == CUDA_R_16BF ? 2 : 4, es_b = bt == CUDA_R_16BF ? 2 : 4, es_c = ct == CUDA_R_16BF ? 2 : 4;
-    emu_traffic_gemm(m, n, k, es_a, es_b, es_c);
+    emu_traffic_gemm(m, n, k, es_a, es_b, es_c, *(const float *)beta != 0.0f);
     if (emu_traffic_stride() > 1) return CUBLAS_STATUS_SUCCESS;   /* the model prices it from its shape */
     gemm_args g = {ta, tb, m, n, k, *(const float *)alpha, *(const float *)beta, A, B, C, at, bt, ct,
                    lda, ldb, ldc, compute};

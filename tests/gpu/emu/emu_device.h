@@ -298,6 +298,12 @@ static inline unsigned int __brev(unsigned int x) {
 
 /* Floats: the IEEE operations the device does without --use_fast_math. */
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+/* Never contracted into an fma (nvcc's promise for the _rn intrinsics). The
+ * host compiler contracts a * b + c under -ffp-contract=fast, GCC's default
+ * in the GNU modes these files are built in, so the result goes through a
+ * volatile. */
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __saturatef(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }

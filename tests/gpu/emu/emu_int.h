@@ -163,7 +163,7 @@ int emu_traffic_skip_block(uint64_t block_no);
 void emu_traffic_block_done(void);
 void emu_traffic_launch_begin(void);
 void emu_traffic_launch_end(const emu_call *c);
-void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es);
+void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es, int c_read);
 
 /* emu_rt.c */
 /* emu_note: "emu: ..." on stderr unless quiet (argument problems a device

@@ -341,8 +341,9 @@ void emu_traffic_launch_end(const emu_call *c) {
 }
 
 /* A cuBLAS GEMM of the stand-in, by shape: the model prices it from its
- * shape (docs/cuda.md), not from the stand-in's loops. */
-void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es) {
+ * shape (docs/cuda.md), not from the stand-in's loops. c_read: beta != 0,
+ * C is read before it is written (the residual add folded into the GEMM). */
+void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es, int c_read) {
     if (!T.on) return;
     char name[EMU_NAME_LEN];
     snprintf(name, sizeof name, "cublasGemmEx m=%d n=%d k=%d", m, n, k);
@@ -351,6 +352,6 @@ void emu_traffic_gemm(int m, int n, int k, size_t a_es, size_t b_es, size_t c_es
     r->gemm_m = m;
     r->gemm_n = n;
     r->gemm_k = k;
-    r->dram_bytes += (double)m * k * a_es + (double)k * n * b_es + (double)m * n * c_es;
+    r->dram_bytes += (double)m * k * a_es + (double)k * n * b_es + (double)m * n * c_es * (c_read ? 2 : 1);
     r->gemm_flops += 2.0 * m * n * k;
 }
