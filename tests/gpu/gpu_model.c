@@ -19,7 +19,9 @@
  * not depend on how many layers there are. The depformer's difference is
  * taken at position 0 (no depformer launch reads the position).
  * Blocks are sampled (every EMU_MODEL_STRIDE-th of each grid; counts
- * scaled), so the emulated memory holds whatever it holds: traffic, not
+ * scaled; the attention's by (head, row) column, every split of a sampled
+ * column, since its last block combines the splits: emu_traffic_whole_z),
+ * so the emulated memory holds whatever it holds: traffic, not
  * values, is measured (the sampler's data-dependent passes see zeros). The
  * weights' fill, the graphs' warm-up and the position prefills run one
  * block a grid, uncounted. The emulated device is the H200's size and
@@ -499,6 +501,8 @@ int main(void) {
     ms_log_level = ms_log_parse_level("warn");   /* the backend's open lines: not this tool's output */
     emu_set_lazy(1);
     emu_set_device_bytes(M_DEVICE_BYTES);
+    /* the attention's last block of a row and head combines its splits: sampled by (head, row), every split */
+    emu_traffic_whole_z("attend_ring_kernel");
     static ttab whole[M_POINTS];
     if (!no_lm) {
         mpoint pts[M_POINTS];
@@ -523,6 +527,7 @@ int main(void) {
     g_q8 = 0;
     emu_set_lazy(0);
     emu_set_device_bytes(0);
+    emu_traffic_whole_z(NULL);
     printf("predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 %.2f ms (floor %.2f ms); B=128 pos=3000 "
            "%.2f ms (floor %.2f ms)\n\n", ms8[0], fl8[0], ms8[1], fl8[1]);
     if (!getenv("GPU_MODEL_NO_CODEC")) {

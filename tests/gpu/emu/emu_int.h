@@ -61,6 +61,7 @@ typedef struct emu_alloc {
     size_t elem;            /* and element size */
     const void *key;        /* shared variables: the declaration */
     uint64_t gen;           /* block generation its shadow was reset for */
+    uint64_t race_launch;   /* the race check: the last launch that stored to it (plainly) */
     int lazy;               /* emu_set_lazy: neither poisoned nor shadowed */
 } emu_alloc;
 
@@ -68,6 +69,9 @@ typedef struct emu_state {
     int inited;
     /* options */
     emu_order order;
+    emu_order block_order;  /* emu_set_block_order */
+    uint32_t *block_perm;   /* a random block order's permutation, block_perm_n entries */
+    size_t block_perm_n;
     uint64_t seed;
     int quiet, hooks;
     unsigned timeout_ms;
@@ -161,7 +165,7 @@ int emu_in_stack(const void *p, int *guard);
 void emu_traffic_note(const emu_alloc *a, const void *p, size_t n, uint64_t insn);
 int emu_traffic_on(void);
 unsigned emu_traffic_stride(void);
-int emu_traffic_skip_block(uint64_t block_no);
+int emu_traffic_skip_block(uint64_t block_no, unsigned x, unsigned y, unsigned gx);
 void emu_traffic_block_done(void);
 void emu_traffic_launch_begin(void);
 void emu_traffic_launch_end(const emu_call *c);

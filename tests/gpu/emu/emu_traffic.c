@@ -118,6 +118,8 @@ typedef struct wacc {
 static struct {
     int on;
     unsigned stride;
+    char cols[EMU_NAME_LEN];   /* emu_traffic_whole_z's prefix ("": none) */
+    int cols_now;              /* this launch is sampled by (x, y) columns */
     hmap occ;            /* (thread, instruction) -> times executed in this block */
     hmap wmap;           /* (warp, instruction, time) -> index into acc */
     wacc *acc;
@@ -142,6 +144,11 @@ void emu_traffic_start(unsigned stride) {
     T.on = 1;
     T.stride = stride ? stride : 1;
     T.nrows = 0;
+}
+
+void emu_traffic_sample(unsigned stride) {
+    emu_sync_all();   /* what was enqueued before runs at the old stride */
+    T.stride = stride ? stride : 1;
 }
 
 void emu_traffic_stop(void) {
@@ -295,7 +302,16 @@ static void flush_block(void) {
 
 /* ---- per block and per launch (emu_fiber.c) ---------------------------------------------- */
 
-int emu_traffic_skip_block(uint64_t block_no) { return T.on && T.stride > 1 && block_no % T.stride != 0; }
+int emu_traffic_skip_block(uint64_t block_no, unsigned x, unsigned y, unsigned gx) {
+    if (!T.on || T.stride <= 1) return 0;
+    if (T.cols_now) return ((uint64_t)y * gx + x) % T.stride != 0;
+    return block_no % T.stride != 0;
+}
+
+void emu_traffic_whole_z(const char *prefix) {
+    emu_sync_all();
+    snprintf(T.cols, sizeof T.cols, "%s", prefix ? prefix : "");
+}
 
 void emu_traffic_block_done(void) {
     if (!T.on) return;
@@ -305,6 +321,7 @@ void emu_traffic_block_done(void) {
 
 void emu_traffic_launch_begin(void) {
     if (!T.on) return;
+    T.cols_now = T.cols[0] && !strncmp(E.kname, T.cols, strlen(T.cols));
     T.req = T.bytes = T.sect = T.shreq = T.shwave = T.shphase = 0;
     T.blocks_run = 0;
     T.nbufs = 0;
