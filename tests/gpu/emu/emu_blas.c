@@ -203,6 +203,10 @@ static gemm_order gemm_order_of(int m, int n, int k) {
 
 static void gemm_run(const void *arg) {
     const gemm_args *g = arg;
+    /* counted when it runs, not when it is called: a graph replay counts its GEMMs */
+    emu_traffic_gemm(g->m, g->n, g->k, g->at == CUDA_R_16BF ? 2 : 4, g->bt == CUDA_R_16BF ? 2 : 4,
+                     g->ct == CUDA_R_16BF ? 2 : 4, g->beta != 0.0f);
+    if (emu_traffic_stride() > 1) return;   /* the model prices it from its shape */
     snprintf(emu_g.kname, sizeof emu_g.kname, "cublasGemmEx (emulator stand-in)");
     memset(&emu_g.bidx, 0, sizeof emu_g.bidx);   /* faults here have no block or thread */
     const int ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
@@ -269,9 +273,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                  "cublasSetStream (the cuBLAS guide, \"CUDA Graphs Support\")");
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    size_t es_a = at == CUDA_R_16BF ? 2 : 4, es_b = bt == CUDA_R_16BF ? 2 : 4, es_c = ct == CUDA_R_16BF ? 2 : 4;
-    emu_traffic_gemm(m, n, k, es_a, es_b, es_c, *(const float *)beta != 0.0f);
-    if (emu_traffic_stride() > 1) return CUBLAS_STATUS_SUCCESS;   /* the model prices it from its shape */
     gemm_args g = {ta, tb, m, n, k, *(const float *)alpha, *(const float *)beta, A, B, C, at, bt, ct,
                    lda, ldb, ldc, compute};
     cudaError_t e = emu_enqueue_host(h->stream, gemm_run, &g, sizeof g);

@@ -635,6 +635,59 @@ static void traffic_lazy(void) {
     cudaFree(e);
 }
 
+#define BLAS_OK(call)                                                  \
+    do {                                                               \
+        if ((call) != CUBLAS_STATUS_SUCCESS) {                         \
+            fprintf(stderr, "emu-test: %s failed\n", #call);           \
+            exit(1);                                                   \
+        }                                                              \
+    } while (0)
+
+/* A cuBLAS GEMM captured into a graph (sampled, as gpu-model captures its
+ * graphs) is counted when the graph replays, once a replay, by shape. */
+static void traffic_graph_gemm(void) {
+    const int m = 64, n = 16, k = 128;
+    cudaStream_t st = NULL;
+    cublasHandle_t h = NULL;
+    void *ws = NULL;
+    uint16_t *A = NULL, *Bm = NULL;
+    float *C = NULL;
+    CU_CHECK_FATAL(cudaStreamCreate(&st));
+    BLAS_OK(cublasCreate(&h));
+    BLAS_OK(cublasSetStream(h, st));
+    CU_CHECK_FATAL(cudaMalloc(&ws, 1 << 20));
+    BLAS_OK(cublasSetWorkspace(h, ws, 1 << 20));
+    CU_CHECK_FATAL(cudaMalloc((void **)&A, sizeof(uint16_t) * m * k));
+    CU_CHECK_FATAL(cudaMalloc((void **)&Bm, sizeof(uint16_t) * k * n));
+    CU_CHECK_FATAL(cudaMalloc((void **)&C, sizeof(float) * m * n));
+    const float one = 1.0f, zero = 0.0f;
+    emu_traffic_start(16);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    CU_CHECK_FATAL(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    BLAS_OK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, Bm, CUDA_R_16BF, k,
+                                    &zero, C, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CU_CHECK_FATAL(cudaStreamEndCapture(st, &g));
+    CU_CHECK_FATAL(cudaGraphInstantiate(&x, g, 0));
+    emu_traffic rows[4];
+    int n0 = emu_traffic_get(rows, 4);
+    emu_traffic_start(16);
+    CU_CHECK_FATAL(cudaGraphLaunch(x, st));
+    CU_CHECK_FATAL(cudaGraphLaunch(x, st));
+    CU_CHECK_FATAL(cudaStreamSynchronize(st));
+    int n1 = emu_traffic_get(rows, 4);
+    emu_traffic_stop();
+    const emu_traffic *r = traffic_row(rows, n1, "cublasGemmEx m=64 n=16 k=128");
+    result(n0 == 0 && r && r->launches == 2 && r->gemm_flops == 2 * 2.0 * m * n * k,
+           "traffic: a captured GEMM counts at each replay", "rows at capture %d; after 2 replays: %s, %llu launches",
+           n0, r ? r->kernel : "no GEMM row", r ? (unsigned long long)r->launches : 0ull);
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+    cublasDestroy(h);
+    cudaFree(ws); cudaFree(A); cudaFree(Bm); cudaFree(C);
+    cudaStreamDestroy(st);
+}
+
 static void test_traffic(void) {
     float *d = NULL, *out = NULL;
     CU_CHECK_FATAL(cudaMalloc((void **)&d, sizeof(float) * 8 * 64));
@@ -730,6 +783,7 @@ static void test_traffic(void) {
     cudaFree(mx); cudaFree(my); cudaFree(mw);
     traffic_whole_z();
     traffic_lazy();
+    traffic_graph_gemm();
 }
 
 /* The 8-bit schemes' kernels at the 7B's head_dim: every global access's
