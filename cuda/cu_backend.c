@@ -537,7 +537,9 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
 /* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
  * As temporal(): the norms folded into QKV and ffn_in, the residual adds
  * into the output projection and ffn_out (dy +=); the head reads dy as the
- * last add leaves it (the depformer has no final norm). */
+ * last add leaves it (the depformer has no final norm). At the matvec path
+ * the attention runs inside the output projection's launch too
+ * (cu_matvec_*_dep_att): a layer is four launches. */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
@@ -547,9 +549,22 @@ static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
         const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
         WTRY(lin_f(c, c->dqkv, c->dy, L->attn_in[k], B, 3 * dd, dd, &n1, NULL, err));
-        ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B,
-                                                          g->depformer_num_heads, g->dep_head_dim, c->st));
-        WTRY(lin_f(c, c->dy, c->datt, L->attn_out[k], B, dd, dd, &add, c->dout, err));
+        if (!use_gemm(c, B, dd) &&
+            cu_matvec_dep_att_ok(L->attn_out[k], c->w8, c->q8kv, dd, g->depformer_num_heads, g->dep_head_dim)) {
+            /* the attention in the out-projection's launch (its prologue) */
+            if (c->w8)
+                ETRY(cu_matvec_q8_dep_att(c->dy, c->dqkv, kc, vc, c->dcache, c->q8kv, k, g->dep_window,
+                                          (const int8_t *)L->attn_out[k], w8_scales(L->attn_out[k], dd, dd), B, dd,
+                                          dd, g->depformer_num_heads, g->dep_head_dim, c->st));
+            else
+                ETRY(cu_matvec_bf16_dep_att(c->dy, c->dqkv, kc, vc, c->dcache, c->q8kv, k, g->dep_window,
+                                            L->attn_out[k], B, dd, dd, g->depformer_num_heads, g->dep_head_dim,
+                                            c->st));
+        } else {
+            ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window,
+                                                              B, g->depformer_num_heads, g->dep_head_dim, c->st));
+            WTRY(lin_f(c, c->dy, c->datt, L->attn_out[k], B, dd, dd, &add, c->dout, err));
+        }
         WTRY(lin_f(c, c->du, c->dy, L->ffn_in[k], B, 2 * Hd, dd, &n2, NULL, err));
         WTRY(lin_gated_acc(c, c->dy, c->dh, c->du, L->ffn_out[k], B, dd, Hd, c->dout, err));
     }

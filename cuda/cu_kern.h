@@ -117,6 +117,24 @@ cudaError_t cu_matvec_q8_fused(float *y, const float *x, const int8_t *w, const 
                                const cu_fuse *f, cudaStream_t stream);
 cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const int8_t *w, const float *ws, int B, int N, int K,
                                      const cu_fuse *f, cudaStream_t stream);
+/* cu_matvec_bf16_dep_att, cu_matvec_q8_dep_att: y (B, N) += attend (B, K)
+ * W^T (bf16 rows; int8 rows with their scales ws), where attend is
+ * cu_dep_attend's output for sub-step k (kv8: cu_dep_attend_q8's, the
+ * int8 cache), computed inside the product's launch (issue 25: one graph
+ * node fewer per depformer layer and sub-step): bit for bit the attention
+ * launch then the matvec with the add (cu_fuse acc), the cache updated the
+ * same way. Every block computes the whole attention output of its batch
+ * tile (the extra L2 reads: docs/cuda.md); one block stores the new keys
+ * and values. cu_matvec_dep_att_ok(w, w8, kv8, K, heads, head_dim) must
+ * hold (K = heads * head_dim <= 1024, heads <= 16, the vector path's
+ * alignment), else cudaErrorInvalidValue. */
+int cu_matvec_dep_att_ok(const void *w, int w8, int kv8, int K, int heads, int head_dim);
+cudaError_t cu_matvec_bf16_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                   int kv8, int k, int window, const uint16_t *w, int B, int N, int K, int heads,
+                                   int head_dim, cudaStream_t stream);
+cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                 int kv8, int k, int window, const int8_t *w, const float *ws, int B, int N, int K,
+                                 int heads, int head_dim, cudaStream_t stream);
 /* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
  * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
  * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */

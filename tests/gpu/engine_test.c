@@ -879,6 +879,8 @@ static void test_lm_kernels(void) {
     gated_case(8, 33, 256);
 }
 
+static void dep_att_cases(void);   /* the depformer attention in the out-projection, below */
+
 /* ---- the 8-bit schemes (cu_matvec.cu's int8 rows, cu_lm.cu's int8 K/V) ---- */
 
 static int8_t *i8_table(gu_rng *r, size_t n) {
@@ -1362,6 +1364,96 @@ static void test_q8_kernels(void) {
     attend_q8_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap */
     dep_attend_q8_case(3, 2, 8, 8, 8);
     dep_attend_q8_case(2, 4, 16, 16, 15);
+    dep_att_cases();
+}
+
+/* cu_matvec_{bf16,q8}_dep_att (the depformer attention inside the
+ * out-projection's launch) against its two launches, cu_dep_attend (or
+ * _q8) then the matvec with the add, over sub-steps 0..K-1 as the step
+ * runs them: the products and both caches bit for bit. w8: int8 rows;
+ * kv8: the int8 cache. B > 4: tiles of CU_MATVEC_BATCH_TILE rows, each
+ * tile's block 0 the one that stores. */
+static void dep_att_fused_case(int B, int heads, int hd, int K, int window, int w8, int kv8) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_att_fused B=%d heads=%d hd=%d steps=%d window=%d%s%s", B, heads, hd, K, window,
+             w8 ? " w8" : "", kv8 ? " kv8" : "");
+    if (!begin(name, 1, (double)B * heads * hd * (K * K + heads * hd))) return;
+    gu_rng r = {29};
+    const int D = heads * hd, N = D;
+    const size_t stride = (size_t)LM_MAX_DEP_Q * D, nq = (size_t)B * 3 * D, ny = (size_t)B * N;
+    float *qkv = malloc(sizeof(float) * nq), *y = malloc(sizeof(float) * ny);
+    float *got = malloc(sizeof(float) * ny), *want = malloc(sizeof(float) * ny);
+    float *kg = malloc(sizeof(float) * B * stride), *kw = malloc(sizeof(float) * B * stride);
+    float *vg = malloc(sizeof(float) * B * stride), *vw = malloc(sizeof(float) * B * stride);
+    uint16_t *w = malloc((size_t)N * D * 2);
+    for (size_t i = 0; i < (size_t)N * D; i++) w[i] = st_f32_to_bf16((float)(0.1 * gu_normal(&r)));
+    int8_t *w8t = i8_table(&r, (size_t)N * D);
+    float *ws = scale_table(&r, (size_t)N);
+    float *dqkv = gu_dalloc(sizeof(float) * nq), *datt = gu_dalloc(sizeof(float) * B * D);
+    float *dy1 = gu_dalloc(sizeof(float) * ny), *dy2 = gu_dalloc(sizeof(float) * ny), *dws = gu_dalloc(sizeof(float) * N);
+    float *dk1 = gu_dalloc(sizeof(float) * B * stride), *dv1 = gu_dalloc(sizeof(float) * B * stride);
+    float *dk2 = gu_dalloc(sizeof(float) * B * stride), *dv2 = gu_dalloc(sizeof(float) * B * stride);
+    void *dw = gu_dalloc((size_t)N * D * 2);
+    gu_h2d(dw, w8 ? (const void *)w8t : (const void *)w, (size_t)N * D * (w8 ? 1 : 2));
+    gu_h2d(dws, ws, sizeof(float) * N);
+    CU_CHECK_FATAL(cudaMemset(dk1, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dv1, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dk2, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dv2, 0, sizeof(float) * B * stride));
+    const cu_fuse add = {.acc = 1};
+    const char *bad = NULL;
+    int bad_k = -1;
+    long at = -1;
+    for (int k = 0; k < K && !bad; k++) {
+        for (size_t i = 0; i < nq; i++) qkv[i] = (float)gu_normal(&r);
+        for (size_t i = 0; i < ny; i++) y[i] = (float)gu_normal(&r);
+        gu_h2d(dqkv, qkv, sizeof(float) * nq);
+        gu_h2d(dy1, y, sizeof(float) * ny);
+        gu_h2d(dy2, y, sizeof(float) * ny);
+        CU_CHECK_FATAL((kv8 ? cu_dep_attend_q8 : cu_dep_attend)(datt, dqkv, dk1, dv1, stride, k, window, B, heads, hd,
+                                                                0));
+        if (w8) {
+            CU_CHECK_FATAL(cu_matvec_q8_fused(dy1, datt, dw, dws, B, N, D, &add, 0));
+            CU_CHECK_FATAL(cu_matvec_q8_dep_att(dy2, dqkv, dk2, dv2, stride, kv8, k, window, dw, dws, B, N, D, heads,
+                                                hd, 0));
+        } else {
+            CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1, datt, dw, B, N, D, &add, 0));
+            CU_CHECK_FATAL(cu_matvec_bf16_dep_att(dy2, dqkv, dk2, dv2, stride, kv8, k, window, dw, B, N, D, heads,
+                                                  hd, 0));
+        }
+        gu_sync();
+        gu_d2h(want, dy1, sizeof(float) * ny);
+        gu_d2h(got, dy2, sizeof(float) * ny);
+        gu_d2h(kw, dk1, sizeof(float) * B * stride);
+        gu_d2h(kg, dk2, sizeof(float) * B * stride);
+        gu_d2h(vw, dv1, sizeof(float) * B * stride);
+        gu_d2h(vg, dv2, sizeof(float) * B * stride);
+        for (size_t i = 0; i < ny && !bad; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float))) {
+                bad = "output";
+                at = (long)i;
+            }
+        if (!bad && memcmp(kg, kw, sizeof(float) * B * stride)) bad = "key cache";
+        if (!bad && memcmp(vg, vw, sizeof(float) * B * stride)) bad = "value cache";
+        if (bad) bad_k = k;
+    }
+    if (bad && at >= 0)
+        result(0, name, "sub-step %d, %s element %ld: fused %.9g, two launches %.9g", bad_k, bad, at, got[at],
+               want[at]);
+    else if (bad) result(0, name, "sub-step %d: the %s differs from the two launches'", bad_k, bad);
+    else result(1, name, "the products and the caches bit for bit the two launches'");
+    gu_dfree(dqkv); gu_dfree(datt); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dws); gu_dfree(dw);
+    gu_dfree(dk1); gu_dfree(dv1); gu_dfree(dk2); gu_dfree(dv2);
+    free(qkv); free(y); free(got); free(want); free(kg); free(kw); free(vg); free(vw); free(w); free(w8t); free(ws);
+}
+
+static void dep_att_cases(void) {
+    for (int w8 = 0; w8 < 2; w8++)
+        for (int kv8 = 0; kv8 < 2; kv8++) {
+            dep_att_fused_case(1, 2, 8, 8, 8, w8, kv8);
+            dep_att_fused_case(3, 4, 16, 16, 15, w8, kv8);   /* PersonaPlex's dep_window; a tile of 4 */
+            dep_att_fused_case(9, 2, 32, 5, 8, w8, kv8);     /* two tiles: each tile's block 0 stores */
+        }
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */
