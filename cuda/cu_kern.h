@@ -135,6 +135,14 @@ cudaError_t cu_matvec_bf16_dep_att(float *y, const float *qkv, float *k_cache, f
 cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
                                  int kv8, int k, int window, const int8_t *w, const float *ws, int B, int N, int K,
                                  int heads, int head_dim, cudaStream_t stream);
+/* cu_matvec_group_fused: y (G, B, N), y[g] = x W_g^T with f's fusions
+ * (the norm, not the add), for G <= 16 matrices of one shape: bf16 (ws
+ * NULL) or int8 rows with their scales ws[g]. One launch on the vector
+ * path (x and every W aligned as there), each product's blocks exactly
+ * those of its own launch (cu_matvec_*_fused: the same bits); else a
+ * launch per product. The depformer's input projections (issue 25). */
+cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws, int G,
+                                  int B, int N, int K, const cu_fuse *f, cudaStream_t stream);
 /* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
  * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
  * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */
@@ -298,6 +306,16 @@ cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
                               int t_stride,
                               const int32_t *dep_steps,/* (B) or NULL */
                               int k, cudaStream_t stream);
+
+/* cu_samp_topk_feed_emb: cu_samp_topk_feed, and the next depformer
+ * sub-step's input in the same launch: dy[b] = base[b] + table[prev[b]]
+ * (D floats; bf16 table of table_rows rows; base[b] alone where prev[b] is
+ * not a row), the sums cu_embed_add_rows makes on base: one graph node
+ * per sub-step fewer (issue 25). */
+cudaError_t cu_samp_topk_feed_emb(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
+                                  uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
+                                  const int32_t *dep_steps, int k, float *dy, const float *base,
+                                  const uint16_t *table, int D, int table_rows, cudaStream_t stream);
 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);

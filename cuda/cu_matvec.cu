@@ -110,7 +110,7 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
     }
 }
 
-/* Fast path. bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
+/* Fast path (block bx of the N rows' blocks). bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
  * aligned; int8 (CH uint32_t, 4 int8, ws the row scales): K % 4 == 0, x 16-
  * and w 4-byte aligned; MV_NORM: alpha 16-byte aligned. Grid
  * (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K).
@@ -120,11 +120,12 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
 template <int BT, bool GATED, typename CH, int MODE, bool SH = false>
 __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
                                             const void *__restrict__ w, const float *__restrict__ ws,
-                                            const float *__restrict__ alpha, int B, int N, int K, float eps) {
+                                            const float *__restrict__ alpha, int B, int N, int K, float eps,
+                                            int bx) {
     static_assert(!(GATED && MODE == MV_NORM), "the gated input is never normalised");
     static_assert(!(SH && (GATED || MODE == MV_NORM)), "a shared tile is the attention's output, read as is");
     constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
-    const int n0 = blockIdx.x * MV_ROWS;
+    const int n0 = bx * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
     const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
@@ -190,7 +191,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
     __global__ void __launch_bounds__(MV_THREADS)                                                              \
     name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
          const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps) {      \
-        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps);                                    \
+        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps, blockIdx.x);                        \
     }
 MV_VEC_KERNEL(matvec_bf16_vec, false, uint2, MV_PLAIN)
 MV_VEC_KERNEL(matvec_bf16_norm, false, uint2, MV_NORM)
@@ -346,7 +347,7 @@ __device__ __forceinline__ void mv_att_body(float *__restrict__ y, const void *_
     float *xs = reinterpret_cast<float *>(xs4);
     const int b0 = blockIdx.y * BT;
     mv_dep_att_tile<BT, KV8>(xs, a, b0, min(BT, B - b0), K);
-    mv_vec_body<BT, false, CH, MV_ACC, true>(y, xs, w, ws, nullptr, B, N, K, 0.0f);
+    mv_vec_body<BT, false, CH, MV_ACC, true>(y, xs, w, ws, nullptr, B, N, K, 0.0f, blockIdx.x);
 }
 #define MV_ATT_KERNEL(name, CH)                                                                               \
     template <int BT, bool KV8>                                                                                \
@@ -357,6 +358,30 @@ __device__ __forceinline__ void mv_att_body(float *__restrict__ y, const void *_
     }
 MV_ATT_KERNEL(matvec_bf16_att_acc, uint2)
 MV_ATT_KERNEL(matvec_q8_att_acc, uint32_t)
+
+/* ---- one launch for G products of one input ------------------------------
+ * y (G, B, N): y[g] = x W_g^T with the fusions of f, for G matrices of one
+ * shape (the depformer's G input projections, which all read out_norm(h)):
+ * the vector path's blocks of product g at blockIdx.x / ceil(N / MV_ROWS),
+ * each exactly the block of a launch of its own (so the same bits), one
+ * graph node instead of G. */
+#define MV_MAX_GROUP LM_MAX_DEP_Q
+typedef struct mv_group {
+    const void *w[MV_MAX_GROUP];
+    const float *ws[MV_MAX_GROUP];   /* int8 rows' scales, NULL for bf16 */
+} mv_group;
+
+#define MV_GROUP_KERNEL(name, CH)                                                                             \
+    template <int BT, int MODE>                                                                                \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const float *__restrict__ x, mv_group gw, const float *__restrict__ alpha,     \
+         int B, int N, int K, float eps) {                                                                     \
+        const int nbx = (N + MV_ROWS - 1) / MV_ROWS, g = blockIdx.x / nbx;                                     \
+        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, gw.w[g], gw.ws[g], alpha, B, N, K, eps,     \
+                                         blockIdx.x % nbx);                                                    \
+    }
+MV_GROUP_KERNEL(matvec_bf16_group, uint2)
+MV_GROUP_KERNEL(matvec_q8_group, uint32_t)
 
 /* Any K and alignment: one element at a time; W bf16, or (Q8) int8 rows
  * with their scales ws; the modes as mv_vec_body's. Grid (ceil(N /
@@ -601,6 +626,60 @@ extern "C" cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k
     if (!ws) return cudaErrorInvalidValue;
     return dep_att_launch(y, qkv, k_cache, v_cache, cache_stride, kv8, k, window, w, ws, B, N, K, heads, head_dim,
                           stream);
+}
+
+/* ---- one launch for G products of one input: launchers -------------------- */
+
+template <int BT, bool Q8, int MODE>
+static void launch_group(float *y, const float *x, const mv_group &gw, int G, const mv_args &a, cudaStream_t stream) {
+    dim3 grid((unsigned)(G * ((a.N + MV_ROWS - 1) / MV_ROWS)), (unsigned)((a.B + BT - 1) / BT));
+    if constexpr (Q8) matvec_q8_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
+    else matvec_bf16_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
+}
+
+template <bool Q8, int MODE>
+static void launch_group_tile(float *y, const float *x, const mv_group &gw, int G, const mv_args &a,
+                              cudaStream_t stream) {
+    if (a.B == 1) launch_group<1, Q8, MODE>(y, x, gw, G, a, stream);
+    else if (a.B == 2) launch_group<2, Q8, MODE>(y, x, gw, G, a, stream);
+    else if (a.B <= 4) launch_group<4, Q8, MODE>(y, x, gw, G, a, stream);
+    else launch_group<CU_MATVEC_BATCH_TILE, Q8, MODE>(y, x, gw, G, a, stream);
+}
+
+extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws,
+                                             int G, int B, int N, int K, const cu_fuse *f, cudaStream_t stream) {
+    const int mode = mv_mode(f), q8 = ws != nullptr;
+    if (mv_bad(B, N, K, f) || G < 0 || G > MV_MAX_GROUP || (f && f->acc) ||
+        (size_t)G * ((N + MV_ROWS - 1) / MV_ROWS) > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+    if (G == 0 || B == 0 || N == 0) return cudaSuccess;
+    mv_group gw = {};
+    int vec = mv_norm_ok(f) && (q8 ? K % 4 == 0 && ((uintptr_t)x % 16) == 0 : K % 8 == 0 && ((uintptr_t)x % 16) == 0);
+    for (int g = 0; g < G; g++) {
+        if (q8 && !ws[g]) return cudaErrorInvalidValue;
+        gw.w[g] = w[g];
+        gw.ws[g] = q8 ? ws[g] : nullptr;
+        vec = vec && ((uintptr_t)w[g] % (q8 ? 4 : 16)) == 0;
+    }
+    if (!vec) {   /* the scalar path: a launch per product */
+        for (int g = 0; g < G; g++) {
+            cudaError_t e = q8 ? cu_matvec_q8_fused(y + (size_t)g * B * N, x, static_cast<const int8_t *>(w[g]), ws[g],
+                                                    B, N, K, f, stream)
+                               : cu_matvec_bf16_fused(y + (size_t)g * B * N, x, static_cast<const uint16_t *>(w[g]),
+                                                      B, N, K, f, stream);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    const mv_args a = {y, x, nullptr, nullptr, f ? f->norm : nullptr, B, N, K, f ? f->eps : 0.0f};
+    if (q8) {
+        if (mode == MV_NORM) launch_group_tile<true, MV_NORM>(y, x, gw, G, a, stream);
+        else launch_group_tile<true, MV_PLAIN>(y, x, gw, G, a, stream);
+    } else {
+        if (mode == MV_NORM) launch_group_tile<false, MV_NORM>(y, x, gw, G, a, stream);
+        else launch_group_tile<false, MV_PLAIN>(y, x, gw, G, a, stream);
+    }
+    return cudaGetLastError();
 }
 
 /* The large-batch path's operands: wb = (bf16) w, exact (|q| <= 127 has 8

@@ -1447,6 +1447,94 @@ static void dep_att_fused_case(int B, int heads, int hd, int K, int window, int 
     free(qkv); free(y); free(got); free(want); free(kg); free(kw); free(vg); free(vw); free(w); free(w8t); free(ws);
 }
 
+/* The depformer's inputs without cu_embed_add_rows (issue 25): the G
+ * input projections in one launch (cu_matvec_group_fused, the norm folded)
+ * against a cu_matvec_*_fused launch each, and cu_samp_topk_feed_emb
+ * against cu_samp_topk_feed then cu_embed_add_rows on the product: the
+ * products, dy, the tokens and the feed-back bit for bit. One row's forced
+ * token is past the table (dy = the product alone). w8: int8 rows. */
+static void dep_inputs_case(int B, int G, int N, int K, int w8) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_inputs B=%d G=%d N=%d K=%d%s (group, feed + embedding)", B, G, N, K,
+             w8 ? " w8" : "");
+    if (!begin(name, 1, (double)B * G * N * K)) return;
+    gu_rng r = {31};
+    const int card = 64, ts = 2, k = 1;
+    const size_t nx = (size_t)B * K, ny = (size_t)G * B * N;
+    float *x = malloc(sizeof(float) * nx), *alpha = malloc(sizeof(float) * K);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)gu_normal(&r);
+    for (int i = 0; i < K; i++) alpha[i] = (float)(1.0 + 0.1 * gu_normal(&r));
+    uint16_t *wb = bf16_table(&r, (size_t)G * N * K), *emb = bf16_table(&r, (size_t)(card + 1) * N);
+    int8_t *wq = i8_table(&r, (size_t)G * N * K);
+    float *ws = scale_table(&r, (size_t)G * N);
+    float *dx = gu_dalloc(sizeof(float) * nx), *da = gu_dalloc(sizeof(float) * K), *dws = gu_dalloc(sizeof(float) * G * N);
+    float *dy1 = gu_dalloc(sizeof(float) * ny), *dy2 = gu_dalloc(sizeof(float) * ny);
+    void *dw = gu_dalloc((size_t)G * N * K * 2);
+    uint16_t *demb = gu_dalloc((size_t)(card + 1) * N * 2);
+    gu_h2d(dx, x, sizeof(float) * nx);
+    gu_h2d(da, alpha, sizeof(float) * K);
+    gu_h2d(dws, ws, sizeof(float) * G * N);
+    gu_h2d(dw, w8 ? (const void *)wq : (const void *)wb, (size_t)G * N * K * (w8 ? 1 : 2));
+    gu_h2d(demb, emb, (size_t)(card + 1) * N * 2);
+    const cu_fuse on = {.norm = da, .eps = 1e-5f};
+    const void *wp[LM_MAX_DEP_Q];
+    const float *wsp[LM_MAX_DEP_Q];
+    for (int g = 0; g < G; g++) {
+        wp[g] = (const char *)dw + (size_t)g * N * K * (w8 ? 1 : 2);
+        wsp[g] = dws + (size_t)g * N;
+        if (w8)
+            CU_CHECK_FATAL(cu_matvec_q8_fused(dy1 + (size_t)g * B * N, dx, wp[g], wsp[g], B, N, K, &on, 0));
+        else
+            CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1 + (size_t)g * B * N, dx, wp[g], B, N, K, &on, 0));
+    }
+    CU_CHECK_FATAL(cu_matvec_group_fused(dy2, dx, wp, w8 ? wsp : NULL, G, B, N, K, &on, 0));
+    /* the sampler of sub-step k - 1 writing sub-step k's input */
+    sample_spec sc = {B, card, 0, 0.0f, SK_MIXED, 79};
+    float *l;
+    samp_row *rows;
+    sample_inputs(&sc, &l, &rows);
+    int32_t *tgt = malloc(sizeof(int32_t) * B * ts);
+    for (int b = 0; b < B; b++) tgt[b * ts] = tgt[b * ts + 1] = b == 1 ? card + 7 : b % 3 == 0 ? 5 + b : -1;
+    float *dl = gu_dalloc(sizeof(float) * B * card), *dd1 = gu_dalloc(sizeof(float) * B * N),
+          *dd2 = gu_dalloc(sizeof(float) * B * N);
+    samp_row *drows = gu_dalloc(sizeof *rows * B);
+    int32_t *dtgt = gu_dalloc(sizeof(int32_t) * B * ts), *do1 = gu_dalloc(4 * B), *do2 = gu_dalloc(4 * B),
+            *dp1 = gu_dalloc(4 * B), *dp2 = gu_dalloc(4 * B);
+    gu_h2d(dl, l, sizeof(float) * B * card);
+    gu_h2d(drows, rows, sizeof *rows * B);
+    gu_h2d(dtgt, tgt, sizeof(int32_t) * B * ts);
+    const float *base = dy1 + (size_t)k * B * N;
+    CU_CHECK_FATAL(cudaMemcpy(dd1, base, sizeof(float) * B * N, cudaMemcpyDeviceToDevice));
+    CU_CHECK_FATAL(cu_samp_topk_feed(do1, dl, drows, B, card, SAMPLE_STREAM, dp1, dtgt, ts, NULL, 0, 0));
+    CU_CHECK_FATAL(cu_embed_add_rows(dd1, dp1, demb, B, N, card + 1, 0));
+    CU_CHECK_FATAL(cu_samp_topk_feed_emb(do2, dl, drows, B, card, SAMPLE_STREAM, dp2, dtgt, ts, NULL, 0, dd2, base,
+                                         demb, N, card + 1, 0));
+    gu_sync();
+    float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+    float *e1 = malloc(sizeof(float) * B * N), *e2 = malloc(sizeof(float) * B * N);
+    int32_t *t1 = malloc(16 * B);
+    gu_d2h(y1, dy1, sizeof(float) * ny);
+    gu_d2h(y2, dy2, sizeof(float) * ny);
+    gu_d2h(e1, dd1, sizeof(float) * B * N);
+    gu_d2h(e2, dd2, sizeof(float) * B * N);
+    gu_d2h(t1, do1, 4 * B);
+    gu_d2h(t1 + B, do2, 4 * B);
+    gu_d2h(t1 + 2 * B, dp1, 4 * B);
+    gu_d2h(t1 + 3 * B, dp2, 4 * B);
+    const char *bad = NULL;
+    if (memcmp(y1, y2, sizeof(float) * ny)) bad = "the grouped products differ from a launch each";
+    else if (memcmp(t1, t1 + B, 4 * B) || memcmp(t1 + 2 * B, t1 + 3 * B, 4 * B))
+        bad = "the tokens or the feed-back differ";
+    else if (memcmp(e1, e2, sizeof(float) * B * N)) bad = "dy differs from cu_embed_add_rows on the product";
+    if (bad) result(0, name, "%s", bad);
+    else result(1, name, "%d products grouped, the next input from the sampler: bit for bit", G);
+    gu_dfree(dx); gu_dfree(da); gu_dfree(dws); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(demb);
+    gu_dfree(dl); gu_dfree(dd1); gu_dfree(dd2); gu_dfree(drows); gu_dfree(dtgt); gu_dfree(do1); gu_dfree(do2);
+    gu_dfree(dp1); gu_dfree(dp2);
+    free(x); free(alpha); free(wb); free(emb); free(wq); free(ws); free(l); free(rows); free(tgt);
+    free(y1); free(y2); free(e1); free(e2); free(t1);
+}
+
 static void dep_att_cases(void) {
     for (int w8 = 0; w8 < 2; w8++)
         for (int kv8 = 0; kv8 < 2; kv8++) {
@@ -1454,6 +1542,11 @@ static void dep_att_cases(void) {
             dep_att_fused_case(3, 4, 16, 16, 15, w8, kv8);   /* PersonaPlex's dep_window; a tile of 4 */
             dep_att_fused_case(9, 2, 32, 5, 8, w8, kv8);     /* two tiles: each tile's block 0 stores */
         }
+    for (int w8 = 0; w8 < 2; w8++) {
+        dep_inputs_case(1, 8, 64, 96, w8);
+        dep_inputs_case(5, 3, 33, 256, w8);   /* odd rows, a tile of 8 */
+        dep_inputs_case(2, 2, 16, 12, w8);    /* K % 8 != 0: a launch each (bf16's scalar path) */
+    }
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */
