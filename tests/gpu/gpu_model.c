@@ -163,7 +163,7 @@ typedef struct mbuf {
     /* activations */
     float *x, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
     uint16_t *xb;
-    float *dy, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    float *dy, *dinp, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
     int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
     int64_t *pos;
     samp_row *rows;
@@ -211,7 +211,7 @@ static void bufs_open(mbuf *m) {
     m->d_attn_out = dw(2 * dd * dd);
     m->d_ffn_in = dw(2 * 2 * dH * dd);
     m->d_ffn_out = dw(2 * dd * dH);
-    m->dep_in = dw(2 * dd * D);
+    m->dep_in = dw(2 * M_DEPQ * dd * D);   /* the dep_q input projections, 2 dd D bytes apart */
     m->dep_emb = dw(2 * (size_t)(M_CARD + 1) * dd);
     m->linear = dw(2 * (size_t)M_CARD * dd);
     m->norm = dz(4 * D);
@@ -229,6 +229,7 @@ static void bufs_open(mbuf *m) {
     m->alog = dz(4 * (size_t)M_DEPQ * R * M_CARD);
     m->xb = dz(2 * R * H);
     m->dy = dz(4 * R * dd);
+    m->dinp = dz(4 * (size_t)M_DEPQ * R * dd);
     m->dqkv = dz(4 * R * 3 * dd);
     m->datt = dz(4 * R * dd);
     m->dout = dz(4 * R * dd);
@@ -342,29 +343,52 @@ static void step_once(mbuf *m, int B) {   /* before the layers, and the text hea
     LT(cu_embed_sum(m->x, m->tok, 1 + M_NQ, m->emb, m->text_emb, B, M_DIM, M_NQ, M_CARD, M_TEXT, 0));
 }
 
-static void step_head(mbuf *m, int B) {   /* out_norm folded into the head's product */
+/* out_norm folded into the head's product and into the depformer's input
+ * projections (cu_backend.c dep_inputs: one launch for all dep_q below
+ * M_GEMM_MIN_ROWS rows); the text sampler writes sub-step 0's input */
+static void step_head(mbuf *m, int B) {
     const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
+    const int dd = M_DDIM, D = M_DIM;
     lin_f(m, m->tlog, m->x, m->text_linear, B, M_TEXT, M_DIM, &on, NULL);
-    LT(cu_samp_topk_feed(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL, 0,
-                         0));
+    const void *w[M_DEPQ];
+    const float *ws[M_DEPQ];
+    for (int k = 0; k < M_DEPQ; k++) {
+        w[k] = (const char *)m->dep_in + (size_t)k * 2 * dd * D;
+        ws[k] = w8s(w[k], dd, D);
+    }
+    if (B < M_GEMM_MIN_ROWS) LT(cu_matvec_group_fused(m->dinp, m->x, w, g_q8 ? ws : NULL, M_DEPQ, B, dd, D, &on, 0));
+    else
+        for (int k = 0; k < M_DEPQ; k++) lin_f(m, m->dinp + (size_t)k * B * dd, m->x, w[k], B, dd, D, &on, NULL);
+    LT(cu_samp_topk_feed_emb(m->out, m->tlog, m->rows, B, M_TEXT, SAMP_STREAM_TEXT, m->prev, m->tgt, 1 + M_DEPQ, NULL,
+                             0, m->dy, m->dinp, m->text_emb, dd, M_TEXT + 1, 0));
 }
 
-static void dep_substep_own(mbuf *m, int B) {   /* out_norm folded into depformer_in */
-    const cu_fuse on = {.norm = m->norm, .eps = LM_NORM_EPS};
-    lin_f(m, m->dy, m->x, m->dep_in, B, M_DDIM, M_DIM, &on, NULL);
-    LT(cu_embed_add_rows(m->dy, m->prev, m->dep_emb, B, M_DDIM, M_CARD + 1, 0));
+/* the head and the sampler, which writes the next sub-step's input (all
+ * but the last sub-step's: counted 8 times, a few KB over) */
+static void dep_substep_own(mbuf *m, int B) {
     lin(m, m->alog, m->dy, m->linear, B, M_CARD, M_DDIM);
-    LT(cu_samp_topk_feed(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
-                         1 + M_DEPQ, m->dsteps, 0, 0));
+    LT(cu_samp_topk_feed_emb(m->out + B, m->alog, m->rows, B, M_CARD, SAMP_STREAM_AUDIO(0), m->prev, m->tgt + 1,
+                             1 + M_DEPQ, m->dsteps, 0, m->dy, m->dinp + (size_t)B * M_DDIM, m->dep_emb, M_DDIM,
+                             M_CARD + 1, 0));
 }
 
 static void dep_layer(mbuf *m, int B) {
     const int dd = M_DDIM, Hd = g_dhidden;
     const cu_fuse nrm = {.norm = m->dnorm, .eps = LM_NORM_EPS};
     lin_f(m, m->dqkv, m->dy, m->d_attn_in, B, 3 * dd, dd, &nrm, NULL);
-    LT((g_q8 ? cu_dep_attend_q8 : cu_dep_attend)(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, M_DEP_K,
-                                                 M_DEPQ, B, M_DHEADS, dd / M_DHEADS, 0));
-    lin_f(m, m->dy, m->datt, m->d_attn_out, B, dd, dd, &g_add, m->dout);
+    if (B < M_GEMM_MIN_ROWS) {   /* the attention in the out-projection's launch */
+        if (g_q8)
+            LT(cu_matvec_q8_dep_att(m->dy, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, 1, M_DEP_K, M_DEPQ,
+                                    (const int8_t *)m->d_attn_out, w8s(m->d_attn_out, dd, dd), B, dd, dd, M_DHEADS,
+                                    dd / M_DHEADS, 0));
+        else
+            LT(cu_matvec_bf16_dep_att(m->dy, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd, 0, M_DEP_K, M_DEPQ,
+                                      m->d_attn_out, B, dd, dd, M_DHEADS, dd / M_DHEADS, 0));
+    } else {
+        LT((g_q8 ? cu_dep_attend_q8 : cu_dep_attend)(m->datt, m->dqkv, m->dk, m->dv, (size_t)LM_MAX_DEP_Q * dd,
+                                                     M_DEP_K, M_DEPQ, B, M_DHEADS, dd / M_DHEADS, 0));
+        lin_f(m, m->dy, m->datt, m->d_attn_out, B, dd, dd, &g_add, m->dout);
+    }
     lin_f(m, m->du, m->dy, m->d_ffn_in, B, 2 * Hd, dd, &nrm, NULL);
     lin_gated_acc(m, m->dy, m->du, m->d_ffn_out, B, dd, Hd, m->dout);
 }
