@@ -362,9 +362,10 @@ MV_ATT_KERNEL(matvec_q8_att_acc, uint32_t)
 /* ---- one launch for G products of one input ------------------------------
  * y (G, B, N): y[g] = x W_g^T with the fusions of f, for G matrices of one
  * shape (the depformer's G input projections, which all read out_norm(h)):
- * the vector path's blocks of product g at blockIdx.x / ceil(N / MV_ROWS),
- * each exactly the block of a launch of its own (so the same bits), one
- * graph node instead of G. */
+ * the vector path's blocks of product g at blockIdx.z, each exactly the
+ * block of a launch of its own (so the same bits), one
+ * graph node instead of G. The matrix is selected with constant indices
+ * (a dynamic index into the parameter struct made ptxas spill). */
 #define MV_MAX_GROUP LM_MAX_DEP_Q
 typedef struct mv_group {
     const void *w[MV_MAX_GROUP];
@@ -376,9 +377,12 @@ typedef struct mv_group {
     __global__ void __launch_bounds__(MV_THREADS)                                                              \
     name(float *__restrict__ y, const float *__restrict__ x, mv_group gw, const float *__restrict__ alpha,     \
          int B, int N, int K, float eps) {                                                                     \
-        const int nbx = (N + MV_ROWS - 1) / MV_ROWS, g = blockIdx.x / nbx;                                     \
-        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, gw.w[g], gw.ws[g], alpha, B, N, K, eps,     \
-                                         blockIdx.x % nbx);                                                    \
+        const int g = blockIdx.z;                                                                              \
+        const void *wg = gw.w[0];                                                                              \
+        const float *wsg = gw.ws[0];                                                                           \
+        _Pragma("unroll") for (int i = 1; i < MV_MAX_GROUP; i++) if (i == g) { wg = gw.w[i]; wsg = gw.ws[i]; } \
+        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, sizeof(CH) == 4 ? wsg : nullptr, alpha, B, N, \
+                                         K, eps, blockIdx.x);                                                  \
     }
 MV_GROUP_KERNEL(matvec_bf16_group, uint2)
 MV_GROUP_KERNEL(matvec_q8_group, uint32_t)
@@ -632,7 +636,7 @@ extern "C" cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k
 
 template <int BT, bool Q8, int MODE>
 static void launch_group(float *y, const float *x, const mv_group &gw, int G, const mv_args &a, cudaStream_t stream) {
-    dim3 grid((unsigned)(G * ((a.N + MV_ROWS - 1) / MV_ROWS)), (unsigned)((a.B + BT - 1) / BT));
+    dim3 grid((unsigned)((a.N + MV_ROWS - 1) / MV_ROWS), (unsigned)((a.B + BT - 1) / BT), (unsigned)G);
     if constexpr (Q8) matvec_q8_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
     else matvec_bf16_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
 }
@@ -649,9 +653,7 @@ static void launch_group_tile(float *y, const float *x, const mv_group &gw, int 
 extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws,
                                              int G, int B, int N, int K, const cu_fuse *f, cudaStream_t stream) {
     const int mode = mv_mode(f), q8 = ws != nullptr;
-    if (mv_bad(B, N, K, f) || G < 0 || G > MV_MAX_GROUP || (f && f->acc) ||
-        (size_t)G * ((N + MV_ROWS - 1) / MV_ROWS) > 0x7fffffffu)
-        return cudaErrorInvalidValue;
+    if (mv_bad(B, N, K, f) || G < 0 || G > MV_MAX_GROUP || (f && f->acc)) return cudaErrorInvalidValue;
     if (G == 0 || B == 0 || N == 0) return cudaSuccess;
     mv_group gw = {};
     int vec = mv_norm_ok(f) && (q8 ? K % 4 == 0 && ((uintptr_t)x % 16) == 0 : K % 8 == 0 && ((uintptr_t)x % 16) == 0);
@@ -661,7 +663,7 @@ extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const voi
         gw.ws[g] = q8 ? ws[g] : nullptr;
         vec = vec && ((uintptr_t)w[g] % (q8 ? 4 : 16)) == 0;
     }
-    if (!vec) {   /* the scalar path: a launch per product */
+    if (!vec || mode != MV_NORM) {   /* a launch per product (the one launch: the norm mode only) */
         for (int g = 0; g < G; g++) {
             cudaError_t e = q8 ? cu_matvec_q8_fused(y + (size_t)g * B * N, x, static_cast<const int8_t *>(w[g]), ws[g],
                                                     B, N, K, f, stream)
@@ -672,13 +674,8 @@ extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const voi
         return cudaSuccess;
     }
     const mv_args a = {y, x, nullptr, nullptr, f ? f->norm : nullptr, B, N, K, f ? f->eps : 0.0f};
-    if (q8) {
-        if (mode == MV_NORM) launch_group_tile<true, MV_NORM>(y, x, gw, G, a, stream);
-        else launch_group_tile<true, MV_PLAIN>(y, x, gw, G, a, stream);
-    } else {
-        if (mode == MV_NORM) launch_group_tile<false, MV_NORM>(y, x, gw, G, a, stream);
-        else launch_group_tile<false, MV_PLAIN>(y, x, gw, G, a, stream);
-    }
+    if (q8) launch_group_tile<true, MV_NORM>(y, x, gw, G, a, stream);
+    else launch_group_tile<false, MV_NORM>(y, x, gw, G, a, stream);
     return cudaGetLastError();
 }
 
