@@ -171,6 +171,7 @@ typedef struct cu_ctx {
     int64_t *pos;                /* (nslots) host: next position */
     /* workspaces (R rows) */
     float *x, *qkv, *att, *o, *u, *h, *part;   /* o: the int8 GEMM path's product before its add */
+    unsigned *att_count;         /* (R, heads) the attention's arrival counters: 0 between launches */
     uint16_t *kvl, *xb;
     void *blas_ws;
     float *tlog, *alog;          /* (R, text_card), (dep_q, R, card) */
@@ -498,36 +499,64 @@ static int lin_gated_acc(cu_ctx *c, float *y, float *h, const float *u, const ui
     return gemm_xb(c, y, w, n, N, K, 1, tmp, err);
 }
 
+/* Layer l's attention for n rows: RoPE on c->qkv, the attention over each
+ * row's ring into c->att, the new positions' K/V into the ring. A step
+ * (prefill 0: one row per slot) writes the new K/V into the ring from
+ * RoPE and the attention reads every key there: 2 launches. A prefill
+ * chunk (rows of one slot, which may wrap the ring) stages them in kvl
+ * (kvl8, kvs8), the attention reads the chunk's own from there, and the
+ * store follows it: 3 launches. */
+static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, float rope_k, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    int D = g->dim, ctx = g->context;
+    if (c->q8kv) {
+        int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
+        if (!prefill) {
+            ETRY(cu_qkv_rope_ring_q8(c->qkv, kv8_layer, c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim,
+                                     ctx, rope_k, c->st));
+            ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, NULL, kv8_layer, c->kv8_slot,
+                                   r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
+            return MS_OK;
+        }
+        ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+        ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot,
+                               r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
+        ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx, c->st));
+        return MS_OK;
+    }
+    uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
+    if (!prefill) {
+        ETRY(cu_qkv_rope_ring(c->qkv, kvl_layer, c->kv_slot, r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, rope_k,
+                              c->st));
+        ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, kvl_layer, c->kv_slot, r->slot, r->pos,
+                            n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
+        return MS_OK;
+    }
+    ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
+    ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
+                        g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
+    ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+    return MS_OK;
+}
+
 /* The temporal transformer for n rows: x in, the embeddings; out, h, the
  * residual stream after the last layer, not normalised (its readers, the
  * text head and depformer_in, fold out_norm into their products). Each
  * RMSNorm is folded into the product that reads it (QKV: norm1, ffn_in:
  * norm2) and each residual add into the product that makes it (the output
  * projection and ffn_out add into x: cu_fuse), so a layer launches its four
- * products, RoPE, the attention and the K/V store, nothing else. */
+ * products and its attention (attention(): RoPE and the attention in a
+ * step, the K/V store too in a prefill chunk), nothing else. */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
-    int D = g->dim, H = g->hidden, ctx = g->context;
+    int D = g->dim, H = g->hidden;
     float rope_k = (float)(-log(g->max_period) * 2.0 / g->head_dim);   /* kern_rope's */
     const cu_fuse add = {.acc = 1};
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
         const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
         WTRY(lin_f(c, c->qkv, c->x, L->attn_in, n, 3 * D, D, &n1, NULL, err));
-        if (c->q8kv) {
-            int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
-            ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
-            ETRY(cu_attend_ring_q8(c->att, c->part, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot, r->slot,
-                                   r->pos, n, g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
-            ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx,
-                                c->st));
-        } else {
-            uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
-            ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
-            ETRY(cu_attend_ring(c->att, c->part, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
-                                g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
-            ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
-        }
+        WTRY(attention(c, l, n, r, prefill, rope_k, err));
         WTRY(lin_f(c, c->x, c->att, L->attn_out, n, D, D, &add, c->o, err));
         WTRY(lin_f(c, c->u, c->x, L->ffn_in, n, 2 * H, D, &n2, NULL, err));
         WTRY(lin_gated_acc(c, c->x, c->h, c->u, L->ffn_out, n, D, H, c->o, err));
@@ -653,7 +682,7 @@ static void cu_close(void *vctx) {
         if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
     if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
     void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->qkv, c->att, c->o, c->u,
-                   c->h, c->part, c->kvl, c->xb,
+                   c->h, c->part, c->att_count, c->kvl, c->xb,
                    c->tlog, c->alog, c->dy, c->dinp, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -912,6 +941,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->o, R * D, 4, err) || dalloc(c, (void **)&c->u, R * 2 * H, 4, err) ||
         dalloc(c, (void **)&c->h, R * H, 4, err) ||
         dalloc(c, (void **)&c->part, R * (size_t)g->num_heads * splits * CU_ATT_PART_FLOATS, 4, err) ||
+        dalloc(c, (void **)&c->att_count, R * (size_t)g->num_heads, sizeof(unsigned), err) ||
         dalloc(c, (void **)&c->kvl, c->q8kv ? 1 : R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
         dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
         dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
@@ -922,6 +952,8 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->dv, R * c->dcache, 4, err) || dalloc(c, (void **)&c->prev, R, 4, err) ||
         dalloc(c, (void **)&c->out, (size_t)nt * R, 4, err))
         goto fail;
+    /* the counters start at 0; every attention launch leaves them there (on c->st, before any launch) */
+    CU_CHECK_GOTO(err, cudaMemsetAsync(c->att_count, 0, R * (size_t)g->num_heads * sizeof(unsigned), c->st), fail);
     if (c->q8kv && (dalloc(c, (void **)&c->kvl8, R * 2 * D, 1, err) ||
                    dalloc(c, (void **)&c->kvs8, R * 2 * (size_t)g->num_heads, 4, err)))
         goto fail;

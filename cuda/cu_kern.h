@@ -14,9 +14,11 @@
  *     cu_embed_sum       kern_embed_add over the n_q audio tables, then text
  *     cu_embed_add_rows  kern_embed_add, one token per row
  *     cu_qkv_rope        kern_rope on q and k, then st_f32_to_bf16 of k and v
+ *                        (cu_qkv_rope_ring: the same, k and v to the ring)
  *     cu_attend_ring     kern_attend_ring (keys and values bf16 here)
  *     cu_dep_attend      kern_attend over the depformer's sub-steps
  *     cu_qkv_rope_q8     kern_rope, then kern_q8_quantize_heads of k and v
+ *                        (cu_qkv_rope_ring_q8: to the ring)
  *     cu_attend_ring_q8  kern_attend_ring_q8
  *     cu_dep_attend_q8   kern_q8_quantize_heads, then kern_attend_ring_q8
  *     cu_silu_gate       kern_silu_gate
@@ -180,8 +182,8 @@ cudaError_t cu_samp_topk_rows(int32_t *out,          /* (B) token index in [0, N
 
 /* Keys one attention block takes (a split of the ring); the ring of a
  * query is cut into cu_attend_splits(window) splits whose partial softmaxes
- * a second kernel combines (flash-decoding), so a long context spreads
- * over many blocks even at batch 1. */
+ * the last of them to finish combines (flash-decoding in one launch), so
+ * a long context spreads over many blocks even at batch 1. */
 #define CU_ATT_SPLIT 256
 /* Largest head_dim the attention kernels take (the 7B has 128). */
 #define CU_ATT_MAX_HEAD_DIM 256
@@ -211,6 +213,17 @@ cudaError_t cu_qkv_rope(float *qkv,           /* (B, 3D): q | k | v, D = heads *
                         uint16_t *kvl,        /* (B, 2D) out: k | v bf16 */
                         const int64_t *pos,   /* (B) */
                         int B, int heads, int head_dim, float rope_k, cudaStream_t stream);
+/* cu_qkv_rope_ring: cu_qkv_rope with the row's new key and value written
+ * straight to ring row pos[b] % ctx of slot slot[b] (what cu_kv_store
+ * would write from kvl), for a step: one row per slot, so no row's window
+ * (at most ctx positions, pos[b] among them) holds the position the row
+ * overwrites. Then cu_attend_ring with kvl NULL. */
+cudaError_t cu_qkv_rope_ring(float *qkv,              /* (B, 3D) */
+                             uint16_t *kv_layer,      /* slot 0's view of this layer: K (ctx, D) then V (ctx, D) */
+                             size_t slot_stride,      /* elements */
+                             const int32_t *slot,     /* (B) distinct */
+                             const int64_t *pos,      /* (B) */
+                             int B, int heads, int head_dim, int ctx, float rope_k, cudaStream_t stream);
 
 /* cu_attend_splits: the splits cu_attend_ring uses for a window. */
 int cu_attend_splits(int window);
@@ -221,12 +234,18 @@ int cu_attend_splits(int window);
  * read from the ring (row x % ctx of the slot's layer view), the chunk's
  * own from kvl (row b - (p - x)): in a prefill chunk the rows are
  * consecutive positions of one slot. The ring is written after (cu_kv_store),
- * so a chunk never reads a row it overwrites. */
+ * so a chunk never reads a row it overwrites. kvl NULL (a step after
+ * cu_qkv_rope_ring; prefill 0): every position from the ring, p's too.
+ * One launch: the splits and their combine (the last split of a row and
+ * head to finish does it, counted in count; docs/cuda.md). */
 cudaError_t cu_attend_ring(float *out,               /* (B, heads * head_dim) */
                            float *part,              /* (B, heads, splits * CU_ATT_PART_FLOATS) workspace */
+                           unsigned *count,          /* (B, heads) arrival counters: 0 before the first call
+                                                        (cudaMemset), left at 0 by every call; one launch
+                                                        at a time uses them */
                            const float *q,           /* (B, q_stride) */
                            int q_stride,
-                           const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16 */
+                           const uint16_t *kvl,      /* (B, 2D) the chunk's keys | values, bf16; or NULL */
                            const uint16_t *kv_layer, /* slot 0's view of this layer: K (ctx, D) then V (ctx, D) */
                            size_t slot_stride,       /* elements from one slot's view to the next */
                            const int32_t *slot,      /* (B) */
@@ -261,14 +280,20 @@ size_t cu_kv_q8_layer_bytes(int ctx, int D, int heads);
  * zero vector; q = x / s rounded half to even, clamped to +-127). */
 cudaError_t cu_qkv_rope_q8(float *qkv, int8_t *kv8, float *kvs, const int64_t *pos, int B, int heads, int head_dim,
                            float rope_k, cudaStream_t stream);
+/* cu_qkv_rope_ring_q8: cu_qkv_rope_q8 with the quantized key and value and
+ * their scales written straight to the ring (cu_kv_store_q8's places), as
+ * cu_qkv_rope_ring; slot_stride in bytes. */
+cudaError_t cu_qkv_rope_ring_q8(float *qkv, int8_t *kv_layer, size_t slot_stride, const int32_t *slot,
+                                const int64_t *pos, int B, int heads, int head_dim, int ctx, float rope_k,
+                                cudaStream_t stream);
 /* cu_attend_ring_q8: cu_attend_ring over the int8 ring and chunk (the
  * layout above): score = (q . k8) * ks / sqrt(head_dim), the value's
  * scale folded into its softmax weight (kern_attend_ring_q8).
  * slot_stride in bytes. */
-cudaError_t cu_attend_ring_q8(float *out, float *part, const float *q, int q_stride, const int8_t *kv8,
-                              const float *kvs, const int8_t *kv_layer, size_t slot_stride, const int32_t *slot,
-                              const int64_t *pos, int B, int heads, int head_dim, int ctx, int window, int prefill,
-                              cudaStream_t stream);
+cudaError_t cu_attend_ring_q8(float *out, float *part, unsigned *count, const float *q, int q_stride,
+                              const int8_t *kv8, const float *kvs, const int8_t *kv_layer, size_t slot_stride,
+                              const int32_t *slot, const int64_t *pos, int B, int heads, int head_dim, int ctx,
+                              int window, int prefill, cudaStream_t stream);
 /* cu_kv_store_q8: ring row pos[b] % ctx of slot slot[b] = kv8[b], and the
  * row's scales from kvs[b]; slot_stride in bytes. */
 cudaError_t cu_kv_store_q8(int8_t *kv_layer, size_t slot_stride, const int8_t *kv8, const float *kvs,

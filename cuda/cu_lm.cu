@@ -1,7 +1,9 @@
 /* cu_lm.cu - the LM step's kernels besides the matvec, RMSNorm and the
- * sampler: embeddings, RoPE with the K/V packing, attention over a slot's
- * ring (split over the ring, then a combine), the K/V store through the
- * slot-index array, the depformer's attention, SiLU gating, residual adds,
+ * sampler: embeddings, RoPE with the K/V packing (to a chunk's staging
+ * rows, or in a step straight to the ring), attention over a slot's ring
+ * (split over the ring, the last split of a row combining, one launch),
+ * the K/V store through the slot-index array (prefill chunks), the
+ * depformer's attention, SiLU gating, residual adds,
  * bf16 rounding for the GEMMs and the random-weight generator (the
  * depformer's token feed-back is the sampler's: cu_samp_topk_feed). C twins (cuda/cu_kern.h): kern_embed_add,
  * kern_rope, kern_attend_ring, kern_attend, kern_silu_gate, kern_add
@@ -80,20 +82,58 @@ extern "C" cudaError_t cu_embed_add_rows(float *y, const int32_t *tok, const uin
 
 /* The 8-bit K/V rule: q8_scale, q8_round (cuda/cu_q8.cuh). */
 
+/* Where a row's new key and value go: the chunk's staging rows (slot ==
+ * nullptr: kv + b * 2D, k then v; Q8 scales at scales + b * 2 * heads, k's
+ * heads then v's), or the ring row pos[b] % ctx of slot slot[b] (kv is
+ * slot 0's view of the layer: keys (ctx, D), values (ctx, D); Q8 scales
+ * (2, heads, ctx) after them, cu_kv_q8_layer_bytes' layout; slot_stride in
+ * elements of T). */
+template <typename T>
+struct kv_dst {
+    T *kv;
+    float *scales;
+    size_t slot_stride;
+    const int32_t *slot;
+    int ctx;
+};
+
 /* One block per row: rotate q and k (the first two thirds of the row) as
  * kern_rope does (f = expf(i * rope_k), angle f * (float)pos, float cos
- * and sin), then kvl[b] = bf16(k rotated) | bf16(v); or (Q8) the rotated
- * key and the value, a warp per head, to int8 kv8[b] with their scales
- * kvs[b] (k's heads, then v's). */
-template <bool Q8>
+ * and sin), then the row's key and value to dst: bf16(k rotated) and
+ * bf16(v); or (T int8) the rotated key and the value, a warp per head,
+ * quantized with their scales (k's heads, then v's). */
+template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
-qkv_rope_kernel(float *qkv, uint16_t *kvl, int8_t *kv8, float *kvs, const int64_t *pos, int heads, int head_dim,
-                float rope_k) {
+qkv_rope_kernel(float *qkv, kv_dst<T> dst, const int64_t *pos, int heads, int head_dim, float rope_k) {
+    constexpr bool Q8 = sizeof(T) == 1;
+    __shared__ int64_t row_pos;
+    __shared__ int32_t row_slot;
     const int b = blockIdx.x;
     const int D = heads * head_dim, half = head_dim / 2;
+    if (threadIdx.x == 0) {
+        row_pos = pos[b];
+        row_slot = dst.slot ? dst.slot[b] : 0;
+    }
+    __syncthreads();
     float *q = qkv + (size_t)b * 3 * D, *k = q + D, *v = q + 2 * D;
-    uint16_t *ko = Q8 ? nullptr : kvl + (size_t)b * 2 * D;
-    const float t = (float)pos[b];
+    /* this row's key row, its value row (vo elements on) and its scales (sstride apart) */
+    T *ko;
+    size_t vo, sstride;
+    float *so = nullptr;
+    if (dst.slot) {
+        T *base = dst.kv + (size_t)row_slot * dst.slot_stride;
+        const size_t row = (size_t)(row_pos % dst.ctx);
+        ko = base + row * D;
+        vo = (size_t)dst.ctx * D;
+        if constexpr (Q8) so = reinterpret_cast<float *>(base + (size_t)2 * dst.ctx * D) + row;
+        sstride = (size_t)dst.ctx;
+    } else {
+        ko = dst.kv + (size_t)b * 2 * D;
+        vo = (size_t)D;
+        if constexpr (Q8) so = dst.scales + (size_t)b * 2 * heads;
+        sstride = 1;
+    }
+    const float t = (float)row_pos;
     for (int p = threadIdx.x; p < heads * half; p += EW_THREADS) {
         int h = p / half, i = p % half;
         float f = expf((float)i * rope_k);
@@ -104,10 +144,11 @@ qkv_rope_kernel(float *qkv, uint16_t *kvl, int8_t *kv8, float *kvs, const int64_
         float k0 = kv.x * cr - kv.y * ci, k1 = kv.x * ci + kv.y * cr;
         *reinterpret_cast<float2 *>(q + o) = make_float2(qv.x * cr - qv.y * ci, qv.x * ci + qv.y * cr);
         *reinterpret_cast<float2 *>(k + o) = make_float2(k0, k1);
-        if constexpr (!Q8) *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
+        if constexpr (!Q8)
+            *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
     }
     if constexpr (!Q8) {
-        for (int d = threadIdx.x; d < D; d += EW_THREADS) ko[D + d] = cu_f2bf(v[d]);
+        for (int d = threadIdx.x; d < D; d += EW_THREADS) ko[vo + d] = cu_f2bf(v[d]);
     } else {
         __syncthreads();   /* the rotated keys are written */
         const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
@@ -117,29 +158,53 @@ qkv_rope_kernel(float *qkv, uint16_t *kvl, int8_t *kv8, float *kvs, const int64_
             float m = 0.0f;
             for (int d = lane; d < head_dim; d += CU_WARP) m = fmaxf(m, fabsf(x[d]));
             const float sc = q8_scale(warp_max(m));
-            int8_t *o = kv8 + (size_t)b * 2 * D + (size_t)which * D + (size_t)h * head_dim;
+            int8_t *o = ko + (size_t)which * vo + (size_t)h * head_dim;
             for (int d = lane; d < head_dim; d += CU_WARP) o[d] = q8_round(x[d], sc);
-            if (lane == 0) kvs[(size_t)b * 2 * heads + hw] = sc;
+            if (lane == 0) so[(size_t)hw * sstride] = sc;
         }
     }
 }
 
+template <typename T>
+static cudaError_t qkv_rope_launch(float *qkv, kv_dst<T> dst, const int64_t *pos, int B, int heads, int head_dim,
+                                   float rope_k, cudaStream_t stream) {
+    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2 || !dst.kv || (dst.slot && dst.ctx <= 0))
+        return cudaErrorInvalidValue;
+    /* the packed pairs: 4-byte stores of two bf16; the Q8 scales: 4-byte floats after the values */
+    if (sizeof(T) == 2 && ((uintptr_t)dst.kv % 4 || (dst.slot && dst.slot_stride % 2))) return cudaErrorInvalidValue;
+    if (sizeof(T) == 1 && dst.slot &&
+        ((uintptr_t)dst.kv % 4 || dst.slot_stride % 4 || ((size_t)2 * dst.ctx * heads * head_dim) % 4))
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    qkv_rope_kernel<T><<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, dst, pos, heads, head_dim, rope_k);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t cu_qkv_rope(float *qkv, uint16_t *kvl, const int64_t *pos, int B, int heads, int head_dim,
                                    float rope_k, cudaStream_t stream) {
-    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2) return cudaErrorInvalidValue;
-    if (B == 0) return cudaSuccess;
-    qkv_rope_kernel<false><<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, kvl, nullptr, nullptr, pos, heads, head_dim,
-                                                                   rope_k);
-    return cudaGetLastError();
+    return qkv_rope_launch<uint16_t>(qkv, {kvl, nullptr, 0, nullptr, 0}, pos, B, heads, head_dim, rope_k, stream);
 }
 
 extern "C" cudaError_t cu_qkv_rope_q8(float *qkv, int8_t *kv8, float *kvs, const int64_t *pos, int B, int heads,
                                       int head_dim, float rope_k, cudaStream_t stream) {
-    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2) return cudaErrorInvalidValue;
-    if (B == 0) return cudaSuccess;
-    qkv_rope_kernel<true><<<(unsigned)B, EW_THREADS, 0, stream>>>(qkv, nullptr, kv8, kvs, pos, heads, head_dim,
-                                                                  rope_k);
-    return cudaGetLastError();
+    if (!kvs) return cudaErrorInvalidValue;
+    return qkv_rope_launch<int8_t>(qkv, {kv8, kvs, 0, nullptr, 0}, pos, B, heads, head_dim, rope_k, stream);
+}
+
+extern "C" cudaError_t cu_qkv_rope_ring(float *qkv, uint16_t *kv_layer, size_t slot_stride, const int32_t *slot,
+                                        const int64_t *pos, int B, int heads, int head_dim, int ctx, float rope_k,
+                                        cudaStream_t stream) {
+    if (!slot) return cudaErrorInvalidValue;
+    return qkv_rope_launch<uint16_t>(qkv, {kv_layer, nullptr, slot_stride, slot, ctx}, pos, B, heads, head_dim,
+                                     rope_k, stream);
+}
+
+extern "C" cudaError_t cu_qkv_rope_ring_q8(float *qkv, int8_t *kv_layer, size_t slot_stride, const int32_t *slot,
+                                           const int64_t *pos, int B, int heads, int head_dim, int ctx, float rope_k,
+                                           cudaStream_t stream) {
+    if (!slot) return cudaErrorInvalidValue;
+    return qkv_rope_launch<int8_t>(qkv, {kv_layer, nullptr, slot_stride, slot, ctx}, pos, B, heads, head_dim, rope_k,
+                                   stream);
 }
 
 /* ---- attention over a slot's ring ------------------------------------------ */
@@ -158,8 +223,9 @@ __device__ __forceinline__ float *att_part(float *part, int b, int h, int heads,
 
 /* The key of position x for row b (query position p, chunk start c0):
  * positions before c0 come from the ring (row x % ctx), the chunk's own
- * ones from kvl (row b - (p - x)); which = 0 keys, 1 values. T: bf16
- * (uint16_t) or int8 elements. */
+ * ones from kvl (row b - (p - x)); which = 0 keys, 1 values. In a step
+ * whose new K/V the RoPE kernel wrote to the ring (kvl nullptr), c0 is
+ * p + 1: every key from the ring. T: bf16 (uint16_t) or int8 elements. */
 template <typename T>
 __device__ __forceinline__ const T *att_row(const T *ring, const T *kvl, int b, int64_t p, int64_t c0, int64_t x,
                                             int ctx, int D, int which) {
@@ -218,11 +284,13 @@ __device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
     return g;
 }
 
-/* Grid (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
+/* The attention over the ring, split and combine in one launch. Grid
+ * (heads, B, splits): block (h, b, s) takes keys [s * CU_ATT_SPLIT,
  * (s + 1) * CU_ATT_SPLIT) of row b's nk keys and writes its partial
  * softmax: the maximum m, the sum l of exp(score - m) and the unnormalised
- * sum of exp(score - m) v. An empty split (past the row's nk keys) writes
- * nothing: the combine reads the first ceil(nk / CU_ATT_SPLIT) only.
+ * sum of exp(score - m) v. The row's used = ceil(nk / CU_ATT_SPLIT)
+ * splits are the only ones that do anything: the empty ones (a short
+ * window) return at once, every block computing used from pos[b] alike.
  * Scores: each warp segment (att_geom) takes one key at a time, its lanes
  * across head_dim, and sums its lanes with shuffles. Values: the same
  * segments, the block's ATT_THREADS / Cp segments each summing every
@@ -230,12 +298,25 @@ __device__ __forceinline__ att_geom att_geometry(int head_dim, int vec) {
  * T int8 (the 8-bit K/V, cu_kv_q8_layer_bytes' layout): the split's key
  * and value scales are staged in shared memory first (a coalesced load
  * per head, the scales being contiguous over positions); a score is
- * (q . k8) * ks * scale, a value's weight exp(..) * vs. */
+ * (q . k8) * ks * scale, a value's weight exp(..) * vs.
+ *
+ * The combine (the last block of (b, h) to arrive does it): out = sum over
+ * the used splits of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s, the
+ * (m, l) pairs staged through shared memory (one contiguous load), acc_s
+ * read a head_dim row at a time (coalesced). Arrival: every thread fences
+ * its partial's stores (__threadfence), a barrier, then thread 0 adds one
+ * to count[b * heads + h]; the block that brings it to used fences again
+ * (its reads of the others' partials come after their arrivals), combines,
+ * and sets the counter back to 0 for the next launch (a graph replay). A
+ * row of one split (nk <= CU_ATT_SPLIT) writes out = acc / l itself: the
+ * combine's arithmetic for one split (exp(0) = 1), bit for bit. */
+#define ATT_ML_CHUNK 64   /* (m, l) pairs the combine stages at a time */
+#define ATT_OUT_ELEMS (CU_ATT_MAX_HEAD_DIM / ATT_THREADS)   /* outputs a thread of the combine holds */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(ATT_THREADS)
-attend_split_kernel(float *part, const float *q, int q_stride, const T *kvl, const float *kvs, const T *kv_layer,
-                    size_t slot_stride, const int32_t *slot, const int64_t *pos, int head_dim, int D, int ctx,
-                    int window, int prefill, float scale) {
+attend_ring_kernel(float *outp, int out_stride, float *part, unsigned *count, const float *q, int q_stride,
+                   const T *kvl, const float *kvs, const T *kv_layer, size_t slot_stride, const int32_t *slot,
+                   const int64_t *pos, int head_dim, int D, int ctx, int window, int prefill, float scale) {
     constexpr bool Q8 = sizeof(T) == 1;
     __shared__ float qs[CU_ATT_MAX_HEAD_DIM];
     __shared__ float sc[CU_ATT_SPLIT];
@@ -244,23 +325,27 @@ attend_split_kernel(float *part, const float *q, int q_stride, const T *kvl, con
     __shared__ float red[ATT_WARPS];
     __shared__ float lsum[ATT_WARPS];
     __shared__ float stat[2];
-    __shared__ int64_t row_pos[2];   /* pos[b], pos[0]: read once, not by every thread */
+    __shared__ float mls[2 * ATT_ML_CHUNK];
+    __shared__ int64_t row_pos[2];   /* pos[b], the chunk start: read once, not by every thread */
     __shared__ int32_t row_slot;
+    __shared__ int last;
     const int h = blockIdx.x, b = blockIdx.y, s = blockIdx.z;
     const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
     if (threadIdx.x == 0) {
         row_pos[0] = pos[b];
-        row_pos[1] = prefill ? pos[0] : row_pos[0];
+        row_pos[1] = prefill ? pos[0] : kvl ? row_pos[0] : row_pos[0] + 1;
     }
     __syncthreads();
     const int64_t p = row_pos[0];
     const int64_t c0 = row_pos[1];
     const int64_t lo = p + 1 > window ? p + 1 - window : 0;
     const int nk = (int)(p - lo + 1);
+    const int used = (nk + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT;
     const int j0 = s * CU_ATT_SPLIT, j1 = min(nk, j0 + CU_ATT_SPLIT);
     float *pb = att_part(part, b, h, gridDim.x, gridDim.z), *ml = pb + 2 * s;
     float *out = pb + 2 * gridDim.z + (size_t)s * CU_ATT_MAX_HEAD_DIM;
-    if (j0 >= j1) return;   /* an empty split (a short window): the combine does not read it */
+    float *ob = outp + (size_t)b * out_stride + (size_t)h * head_dim;   /* the row's output of this head */
+    if (j0 >= j1) return;   /* an empty split (a short window): neither arrives nor is read */
     if (threadIdx.x == 0) row_slot = slot[b];   /* read after the barrier below */
     const att_geom g = att_geometry(head_dim, VEC);
     const int cl = lane % g.Cp, sub = lane / g.Cp;
@@ -364,112 +449,108 @@ attend_split_kernel(float *part, const float *q, int q_stride, const T *kvl, con
         const int c = d / VEC, i = (c / g.Cp) * VEC + d % VEC;
         float a = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) a += vred[w][i][c % g.Cp];
-        out[d] = a;
+        if (used == 1) ob[d] = (0.0f + a) / stat[1];   /* the combine's arithmetic for one split (exp(0) = 1) */
+        else out[d] = a;
     }
+    if (used == 1) return;
     if (threadIdx.x == 0) {
         ml[0] = m;
         ml[1] = stat[1];
     }
-}
-
-/* Grid (heads, B), head_dim threads rounded up to a warp: out = sum over
- * the row's non-empty splits (ceil(nk / CU_ATT_SPLIT) of them, the others
- * wrote nothing) of exp(m_s - M) acc_s / sum of exp(m_s - M) l_s. The (m,
- * l) pairs come in through shared memory (one contiguous load). */
-#define ATT_ML_CHUNK 64   /* (m, l) pairs the combine stages at a time */
-__global__ void __launch_bounds__(CU_ATT_MAX_HEAD_DIM)
-attend_combine_kernel(float *out, int out_stride, float *part, const int64_t *pos, int splits, int window,
-                      int head_dim) {
-    __shared__ float mls[2 * ATT_ML_CHUNK];
-    __shared__ int used_s;
-    const int h = blockIdx.x, b = blockIdx.y;
-    const float *pp = att_part(part, b, h, gridDim.x, splits), *acc = pp + 2 * splits;
+    /* arrive: the partial published (each thread's stores fenced), then one atomic for the block */
+    __threadfence();
+    __syncthreads();
     if (threadIdx.x == 0) {
-        const int64_t p = pos[b], lo = p + 1 > window ? p + 1 - window : 0;
-        used_s = (int)((p - lo + 1 + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT);
+        unsigned *cnt = count + (size_t)b * gridDim.x + h;
+        const unsigned before = atomicAdd(cnt, 1u);
+        last = before + 1 == (unsigned)used;
+        if (last) *cnt = 0u;   /* every other block has arrived: none touches it again in this launch */
     }
     __syncthreads();
-    const int used = used_s;
-    const int d = threadIdx.x;
-    const bool on = d < head_dim;   /* the others take part in the staging and barriers only */
-    float M = -INFINITY, L = 0.0f, a = 0.0f;
-    for (int pass = 0; pass < 2; pass++)   /* the maximum, then the sums */
+    if (!last) return;
+    __threadfence();   /* the others' partials are read after their arrivals, through L2 (__ldcg: no stale L1 line) */
+    /* the combine: pass 0 the maximum, pass 1 the sums, in split order */
+    const float *pp = pb, *pacc = pb + 2 * gridDim.z;
+    float M = -INFINITY, LS = 0.0f, a[ATT_OUT_ELEMS];
+#pragma unroll
+    for (int i = 0; i < ATT_OUT_ELEMS; i++) a[i] = 0.0f;
+    for (int pass = 0; pass < 2; pass++)
         for (int s0 = 0; s0 < used; s0 += ATT_ML_CHUNK) {
             const int n = min(ATT_ML_CHUNK, used - s0);
             __syncthreads();   /* the previous chunk is read */
-            for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) mls[i] = pp[2 * s0 + i];
+            for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) mls[i] = __ldcg(pp + 2 * s0 + i);
             __syncthreads();
-            for (int s = 0; s < n; s++) {
+            for (int sp = 0; sp < n; sp++) {
                 if (pass == 0) {
-                    M = fmaxf(M, mls[2 * s]);
-                } else if (on && mls[2 * s + 1] > 0.0f) {
-                    float f = expf(mls[2 * s] - M);
-                    L += f * mls[2 * s + 1];
-                    a += f * acc[(size_t)(s0 + s) * CU_ATT_MAX_HEAD_DIM + d];
+                    M = fmaxf(M, mls[2 * sp]);
+                } else if (mls[2 * sp + 1] > 0.0f) {
+                    float f = expf(mls[2 * sp] - M);
+                    LS += f * mls[2 * sp + 1];
+#pragma unroll
+                    for (int i = 0; i < ATT_OUT_ELEMS; i++) {
+                        const int d = threadIdx.x + i * ATT_THREADS;
+                        if (d < head_dim) a[i] += f * __ldcg(pacc + (size_t)(s0 + sp) * CU_ATT_MAX_HEAD_DIM + d);
+                    }
                 }
             }
         }
-    if (on) out[(size_t)b * out_stride + (size_t)h * head_dim + d] = a / L;
+#pragma unroll
+    for (int i = 0; i < ATT_OUT_ELEMS; i++) {
+        const int d = threadIdx.x + i * ATT_THREADS;
+        if (d < head_dim) ob[d] = a[i] / LS;
+    }
 }
 
 extern "C" int cu_attend_splits(int window) { return (window + CU_ATT_SPLIT - 1) / CU_ATT_SPLIT; }
 
-extern "C" cudaError_t cu_attend_ring(float *out, float *part, const float *q, int q_stride, const uint16_t *kvl,
-                                      const uint16_t *kv_layer, size_t slot_stride, const int32_t *slot,
-                                      const int64_t *pos, int B, int heads, int head_dim, int ctx, int window,
-                                      int prefill, cudaStream_t stream) {
+/* The one launcher of both element types: argument checks, then the
+ * kernel with VEC 8 (16-byte bf16 loads, 8-byte int8 loads) when every
+ * row of the ring and of kvl starts on such a boundary, else VEC 1. */
+template <typename T>
+static cudaError_t attend_launch(float *out, float *part, unsigned *count, const float *q, int q_stride, const T *kvl,
+                                 const float *kvs, const T *kv_layer, size_t slot_stride, const int32_t *slot,
+                                 const int64_t *pos, int B, int heads, int head_dim, int ctx, int window, int prefill,
+                                 cudaStream_t stream) {
+    constexpr bool Q8 = sizeof(T) == 1;
+    const int D = heads * head_dim;
     if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim > CU_ATT_MAX_HEAD_DIM || ctx <= 0 || window <= 0 ||
-        window > ctx)
+        window > ctx || !count || (prefill && !kvl) || (Q8 && kvl && !kvs))
         return cudaErrorInvalidValue;
+    if (Q8 && ((uintptr_t)kv_layer % 4 || slot_stride % 4 || ((size_t)2 * ctx * D) % 4)) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    int splits = cu_attend_splits(window);
-    int D = heads * head_dim;
-    dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
-    float scale = 1.0f / sqrtf((float)head_dim);
-    /* 16-byte loads when every row of the ring and of kvl starts on 16 bytes */
-    if (head_dim % 8 == 0 && (uintptr_t)kvl % 16 == 0 && (uintptr_t)kv_layer % 16 == 0 && slot_stride % 8 == 0)
-        attend_split_kernel<uint16_t, 8><<<grid, ATT_THREADS, 0, stream>>>(
-            part, q, q_stride, kvl, nullptr, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
+    const int splits = cu_attend_splits(window);
+    const dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const size_t vb = 8 * sizeof(T);   /* bytes of a VEC 8 load */
+    if (head_dim % 8 == 0 && (uintptr_t)kvl % vb == 0 && (uintptr_t)kv_layer % vb == 0 && slot_stride % 8 == 0)
+        attend_ring_kernel<T, 8><<<grid, ATT_THREADS, 0, stream>>>(out, D, part, count, q, q_stride, kvl, kvs,
+                                                                   kv_layer, slot_stride, slot, pos, head_dim, D, ctx,
+                                                                   window, prefill, scale);
     else
-        attend_split_kernel<uint16_t, 1><<<grid, ATT_THREADS, 0, stream>>>(
-            part, q, q_stride, kvl, nullptr, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
-    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
-                                                                            head_dim);
+        attend_ring_kernel<T, 1><<<grid, ATT_THREADS, 0, stream>>>(out, D, part, count, q, q_stride, kvl, kvs,
+                                                                   kv_layer, slot_stride, slot, pos, head_dim, D, ctx,
+                                                                   window, prefill, scale);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_attend_ring(float *out, float *part, unsigned *count, const float *q, int q_stride,
+                                      const uint16_t *kvl, const uint16_t *kv_layer, size_t slot_stride,
+                                      const int32_t *slot, const int64_t *pos, int B, int heads, int head_dim, int ctx,
+                                      int window, int prefill, cudaStream_t stream) {
+    return attend_launch<uint16_t>(out, part, count, q, q_stride, kvl, nullptr, kv_layer, slot_stride, slot, pos, B,
+                                   heads, head_dim, ctx, window, prefill, stream);
 }
 
 extern "C" size_t cu_kv_q8_layer_bytes(int ctx, int D, int heads) {
     return ((size_t)2 * ctx * D + (size_t)2 * heads * ctx * sizeof(float) + 15) & ~(size_t)15;
 }
 
-extern "C" cudaError_t cu_attend_ring_q8(float *out, float *part, const float *q, int q_stride, const int8_t *kv8,
-                                         const float *kvs, const int8_t *kv_layer, size_t slot_stride,
-                                         const int32_t *slot, const int64_t *pos, int B, int heads, int head_dim,
-                                         int ctx, int window, int prefill, cudaStream_t stream) {
-    int D = heads * head_dim;
-    if (B < 0 || heads <= 0 || head_dim <= 0 || head_dim > CU_ATT_MAX_HEAD_DIM || ctx <= 0 || window <= 0 ||
-        window > ctx || (uintptr_t)kv_layer % 4 || slot_stride % 4 || ((size_t)2 * ctx * D) % 4)
-        return cudaErrorInvalidValue;
-    if (B == 0) return cudaSuccess;
-    int splits = cu_attend_splits(window);
-    dim3 grid((unsigned)heads, (unsigned)B, (unsigned)splits);
-    float scale = 1.0f / sqrtf((float)head_dim);
-    /* 8-byte loads when every row of the ring and of kv8 starts on 8 bytes */
-    if (head_dim % 8 == 0 && (uintptr_t)kv8 % 8 == 0 && (uintptr_t)kv_layer % 8 == 0 && slot_stride % 8 == 0)
-        attend_split_kernel<int8_t, 8><<<grid, ATT_THREADS, 0, stream>>>(
-            part, q, q_stride, kv8, kvs, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
-    else
-        attend_split_kernel<int8_t, 1><<<grid, ATT_THREADS, 0, stream>>>(
-            part, q, q_stride, kv8, kvs, kv_layer, slot_stride, slot, pos, head_dim, D, ctx, window, prefill, scale);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    unsigned nt = (unsigned)((head_dim + CU_WARP - 1) / CU_WARP * CU_WARP);
-    attend_combine_kernel<<<dim3((unsigned)heads, (unsigned)B), nt, 0, stream>>>(out, D, part, pos, splits, window,
-                                                                            head_dim);
-    return cudaGetLastError();
+extern "C" cudaError_t cu_attend_ring_q8(float *out, float *part, unsigned *count, const float *q, int q_stride,
+                                         const int8_t *kv8, const float *kvs, const int8_t *kv_layer,
+                                         size_t slot_stride, const int32_t *slot, const int64_t *pos, int B, int heads,
+                                         int head_dim, int ctx, int window, int prefill, cudaStream_t stream) {
+    return attend_launch<int8_t>(out, part, count, q, q_stride, kv8, kvs, kv_layer, slot_stride, slot, pos, B, heads,
+                                 head_dim, ctx, window, prefill, stream);
 }
 
 /* The int8 ring row pos[b] % ctx of slot slot[b] = kv8[b], its scales

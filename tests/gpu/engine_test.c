@@ -640,6 +640,30 @@ static void rope_case(int B, int heads, int hd, const int64_t *pos) {
     gu_sync();
     gu_d2h(got, dx, n * sizeof *x);
     gu_d2h(kv, dkv, sizeof(uint16_t) * B * 2 * D);
+    /* the step's variant: the same rows straight to ring row pos % ctx of slot b (ctx 5: rows wrap) */
+    const int ctx = 5;
+    const size_t stride = (size_t)2 * ctx * D;
+    int32_t slot[64];
+    for (int b = 0; b < B; b++) slot[b] = b;
+    uint16_t *dring = gu_dalloc(sizeof(uint16_t) * B * stride), *ring = malloc(sizeof(uint16_t) * B * stride);
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
+    float *got2 = malloc(n * sizeof *x);
+    gu_h2d(dx, x, n * sizeof *x);
+    gu_h2d(dslot, slot, sizeof(int32_t) * B);
+    CU_CHECK_FATAL(cudaMemset(dring, 0, sizeof(uint16_t) * B * stride));
+    CU_CHECK_FATAL(cu_qkv_rope_ring(dx, dring, stride, dslot, dpos, B, heads, hd, ctx, rope_k, 0));
+    gu_sync();
+    gu_d2h(got2, dx, n * sizeof *x);
+    gu_d2h(ring, dring, sizeof(uint16_t) * B * stride);
+    int ring_bad = memcmp(got, got2, n * sizeof *x) ? 0 : -1;
+    for (int b = 0; b < B && ring_bad < 0; b++) {
+        const uint16_t *k = ring + b * stride + (size_t)(pos[b] % ctx) * D;
+        if (memcmp(k, kv + (size_t)b * 2 * D, sizeof(uint16_t) * D) ||
+            memcmp(k + (size_t)ctx * D, kv + (size_t)b * 2 * D + D, sizeof(uint16_t) * D))
+            ring_bad = b;
+    }
+    gu_dfree(dring); gu_dfree(dslot);
+    free(ring); free(got2);
     long at;
     double w = worst_err(got, want, mag, ldexp(1.0, -24), n, 64.0, &at);
     int kv_bad = -1;
@@ -650,7 +674,9 @@ static void rope_case(int B, int heads, int hd, const int64_t *pos) {
         }
     if (at >= 0) result(0, name, "first mismatch at %ld: gpu %.9g twin %.9g (normalised %.3g)", at, got[at], want[at], w);
     else if (kv_bad >= 0) result(0, name, "packed K/V element %d is not bf16 of the rotated key/value", kv_bad);
-    else result(1, name, "positions up to %lld: max normalised error %.3g (tolerance 64); K/V packed", (long long)pos[B - 1], w);
+    else if (ring_bad >= 0) result(0, name, "cu_qkv_rope_ring: row %d differs from cu_qkv_rope's", ring_bad);
+    else result(1, name, "positions up to %lld: max normalised error %.3g (tolerance 64); K/V packed; the ring "
+                "variant bit-identical, in place", (long long)pos[B - 1], w);
     gu_dfree(dx); gu_dfree(dkv); gu_dfree(dpos);
     free(x); free(want); free(got); free(mag); free(kv);
 }
@@ -701,22 +727,51 @@ static void attend_case(int B, int heads, int hd, int ctx, int window, int prefi
     uint16_t *dring = gu_dalloc(nslots * slot_stride * 2), *dkvl = gu_dalloc(sizeof(uint16_t) * B * 2 * D);
     float *dq = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
     float *dpart = gu_dalloc(sizeof(float) * B * heads * splits * CU_ATT_PART_FLOATS);
+    unsigned *dcnt = gu_dalloc(sizeof(unsigned) * B * heads);
     int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
     int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cudaMemset(dcnt, 0, sizeof(unsigned) * B * heads));
     gu_h2d(dring, ring, nslots * slot_stride * 2);
     gu_h2d(dkvl, kvl, sizeof(uint16_t) * B * 2 * D);
     gu_h2d(dq, q, sizeof(float) * B * 3 * D);
     gu_h2d(dslot, slot, sizeof(int32_t) * B);
     gu_h2d(dpos, pos, sizeof(int64_t) * B);
-    CU_CHECK_FATAL(cu_attend_ring(dout, dpart, dq, 3 * D, dkvl, dring, slot_stride, dslot, dpos, B, heads, hd, ctx,
+    CU_CHECK_FATAL(cu_attend_ring(dout, dpart, dcnt, dq, 3 * D, dkvl, dring, slot_stride, dslot, dpos, B, heads, hd, ctx,
                                   window, prefill, 0));
     gu_sync();
     gu_d2h(got, dout, sizeof(float) * B * D);
+    /* a step (prefill 0): the new rows in the ring (as cu_qkv_rope_ring leaves them), kvl NULL, twice in a row
+     * (the output poisoned before each: a counter left non-zero leaves rows unwritten): the same bits */
+    int step_bad = -1;
+    if (!prefill) {
+        for (int b = 0; b < B; b++) {
+            uint16_t *k = ring + slot[b] * slot_stride + (size_t)(pos[b] % ctx) * D;
+            memcpy(k, kvl + (size_t)b * 2 * D, sizeof(uint16_t) * D);
+            memcpy(k + (size_t)ctx * D, kvl + (size_t)b * 2 * D + D, sizeof(uint16_t) * D);
+        }
+        gu_h2d(dring, ring, nslots * slot_stride * 2);
+        float *got2 = malloc(sizeof(float) * B * D);
+        for (int run = 0; run < 2 && step_bad < 0; run++) {
+            CU_CHECK_FATAL(cudaMemset(dout, 0xff, sizeof(float) * B * D));
+            CU_CHECK_FATAL(cu_attend_ring(dout, dpart, dcnt, dq, 3 * D, NULL, dring, slot_stride, dslot, dpos, B, heads,
+                                          hd, ctx, window, 0, 0));
+            gu_sync();
+            gu_d2h(got2, dout, sizeof(float) * B * D);
+            for (int i = 0; i < B * D && step_bad < 0; i++)
+                if (memcmp(&got2[i], &got[i], sizeof got[i])) step_bad = run * B * D + i;
+        }
+        free(got2);
+    }
     long at;
     double w = worst_err(got, want, NULL, vmax, (size_t)B * D, 1e-5, &at);
     if (at >= 0) result(0, name, "first mismatch at (b=%ld, d=%ld): gpu %.9g twin %.9g", at / D, at % D, got[at], want[at]);
-    else result(1, name, "%d split(s), max error %.3g of max|v| (tolerance 1e-5)", splits, w);
-    gu_dfree(dring); gu_dfree(dkvl); gu_dfree(dq); gu_dfree(dout); gu_dfree(dpart); gu_dfree(dslot); gu_dfree(dpos);
+    else if (step_bad >= 0)
+        result(0, name, "keys from the ring (kvl NULL), launch %d: element %d differs from the kvl launch's",
+               step_bad / (B * D) + 1, step_bad % (B * D));
+    else result(1, name, "%d split(s), max error %.3g of max|v| (tolerance 1e-5)%s", splits, w,
+                prefill ? "" : "; keys from the ring (kvl NULL): bit-identical, 2 launches in a row");
+    gu_dfree(dring); gu_dfree(dkvl); gu_dfree(dq); gu_dfree(dout); gu_dfree(dpart); gu_dfree(dcnt); gu_dfree(dslot);
+    gu_dfree(dpos);
     free(ring); free(kvl); free(q); free(want); free(got); free(kf); free(vf); free(scratch);
 }
 
@@ -1020,6 +1075,31 @@ static void rope_q8_case(int B, int heads, int hd, const int64_t *pos) {
     gu_sync();
     gu_d2h(g8, d8, (size_t)B * 2 * D);
     gu_d2h(gs, ds, sizeof(float) * B * 2 * heads);
+    /* the step's variant: straight to the ring (ctx 5: rows wrap), where cu_kv_store_q8 would put them */
+    const int ctx = 5;
+    const size_t lb = cu_kv_q8_layer_bytes(ctx, D, heads);
+    int32_t slot[64];
+    for (int b = 0; b < B; b++) slot[b] = b;
+    unsigned char *ring = malloc(B * lb), *dring = gu_dalloc(B * lb);
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
+    gu_h2d(dx, x, n * 4);
+    gu_h2d(dslot, slot, sizeof(int32_t) * B);
+    CU_CHECK_FATAL(cudaMemset(dring, 0, B * lb));
+    CU_CHECK_FATAL(cu_qkv_rope_ring_q8(dx, (int8_t *)dring, lb, dslot, dpos, B, heads, hd, ctx, rope_k, 0));
+    gu_sync();
+    gu_d2h(ring, dring, B * lb);
+    int ring_bad = -1;
+    for (int b = 0; b < B && ring_bad < 0; b++) {
+        const unsigned char *rb = ring + b * lb;
+        const size_t row = (size_t)(pos[b] % ctx);
+        const float *rs = (const float *)(rb + (size_t)2 * ctx * D);
+        if (memcmp(rb + row * D, g8 + (size_t)b * 2 * D, D) || memcmp(rb + (ctx + row) * D, g8 + (size_t)b * 2 * D + D, D))
+            ring_bad = b;
+        for (int i = 0; i < 2 * heads; i++)
+            if (memcmp(&rs[(size_t)i * ctx + row], &gs[(size_t)b * 2 * heads + i], sizeof(float))) ring_bad = b;
+    }
+    gu_dfree(dring); gu_dfree(dslot);
+    free(ring);
     long kstep = 0, bad = -1;
     double sworst = 0;
     for (int b = 0; b < B; b++)
@@ -1038,7 +1118,9 @@ static void rope_q8_case(int B, int heads, int hd, const int64_t *pos) {
     if (bad >= 0 || kstep > B * D / 100 || !zero_ok)
         result(0, name, "int8 K/V differs: first at %ld, %ld keys a step off, scale err %.3g%s", bad, kstep, sworst,
                zero_ok ? "" : ", zero head's scale not 1");
-    else result(1, name, "values exact, %ld of %d keys a step off, scale err %.3g", kstep, B * D, sworst);
+    else if (ring_bad >= 0) result(0, name, "cu_qkv_rope_ring_q8: row %d differs from cu_qkv_rope_q8's", ring_bad);
+    else result(1, name, "values exact, %ld of %d keys a step off, scale err %.3g; the ring variant bit-identical",
+                kstep, B * D, sworst);
     gu_dfree(dx); gu_dfree(ds); gu_dfree(d8); gu_dfree(dpos);
     free(x); free(want); free(q8); free(g8); free(qs); free(gs);
 }
@@ -1108,21 +1190,39 @@ static void attend_q8_case(int B, int heads, int hd, int ctx, int window, int pr
     float *dkvs = gu_dalloc(sizeof(float) * B * 2 * heads);
     float *dq = gu_dalloc(sizeof(float) * B * 3 * D), *dout = gu_dalloc(sizeof(float) * B * D);
     float *dpart = gu_dalloc(sizeof(float) * B * heads * splits * CU_ATT_PART_FLOATS);
+    unsigned *dcnt = gu_dalloc(sizeof(unsigned) * B * heads);
     int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
     int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    CU_CHECK_FATAL(cudaMemset(dcnt, 0, sizeof(unsigned) * B * heads));
     gu_h2d(dring, ring, nslots * lb);
     gu_h2d(dkvl, kvl, (size_t)B * 2 * D);
     gu_h2d(dkvs, kvs, sizeof(float) * B * 2 * heads);
     gu_h2d(dq, q, sizeof(float) * B * 3 * D);
     gu_h2d(dslot, slot, sizeof(int32_t) * B);
     gu_h2d(dpos, pos, sizeof(int64_t) * B);
-    CU_CHECK_FATAL(cu_attend_ring_q8(dout, dpart, dq, 3 * D, dkvl, dkvs, (int8_t *)dring, lb, dslot, dpos, B, heads, hd,
-                                     ctx, window, prefill, 0));
+    CU_CHECK_FATAL(cu_attend_ring_q8(dout, dpart, dcnt, dq, 3 * D, dkvl, dkvs, (int8_t *)dring, lb, dslot, dpos, B,
+                                     heads, hd, ctx, window, prefill, 0));
     CU_CHECK_FATAL(cu_kv_store_q8((int8_t *)dring, lb, dkvl, dkvs, dslot, dpos, B, D, heads, ctx, 0));
     gu_sync();
     gu_d2h(got, dout, sizeof(float) * B * D);
     unsigned char *after = malloc(nslots * lb);
     gu_d2h(after, dring, nslots * lb);
+    /* a step (prefill 0): the ring now holds the new rows (the store above), kvl NULL, twice in a row (the
+     * output poisoned before each): the same bits as the kvl launch */
+    int step_bad = -1;
+    if (!prefill) {
+        float *got2 = malloc(sizeof(float) * B * D);
+        for (int run = 0; run < 2 && step_bad < 0; run++) {
+            CU_CHECK_FATAL(cudaMemset(dout, 0xff, sizeof(float) * B * D));
+            CU_CHECK_FATAL(cu_attend_ring_q8(dout, dpart, dcnt, dq, 3 * D, NULL, NULL, (int8_t *)dring, lb, dslot, dpos,
+                                             B, heads, hd, ctx, window, 0, 0));
+            gu_sync();
+            gu_d2h(got2, dout, sizeof(float) * B * D);
+            for (int i = 0; i < B * D && step_bad < 0; i++)
+                if (memcmp(&got2[i], &got[i], sizeof got[i])) step_bad = run * B * D + i;
+        }
+        free(got2);
+    }
     long store_bad = -1;
     for (int b = 0; b < B && store_bad < 0; b++) {
         const unsigned char *rb = after + slot[b] * lb;
@@ -1138,7 +1238,12 @@ static void attend_q8_case(int B, int heads, int hd, int ctx, int window, int pr
     double w = worst_err(got, want, NULL, vmax, (size_t)B * D, 1e-5, &at);
     if (at >= 0) result(0, name, "first mismatch at (b=%ld, d=%ld): gpu %.9g twin %.9g", at / D, at % D, got[at], want[at]);
     else if (store_bad >= 0) result(0, name, "kv_store_q8: row %ld not where the ring reads it", store_bad);
-    else result(1, name, "%d split(s), max error %.3g of %.2f (tolerance 1e-5); store placed", splits, w, vmax);
+    else if (step_bad >= 0)
+        result(0, name, "keys from the ring (kvl NULL), launch %d: element %d differs from the kvl launch's",
+               step_bad / (B * D) + 1, step_bad % (B * D));
+    else result(1, name, "%d split(s), max error %.3g of %.2f (tolerance 1e-5); store placed%s", splits, w, vmax,
+                prefill ? "" : "; keys from the ring (kvl NULL): bit-identical, 2 launches in a row");
+    gu_dfree(dcnt);
     gu_dfree(dring); gu_dfree(dkvl); gu_dfree(dkvs); gu_dfree(dq); gu_dfree(dout); gu_dfree(dpart); gu_dfree(dslot);
     gu_dfree(dpos);
     free(ring); free(after); free(kvl); free(kvs); free(q); free(want); free(got); free(kk); free(vv); free(ks); free(vs);

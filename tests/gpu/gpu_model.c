@@ -16,12 +16,18 @@
  *     temporal layer's (cu_fuse), so nothing runs between two layers;
  *   - the depformer sub-step's own launches (input projection, embedding,
  *     head, sampler and feed-back): 8 times;
- *   - the attention over the ring at 2 rows (slots 0 and 1) scaled to B:
- *     its blocks are per row and alike, and 64 rings of 3000 positions
- *     would need 3 GB of emulated memory.
- * Blocks are sampled (every EMU_MODEL_STRIDE-th of each grid; counts
- * scaled), so the emulated memory holds whatever it holds: traffic, not
- * values, is measured (the sampler's data-dependent passes see zeros).
+ *   - RoPE with its K/V written to the ring and the attention over the
+ *     ring (a step's pair: cu_kv_store is a prefill chunk's only) at 2
+ *     rows (slots 0 and 1) scaled to B: their blocks are per row and
+ *     alike, and 64 rings of 3000 positions would need 3 GB of emulated
+ *     memory. They run unsampled: the attention's last block of a row and
+ *     head combines the splits, which never happens when only 1 block in
+ *     16 runs (the counter never reaches the row's splits), so its combine
+ *     would go uncounted.
+ * The other blocks are sampled (every EMU_MODEL_STRIDE-th of each grid;
+ * counts scaled), so the emulated memory holds whatever it holds:
+ * traffic, not values, is measured (the sampler's data-dependent passes
+ * see zeros).
  * The products below CU_GEMM_MIN_ROWS (16) rows are the matvec kernel,
  * measured; from 16 rows they are cuBLAS GEMMs, priced from their shapes.
  *
@@ -158,8 +164,9 @@ typedef struct mbuf {
     uint16_t *attn_in, *attn_out, *ffn_in, *ffn_out, *text_linear, *emb, *text_emb;
     uint16_t *d_attn_in, *d_attn_out, *d_ffn_in, *d_ffn_out, *dep_in, *dep_emb, *linear;
     float *norm, *dnorm;
-    /* K/V: M_ATT_ROWS slots of a (2, ctx, D) ring; the rows' new K/V */
-    uint16_t *ring, *kvl;
+    /* K/V: M_ATT_ROWS slots of a (2, ctx, D) ring; the attention's (rows, heads) counters */
+    uint16_t *ring;
+    unsigned *att_count;
     /* activations */
     float *x, *qkv, *att, *o, *u, *h, *part, *tlog, *alog;
     uint16_t *xb;
@@ -167,11 +174,9 @@ typedef struct mbuf {
     int32_t *tok, *slot, *out, *prev, *tgt, *dsteps;
     int64_t *pos;
     samp_row *rows;
-    /* the 8-bit schemes: the chunk's K/V scales, the GEMM path's bf16
-     * scratch. The weight buffers hold int8 rows then (at the next 256
-     * bytes) their scales in the same allocations, the ring the int8
-     * layout (cu_kv_q8_layer_bytes), kvl the chunk's int8 K/V. */
-    float *kvs8;
+    /* the 8-bit schemes: the GEMM path's bf16 scratch. The weight buffers
+     * hold int8 rows then (at the next 256 bytes) their scales in the same
+     * allocations, the ring the int8 layout (cu_kv_q8_layer_bytes). */
     uint16_t *wdq;
 } mbuf;
 
@@ -217,7 +222,7 @@ static void bufs_open(mbuf *m) {
     m->norm = dz(4 * D);
     m->dnorm = dz(4 * dd);
     m->ring = dz(2 * (size_t)M_ATT_ROWS * 2 * M_CTX * D);
-    m->kvl = dz(2 * R * 2 * D);
+    m->att_count = dz(sizeof(unsigned) * M_ATT_ROWS * M_HEADS);
     m->x = dz(4 * R * D);
     m->qkv = dz(4 * R * 3 * D);
     m->att = dz(4 * R * D);
@@ -245,7 +250,6 @@ static void bufs_open(mbuf *m) {
     m->dsteps = dz(4 * R);
     m->pos = dz(8 * R);
     m->rows = dz(sizeof(samp_row) * R);
-    m->kvs8 = dz(sizeof(float) * R * 2 * M_HEADS);
     m->wdq = dz(2 * M_Q8_SCRATCH);
 }
 
@@ -316,27 +320,29 @@ static void temporal_layer(mbuf *m, int B) {
     const int D = M_DIM, H = g_hidden;
     const cu_fuse nrm = {.norm = m->norm, .eps = LM_NORM_EPS};   /* norm1, norm2: one buffer here */
     lin_f(m, m->qkv, m->x, m->attn_in, B, 3 * D, D, &nrm, NULL);
-    if (g_q8) LT(cu_qkv_rope_q8(m->qkv, (int8_t *)m->kvl, m->kvs8, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
-    else LT(cu_qkv_rope(m->qkv, m->kvl, m->pos, B, M_HEADS, D / M_HEADS, -0.01f, 0));
-    /* (the attention and the K/V store: attend(), scaled separately) */
+    /* (RoPE with the K/V to the ring, and the attention: attend(), scaled separately) */
     lin_f(m, m->x, m->att, m->attn_out, B, D, D, &g_add, m->o);
     lin_f(m, m->u, m->x, m->ffn_in, B, 2 * H, D, &nrm, NULL);
     lin_gated_acc(m, m->x, m->u, m->ffn_out, B, D, H, m->o);
 }
 
+/* A step's attention (cuda/cu_backend.c temporal(), prefill 0): RoPE
+ * writes the rows' new K/V into the ring, the attention reads every key
+ * there, its splits and their combine in one launch. */
 static void attend(mbuf *m, int rows) {
     const int D = M_DIM;
     if (g_q8) {
         size_t lb = cu_kv_q8_layer_bytes(M_CTX, D, M_HEADS);
-        LT(cu_attend_ring_q8(m->att, m->part, m->qkv, 3 * D, (const int8_t *)m->kvl, m->kvs8, (const int8_t *)m->ring,
-                             lb, m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
-        LT(cu_kv_store_q8((int8_t *)m->ring, lb, (const int8_t *)m->kvl, m->kvs8, m->slot, m->pos, rows, D, M_HEADS,
-                          M_CTX, 0));
+        LT(cu_qkv_rope_ring_q8(m->qkv, (int8_t *)m->ring, lb, m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX,
+                               -0.01f, 0));
+        LT(cu_attend_ring_q8(m->att, m->part, m->att_count, m->qkv, 3 * D, NULL, NULL, (const int8_t *)m->ring, lb,
+                             m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
         return;
     }
-    LT(cu_attend_ring(m->att, m->part, m->qkv, 3 * D, m->kvl, m->ring, (size_t)2 * M_CTX * D, m->slot, m->pos, rows,
-                      M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
-    LT(cu_kv_store(m->ring, (size_t)2 * M_CTX * D, m->kvl, m->slot, m->pos, rows, D, M_CTX, 0));
+    LT(cu_qkv_rope_ring(m->qkv, m->ring, (size_t)2 * M_CTX * D, m->slot, m->pos, rows, M_HEADS, D / M_HEADS, M_CTX,
+                        -0.01f, 0));
+    LT(cu_attend_ring(m->att, m->part, m->att_count, m->qkv, 3 * D, NULL, m->ring, (size_t)2 * M_CTX * D, m->slot,
+                      m->pos, rows, M_HEADS, D / M_HEADS, M_CTX, M_CTX, 0, 0));
 }
 
 static void step_once(mbuf *m, int B) {   /* before the layers, and the text head */
@@ -430,8 +436,10 @@ static double model_point(mbuf *m, int B, int pos, double *floor_ms) {
     temporal_layer(m, B);
     collect(M_LAYERS, M_LAYERS);
     int ar = B < M_ATT_ROWS ? B : M_ATT_ROWS;
+    emu_traffic_sample(1);   /* every block: the last of a row and head combines */
     attend(m, ar);
     collect(M_LAYERS, (double)M_LAYERS * B / ar);
+    emu_traffic_sample(EMU_MODEL_STRIDE);
     dep_substep_own(m, B);
     collect(M_DEPQ, M_DEPQ);
     dep_layer(m, B);

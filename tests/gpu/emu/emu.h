@@ -43,7 +43,8 @@ extern "C" {
     X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
     X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)                       \
     X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)                 \
-    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)
+    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)             \
+    X(EMU_FAULT_READ_RACE, "read-race", cudaErrorLaunchFailure)
 
 #define EMU_FAULT_ENUM_(e, name, err) e,
 typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
@@ -78,6 +79,12 @@ cudaError_t emu_fault_error(emu_fault_kind k);
  * EMU_SEED, so runs repeat). Varying it shows order-dependent results. */
 typedef enum emu_order { EMU_ORDER_FORWARD, EMU_ORDER_REVERSE, EMU_ORDER_RANDOM } emu_order;
 void emu_set_order(emu_order o);
+/* emu_set_block_order: the order in which the blocks of a grid run (one
+ * after the other): forward (the default: x fastest, then y, then z),
+ * reverse, or random (a permutation per launch drawn from EMU_SEED); also
+ * EMU_BLOCKS=forward|reverse|random. A device runs blocks in no defined
+ * order: a result that changes with it depends on that order. */
+void emu_set_block_order(emu_order o);
 /* emu_set_quiet: 1 = do not print faults to stderr (negative tests). */
 void emu_set_quiet(int quiet);
 /* emu_set_hooks: 0 = ignore the compiler's per-access hooks, leaving only
@@ -97,11 +104,21 @@ void emu_inject_fault(unsigned n);
  * the calling thread's last error, as on a device): for tests of a
  * caller's out-of-memory paths. 0 cancels. */
 void emu_inject_alloc_failure(unsigned n);
-/* emu_set_race_check: 1 = a plain (not atomic) store to device memory
- * that another block of the same launch has stored to faults (kind
- * write-race): blocks run one after the other here, so such a pair is
- * otherwise never seen. Off by default (a hash probe per byte stored);
- * EMU_RACE=1 turns it on for a whole run. */
+/* emu_set_race_check: 1 = races between the blocks of one launch fault
+ * (blocks run one after the other here, so such a pair is otherwise never
+ * seen): a plain (not atomic) store to device memory that another block
+ * of the launch has stored to (kind write-race); a load of device memory
+ * that another block of the launch stored to, unless that store was
+ * published to this block (kind read-race); a store to device memory that
+ * another block read after its first atomic of the launch (read-race: it
+ * read before the writer arrived). Publication, the pattern of a
+ * last-block reduction: the writing block executes __threadfence() after
+ * its stores and then an atomic on some address X; the reading block's
+ * atomic on X comes after that one. Fences count per block (a fence by
+ * any thread of the block covers the block's earlier stores: the kernel's
+ * barrier before its atomic makes that so on a device). Off by default
+ * (hash probes per byte accessed); EMU_RACE=1 turns it on for a whole
+ * run. */
 void emu_set_race_check(int on);
 /* emu_capture_cold_kernels: how many kernels so far had their first launch
  * recorded into a graph capture, never launched outside one before (with
@@ -156,6 +173,10 @@ typedef struct emu_traffic {
  * stride > 1 device memory's "never written" check is off and the cuBLAS
  * stand-in records its GEMMs without computing them. */
 void emu_traffic_start(unsigned stride);
+/* emu_traffic_sample: the sampling stride from the next launch on, the
+ * table kept (a kernel whose blocks depend on each other, a last-block
+ * combine, runs unsampled: 1). */
+void emu_traffic_sample(unsigned stride);
 void emu_traffic_stop(void);
 /* emu_traffic_reset: empty the table (counting goes on). */
 void emu_traffic_reset(void);
@@ -231,6 +252,8 @@ void *emu_dyn_shared(emu_site site);
 void emu_access(const void *p, size_t bytes, int flags, emu_site site);
 void emu_trap(emu_site site) __attribute__((noreturn));
 long long emu_clock(void);
+/* emu_threadfence: __threadfence() (the race check's publication). */
+void emu_threadfence(void);
 
 #ifdef __cplusplus
 }

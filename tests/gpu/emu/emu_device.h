@@ -179,8 +179,17 @@ inline T reduce(emu_wop uop, emu_wop sop, emu_site s, unsigned mask, T v) {
 /* ---- loads and atomics --------------------------------------------------------------- */
 
 template <class T>
-inline T ldg(emu_site s, const T *p) {
+EMU_NOSAN inline T ldg(emu_site s, const T *p) {
     emu_access(p, sizeof(T), EMU_LOAD | EMU_LDG, s);
+    return *p;
+}
+
+/* __ldcg: a global load cached in L2 only (on a device it skips a stale L1
+ * line: what a block reads of another block's stores after their
+ * publication); here a load, checked and counted once. */
+template <class T>
+EMU_NOSAN inline T ldcg(emu_site s, const T *p) {
+    emu_access(p, sizeof(T), EMU_LOAD, s);
     return *p;
 }
 
@@ -188,7 +197,7 @@ inline T ldg(emu_site s, const T *p) {
  * inside one, so each is atomic; the address is checked first (alignment,
  * address space, bounds, initialised). */
 template <class T, class Op>
-inline T atomic(emu_site s, T *p, Op op) {
+EMU_NOSAN inline T atomic(emu_site s, T *p, Op op) {
     emu_access(p, sizeof(T), EMU_LOAD | EMU_STORE | EMU_ATOMIC, s);
     T old = *p;
     *p = op(old);
@@ -232,7 +241,7 @@ inline unsigned atomic_dec(emu_site s, unsigned *p, unsigned v) {
 #define __syncthreads_or(p) emu_syncthreads(3, (p) != 0, EMU_SITE)
 #define __syncwarp(...) ((void)emu_warp(EMU_W_SYNC, emu_syncwarp_mask_(__VA_ARGS__), 0, 4, 0, 32, nullptr, EMU_SITE))
 static inline unsigned emu_syncwarp_mask_(unsigned m = 0xFFFFFFFFu) { return m; }
-#define __threadfence() ((void)0)
+#define __threadfence() emu_threadfence()
 #define __threadfence_block() ((void)0)
 #define __trap() emu_trap(EMU_SITE)
 #define clock64() emu_clock()
@@ -254,6 +263,7 @@ static inline unsigned emu_syncwarp_mask_(unsigned m = 0xFFFFFFFFu) { return m; 
 #define __reduce_xor_sync(m, v) emu::reduce(EMU_W_XOR, EMU_W_XOR, EMU_SITE, (m), (v))
 
 #define __ldg(p) emu::ldg(EMU_SITE, (p))
+#define __ldcg(p) emu::ldcg(EMU_SITE, (p))
 
 #define atomicAdd(p, v) emu::atomic_add(EMU_SITE, (p), (v))
 #define atomicSub(p, v) emu::atomic_sub(EMU_SITE, (p), (v))

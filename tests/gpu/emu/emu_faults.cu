@@ -132,6 +132,46 @@ __global__ void write_race(float *d) {   /* every block writes its index to d[0.
     d[threadIdx.x] = (float)blockIdx.x;
 }
 
+/* A last-block reduction over 4 blocks of 16 threads, the pattern of the
+ * LM attention's combine (cuda/cu_lm.cu): block k writes its partial to
+ * d[16 + 16k + t] (k * 100 + t; a plain store: the compiler's hooks do
+ * not report a store to an address loaded just before in the same code
+ * path, a read-modify-write, so the race check would not see that), then
+ * arrives on the counter at d[0]
+ * (0.0f: 0); the block that arrives last writes d[80 + t] = the sum of the
+ * partials. mode: PUB_OK the right pattern (each thread fences, a barrier,
+ * one atomic; the last block fences, combines and sets the counter back
+ * to 0); PUB_NO_FENCE no __threadfence; PUB_NO_ATOMIC no counter, the block
+ * of the highest index takes itself for the last; PUB_EARLY every block
+ * combines after its own arrival, without looking at the count;
+ * PUB_NO_RESET the counter is not set back (right in one launch, never
+ * combines in the next). */
+enum { PUB_OK, PUB_NO_FENCE, PUB_NO_ATOMIC, PUB_EARLY, PUB_NO_RESET };
+__global__ void publish(float *d, int mode) {
+    __shared__ int last;
+    const int k = blockIdx.x, t = threadIdx.x;
+    float *mine = d + 16 + 16 * k;
+    mine[t] = (float)(k * 100 + t);
+    if (mode != PUB_NO_FENCE) __threadfence();
+    __syncthreads();
+    if (t == 0) {
+        if (mode == PUB_NO_ATOMIC) {
+            last = k == (int)gridDim.x - 1;
+        } else {
+            unsigned *cnt = reinterpret_cast<unsigned *>(d);
+            unsigned before = atomicAdd(cnt, 1u);
+            last = mode == PUB_EARLY || before + 1 == gridDim.x;
+            if (before + 1 == gridDim.x && mode != PUB_NO_RESET) *cnt = 0u;
+        }
+    }
+    __syncthreads();
+    if (!last) return;
+    if (mode != PUB_NO_FENCE) __threadfence();
+    float s = 0.0f;
+    for (int j = 0; j < (int)gridDim.x; j++) s += d[16 + 16 * j + t];
+    d[80 + t] = s;
+}
+
 __global__ void ldg_shared(float *d) {
     __shared__ float s[64];
     s[threadIdx.x] = 1.0f;
@@ -318,6 +358,15 @@ __global__ void es_add_one(float *d, int n) {
 
 LAUNCHER(bar_exit_early, 1, 64, 0, d)
 LAUNCHER(write_race, 3, 32, 0, d)
+extern "C" cudaError_t ef_publish_mode(float *d, int mode) {
+    publish<<<4, 16, 0, 0>>>(d, mode);
+    return cudaGetLastError();
+}
+#define PUB_LAUNCHER(name, mode) \
+    extern "C" cudaError_t ef_##name(float *d, int n) { (void)n; return ef_publish_mode(d, mode); }
+PUB_LAUNCHER(publish_no_fence, PUB_NO_FENCE)
+PUB_LAUNCHER(publish_no_atomic, PUB_NO_ATOMIC)
+PUB_LAUNCHER(publish_early, PUB_EARLY)
 LAUNCHER(bar_divergent, 1, 64, 0, d)
 LAUNCHER(warp_exited_lane, 1, 32, 0, d)
 LAUNCHER(warp_partial, 1, 48, 0, d)

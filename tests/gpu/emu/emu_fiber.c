@@ -56,6 +56,10 @@ void emu_init(void) {
     const char *o = getenv("EMU_ORDER");
     if (o && !strcmp(o, "forward")) E.order = EMU_ORDER_FORWARD;
     if (o && !strcmp(o, "reverse")) E.order = EMU_ORDER_REVERSE;
+    E.block_order = EMU_ORDER_FORWARD;
+    const char *bo = getenv("EMU_BLOCKS");
+    if (bo && !strcmp(bo, "reverse")) E.block_order = EMU_ORDER_REVERSE;
+    if (bo && !strcmp(bo, "random")) E.block_order = EMU_ORDER_RANDOM;
     const char *s = getenv("EMU_SEED");
     if (s) E.seed = strtoull(s, NULL, 10);
     const char *rc = getenv("EMU_RACE");
@@ -77,6 +81,7 @@ void emu_init(void) {
 }
 
 void emu_set_order(emu_order o) { emu_init(); E.order = o; }
+void emu_set_block_order(emu_order o) { emu_init(); E.block_order = o; }
 void emu_set_timeout_ms(unsigned ms) { emu_init(); E.timeout_ms = ms; }
 void emu_set_quiet(int quiet) { emu_init(); E.quiet = quiet; }
 void emu_set_hooks(int on) { emu_init(); E.hooks = on; }
@@ -519,6 +524,31 @@ static void make_order(int n, uint64_t block_no) {
     for (int i = 0; i < n; i++) E.order_pos[E.order_ix[i]] = i;
 }
 
+/* The linear index of the i-th block to run of a grid of n (after
+ * block_order_begin for this launch). */
+static int block_order_begin(uint64_t n) {
+    if (E.block_order != EMU_ORDER_RANDOM) return 0;
+    if (n > E.block_perm_n) {
+        uint32_t *p = realloc(E.block_perm, sizeof *p * n);
+        if (!p) return -1;
+        E.block_perm = p;
+        E.block_perm_n = n;
+    }
+    for (uint64_t i = 0; i < n; i++) E.block_perm[i] = (uint32_t)i;
+    uint64_t s = mix(E.seed * 0xD1B54A32D192ED03ull + E.stats.launches * 0x9E3779B97F4A7C15ull);
+    for (uint64_t i = n - 1; i > 0 && n > 1; i--) {
+        s = mix(s + 0x9E3779B97F4A7C15ull);
+        uint64_t j = s % (i + 1);
+        uint32_t t = E.block_perm[i];
+        E.block_perm[i] = E.block_perm[j];
+        E.block_perm[j] = t;
+    }
+    return 0;
+}
+static uint64_t block_order_at(uint64_t i, uint64_t n) {
+    return E.block_order == EMU_ORDER_REVERSE ? n - 1 - i : E.block_order == EMU_ORDER_RANDOM ? E.block_perm[i] : i;
+}
+
 /* Run one block; 0, or -1 after a fault. */
 static int run_block(const emu_call *c, uint3 b, uint64_t block_no, int *fresh) {
     const int n = (int)(c->block.x * c->block.y * c->block.z);
@@ -594,21 +624,24 @@ int emu_run_grid(const emu_call *c) {
     uint64_t no = 0;
     if (E.timeout_ms) timer_arm(E.timeout_ms);
     emu_traffic_launch_begin();
-    for (unsigned z = 0; z < c->grid.z && !rc; z++)
-        for (unsigned y = 0; y < c->grid.y && !rc; y++)
-            for (unsigned x = 0; x < c->grid.x && !rc; x++) {
-                uint3 b = {x, y, z};
-                if (emu_traffic_skip_block(no)) {   /* sampling for the performance model */
-                    no++;
-                    continue;
-                }
-                rc = run_block(c, b, no++, &fresh);
-                if (!rc) emu_traffic_block_done();
-                if (!rc && E.timed_out) {   /* the alarm came between two blocks */
-                    emu_fault_note(EMU_FAULT_TIMEOUT, NULL, "the grid ran longer than %u ms", E.timeout_ms);
-                    rc = -1;
-                }
-            }
+    const uint64_t nb = (uint64_t)c->grid.x * c->grid.y * c->grid.z;
+    if (block_order_begin(nb)) {
+        emu_fault_note(EMU_FAULT_TIMEOUT, NULL, "out of memory for a block order of %llu blocks",
+                       (unsigned long long)nb);
+        rc = -1;
+    }
+    for (; no < nb && !rc; no++) {
+        const uint64_t lin = block_order_at(no, nb);
+        uint3 b = {(unsigned)(lin % c->grid.x), (unsigned)(lin / c->grid.x % c->grid.y),
+                   (unsigned)(lin / ((uint64_t)c->grid.x * c->grid.y))};
+        if (emu_traffic_skip_block(no)) continue;   /* sampling for the performance model */
+        rc = run_block(c, b, no, &fresh);
+        if (!rc) emu_traffic_block_done();
+        if (!rc && E.timed_out) {   /* the alarm came between two blocks */
+            emu_fault_note(EMU_FAULT_TIMEOUT, NULL, "the grid ran longer than %u ms", E.timeout_ms);
+            rc = -1;
+        }
+    }
     if (E.timeout_ms) timer_arm(0);
     emu_traffic_launch_end(c);
     if (E.dyn) emu_alloc_free(E.dyn);

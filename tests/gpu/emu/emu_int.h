@@ -61,12 +61,16 @@ typedef struct emu_alloc {
     size_t elem;            /* and element size */
     const void *key;        /* shared variables: the declaration */
     uint64_t gen;           /* block generation its shadow was reset for */
+    uint64_t race_launch;   /* the race check: the last launch that stored to it (plainly) */
 } emu_alloc;
 
 typedef struct emu_state {
     int inited;
     /* options */
     emu_order order;
+    emu_order block_order;  /* emu_set_block_order */
+    uint32_t *block_perm;   /* a random block order's permutation, block_perm_n entries */
+    size_t block_perm_n;
     uint64_t seed;
     int quiet, hooks;
     unsigned timeout_ms;

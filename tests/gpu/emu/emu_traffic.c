@@ -144,6 +144,11 @@ void emu_traffic_start(unsigned stride) {
     T.nrows = 0;
 }
 
+void emu_traffic_sample(unsigned stride) {
+    emu_sync_all();   /* what was enqueued before runs at the old stride */
+    T.stride = stride ? stride : 1;
+}
+
 void emu_traffic_stop(void) {
     emu_sync_all();
     T.on = 0;
