@@ -23,7 +23,11 @@
  * RMSNorm of its input folded in (a prologue sums the tile's squares in
  * cu_rmsnorm's order, then x is read as x * (alpha * inv)); or adding its
  * output into y (the residual add). Each is bit for bit the launches it
- * replaces, and saves the step one graph node per product.
+ * replaces, and saves the step one graph node per product. Two more
+ * variants for the depformer: its attention computed in each block's
+ * prologue into shared memory, then the product with the add
+ * (matvec_*_att_acc: the attention's launch saved), and G products of one
+ * input in one launch (matvec_*_group: its dep_q input projections).
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  */
 #include "cu_kern.h"

@@ -13,9 +13,11 @@
  *   - the depformer layer: 6 layers x dep_q (8) sub-steps, run at sub-step
  *     4 (its attention over 5 sub-steps; the others differ by a few rows);
  *     its norms and residual adds are folded into its products, as the
- *     temporal layer's (cu_fuse), so nothing runs between two layers;
- *   - the depformer sub-step's own launches (input projection, embedding,
- *     head, sampler and feed-back): 8 times;
+ *     temporal layer's (cu_fuse), and its attention into the output
+ *     projection below 16 rows, so nothing runs between two layers;
+ *   - the depformer sub-step's own launches (the head, the sampler with
+ *     the feed-back writing the next sub-step's input): 8 times; its 8
+ *     input projections are one launch with the text head's (once);
  *   - RoPE with its K/V written to the ring and the attention over the
  *     ring (a step's pair: cu_kv_store is a prefill chunk's only) at 2
  *     rows (slots 0 and 1) scaled to B: their blocks are per row and
