@@ -17,7 +17,7 @@
  *     projection below 16 rows, so nothing runs between two layers;
  *   - the depformer sub-step's own launches (the head, the sampler with
  *     the feed-back writing the next sub-step's input): 8 times; its 8
- *     input projections are one launch with the text head's (once);
+ *     input projections, one launch, are counted once with the text head;
  *   - RoPE with its K/V written to the ring and the attention over the
  *     ring (a step's pair: cu_kv_store is a prefill chunk's only) at 2
  *     rows (slots 0 and 1) scaled to B: their blocks are per row and
