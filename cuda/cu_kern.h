@@ -8,6 +8,10 @@
  *     cu_rmsnorm_bf16    kern_rmsnorm, then st_f32_to_bf16
  *     cu_matvec_*_fused  kern_rmsnorm, then the product; or the product,
  *                        then kern_add (cu_fuse below)
+ *     cu_matvec_*_dep_att kern_attend over the depformer's sub-steps, then
+ *                        the product, then kern_add
+ *     cu_matvec_group_fused  cu_matvec_*_fused for G matrices
+ *     cu_samp_topk_feed_emb  samp_topk_rows, the feed-back, kern_embed_add
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
  * CPU backend's kernels applied row by row:
