@@ -144,7 +144,9 @@ cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, flo
 /* cu_matvec_group_fused: y (G, B, N), y[g] = x W_g^T with f's fusions
  * (the norm, not the add), for G <= 16 matrices of one shape: bf16 (ws
  * NULL) or int8 rows with their scales ws[g]. One launch with the norm
- * on the vector path (x and every W aligned as there), each product's blocks exactly
+ * on the vector path (x and every W aligned as there; int8: every ws[g]
+ * the same number of bytes after its w[g], as the backend places them),
+ * each product's blocks exactly
  * those of its own launch (cu_matvec_*_fused: the same bits); else a
  * launch per product. The depformer's input projections (issue 25). */
 cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws, int G,

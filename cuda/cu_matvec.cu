@@ -373,7 +373,7 @@ MV_ATT_KERNEL(matvec_q8_att_acc, uint32_t)
 #define MV_MAX_GROUP LM_MAX_DEP_Q
 typedef struct mv_group {
     const void *w[MV_MAX_GROUP];
-    const float *ws[MV_MAX_GROUP];   /* int8 rows' scales, NULL for bf16 */
+    size_t ws_off;   /* int8: bytes from each w[g] to its row scales (one offset for all: fewer registers) */
 } mv_group;
 
 #define MV_GROUP_KERNEL(name, CH)                                                                             \
@@ -383,10 +383,11 @@ typedef struct mv_group {
          int B, int N, int K, float eps) {                                                                     \
         const int g = blockIdx.z;                                                                              \
         const void *wg = gw.w[0];                                                                              \
-        const float *wsg = gw.ws[0];                                                                           \
-        _Pragma("unroll") for (int i = 1; i < MV_MAX_GROUP; i++) if (i == g) { wg = gw.w[i]; wsg = gw.ws[i]; } \
-        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, sizeof(CH) == 4 ? wsg : nullptr, alpha, B, N, \
-                                         K, eps, blockIdx.x);                                                  \
+        _Pragma("unroll") for (int i = 1; i < MV_MAX_GROUP; i++) if (i == g) wg = gw.w[i];                     \
+        const float *wsg = sizeof(CH) == 4                                                                     \
+                               ? reinterpret_cast<const float *>(static_cast<const char *>(wg) + gw.ws_off)   \
+                               : nullptr;                                                                      \
+        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, wsg, alpha, B, N, K, eps, blockIdx.x);  \
     }
 MV_GROUP_KERNEL(matvec_bf16_group, uint2)
 MV_GROUP_KERNEL(matvec_q8_group, uint32_t)
@@ -661,11 +662,13 @@ extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const voi
     if (G == 0 || B == 0 || N == 0) return cudaSuccess;
     mv_group gw = {};
     int vec = mv_norm_ok(f) && (q8 ? K % 4 == 0 && ((uintptr_t)x % 16) == 0 : K % 8 == 0 && ((uintptr_t)x % 16) == 0);
+    if (q8) gw.ws_off = (size_t)((const char *)ws[0] - (const char *)w[0]);
     for (int g = 0; g < G; g++) {
         if (q8 && !ws[g]) return cudaErrorInvalidValue;
         gw.w[g] = w[g];
-        gw.ws[g] = q8 ? ws[g] : nullptr;
         vec = vec && ((uintptr_t)w[g] % (q8 ? 4 : 16)) == 0;
+        /* one launch: every matrix's scales at the same offset from its rows (the backend's layout) */
+        if (q8) vec = vec && (const char *)ws[g] - (const char *)w[g] == (ptrdiff_t)gw.ws_off;
     }
     if (!vec || mode != MV_NORM) {   /* a launch per product (the one launch: the norm mode only) */
         for (int g = 0; g < G; g++) {

@@ -1557,11 +1557,14 @@ static void dep_att_fused_case(int B, int heads, int hd, int K, int window, int 
  * against a cu_matvec_*_fused launch each, and cu_samp_topk_feed_emb
  * against cu_samp_topk_feed then cu_embed_add_rows on the product: the
  * products, dy, the tokens and the feed-back bit for bit. One row's forced
- * token is past the table (dy = the product alone). w8: int8 rows. */
+ * token is past the table (dy = the product alone). w8: int8 rows, each
+ * matrix's scales at the next 256 bytes after its rows (the backend's
+ * layout: one launch), or (w8 == 2) all scales in a buffer of their own
+ * (a launch each). */
 static void dep_inputs_case(int B, int G, int N, int K, int w8) {
     char name[96];
     snprintf(name, sizeof name, "dep_inputs B=%d G=%d N=%d K=%d%s (group, feed + embedding)", B, G, N, K,
-             w8 ? " w8" : "");
+             w8 == 2 ? " w8, scales apart" : w8 ? " w8" : "");
     if (!begin(name, 1, (double)B * G * N * K)) return;
     gu_rng r = {31};
     const int card = 64, ts = 2, k = 1;
@@ -1574,25 +1577,35 @@ static void dep_inputs_case(int B, int G, int N, int K, int w8) {
     float *ws = scale_table(&r, (size_t)G * N);
     float *dx = gu_dalloc(sizeof(float) * nx), *da = gu_dalloc(sizeof(float) * K), *dws = gu_dalloc(sizeof(float) * G * N);
     float *dy1 = gu_dalloc(sizeof(float) * ny), *dy2 = gu_dalloc(sizeof(float) * ny);
-    void *dw = gu_dalloc((size_t)G * N * K * 2);
+    const size_t rows8 = ((size_t)N * K + 255) & ~(size_t)255, slot = w8 == 1 ? rows8 + 4 * (size_t)N : (size_t)N * K;
+    void *dw = gu_dalloc((size_t)G * (w8 ? slot : (size_t)N * K * 2));
     uint16_t *demb = gu_dalloc((size_t)(card + 1) * N * 2);
     gu_h2d(dx, x, sizeof(float) * nx);
     gu_h2d(da, alpha, sizeof(float) * K);
     gu_h2d(dws, ws, sizeof(float) * G * N);
-    gu_h2d(dw, w8 ? (const void *)wq : (const void *)wb, (size_t)G * N * K * (w8 ? 1 : 2));
+    if (!w8) gu_h2d(dw, wb, (size_t)G * N * K * 2);
     gu_h2d(demb, emb, (size_t)(card + 1) * N * 2);
     const cu_fuse on = {.norm = da, .eps = 1e-5f};
     const void *wp[LM_MAX_DEP_Q];
     const float *wsp[LM_MAX_DEP_Q];
     for (int g = 0; g < G; g++) {
-        wp[g] = (const char *)dw + (size_t)g * N * K * (w8 ? 1 : 2);
-        wsp[g] = dws + (size_t)g * N;
+        wp[g] = (const char *)dw + (size_t)g * (w8 ? slot : (size_t)N * K * 2);
+        wsp[g] = w8 == 1 ? (const float *)((const char *)wp[g] + rows8) : dws + (size_t)g * N;
+        if (w8) gu_h2d((void *)wp[g], wq + (size_t)g * N * K, (size_t)N * K);
+        if (w8 == 1) gu_h2d((void *)wsp[g], ws + (size_t)g * N, 4 * (size_t)N);
         if (w8)
             CU_CHECK_FATAL(cu_matvec_q8_fused(dy1 + (size_t)g * B * N, dx, wp[g], wsp[g], B, N, K, &on, 0));
         else
             CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1 + (size_t)g * B * N, dx, wp[g], B, N, K, &on, 0));
     }
     CU_CHECK_FATAL(cu_matvec_group_fused(dy2, dx, wp, w8 ? wsp : NULL, G, B, N, K, &on, 0));
+    /* on the emulator: the one launch where it applies (the vector path, the scales at one offset) */
+    const int one = K % (w8 ? 4 : 8) == 0 && w8 != 2;
+    char ran[128] = "";
+    if (emu_last_kernel) snprintf(ran, sizeof ran, "%s", emu_last_kernel());
+    const char *want_k = one ? (w8 ? "matvec_q8_group<" : "matvec_bf16_group<")
+                             : (w8 ? "matvec_q8_norm<" : "matvec_scalar_norm<");
+    const int path_ok = !emu_last_kernel || !strncmp(ran, want_k, strlen(want_k));
     /* the sampler of sub-step k - 1 writing sub-step k's input */
     sample_spec sc = {B, card, 0, 0.0f, SK_MIXED, 79};
     float *l;
@@ -1627,12 +1640,13 @@ static void dep_inputs_case(int B, int G, int N, int K, int w8) {
     gu_d2h(t1 + 2 * B, dp1, 4 * B);
     gu_d2h(t1 + 3 * B, dp2, 4 * B);
     const char *bad = NULL;
-    if (memcmp(y1, y2, sizeof(float) * ny)) bad = "the grouped products differ from a launch each";
+    if (!path_ok) bad = "the grouped launch ran another kernel";
+    else if (memcmp(y1, y2, sizeof(float) * ny)) bad = "the grouped products differ from a launch each";
     else if (memcmp(t1, t1 + B, 4 * B) || memcmp(t1 + 2 * B, t1 + 3 * B, 4 * B))
         bad = "the tokens or the feed-back differ";
     else if (memcmp(e1, e2, sizeof(float) * B * N)) bad = "dy differs from cu_embed_add_rows on the product";
-    if (bad) result(0, name, "%s", bad);
-    else result(1, name, "%d products grouped, the next input from the sampler: bit for bit", G);
+    if (bad) result(0, name, "%s (%s)", bad, ran);
+    else result(1, name, "%d products (%s), the next input from the sampler: bit for bit", G, ran);
     gu_dfree(dx); gu_dfree(da); gu_dfree(dws); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(demb);
     gu_dfree(dl); gu_dfree(dd1); gu_dfree(dd2); gu_dfree(drows); gu_dfree(dtgt); gu_dfree(do1); gu_dfree(do2);
     gu_dfree(dp1); gu_dfree(dp2);
@@ -1652,6 +1666,7 @@ static void dep_att_cases(void) {
         dep_inputs_case(5, 3, 33, 256, w8);   /* odd rows, a tile of 8 */
         dep_inputs_case(2, 2, 16, 12, w8);    /* K % 8 != 0: a launch each (bf16's scalar path) */
     }
+    dep_inputs_case(3, 4, 16, 64, 2);         /* the scales not at one offset: a launch each */
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */
