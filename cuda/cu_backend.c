@@ -176,6 +176,7 @@ typedef struct cu_ctx {
     void *blas_ws;
     float *tlog, *alog;          /* (R, text_card), (dep_q, R, card) */
     float *dy, *dqkv, *datt, *dout, *du, *dh, *dk, *dv;
+    float *dinp;                 /* (dep_q, R, ddim): depformer_in[k](out_norm(h)), all k in one launch */
     int32_t *prev, *out;         /* (R), (1 + dep_q, R) */
     size_t dcache;               /* floats per row of dk/dv: dep_layers * LM_MAX_DEP_Q * ddim */
     unsigned char *dup, *hup;    /* upload block: device, pinned host */
@@ -566,7 +567,9 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
 /* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
  * As temporal(): the norms folded into QKV and ffn_in, the residual adds
  * into the output projection and ffn_out (dy +=); the head reads dy as the
- * last add leaves it (the depformer has no final norm). */
+ * last add leaves it (the depformer has no final norm). At the matvec path
+ * the attention runs inside the output projection's launch too
+ * (cu_matvec_*_dep_att): a layer is four launches. */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
@@ -576,13 +579,48 @@ static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
         const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
         float *kc = c->dk + (size_t)l * LM_MAX_DEP_Q * dd, *vc = c->dv + (size_t)l * LM_MAX_DEP_Q * dd;
         WTRY(lin_f(c, c->dqkv, c->dy, L->attn_in[k], B, 3 * dd, dd, &n1, NULL, err));
-        ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window, B,
-                                                          g->depformer_num_heads, g->dep_head_dim, c->st));
-        WTRY(lin_f(c, c->dy, c->datt, L->attn_out[k], B, dd, dd, &add, c->dout, err));
+        if (!use_gemm(c, B, dd) &&
+            cu_matvec_dep_att_ok(L->attn_out[k], c->w8, c->q8kv, dd, g->depformer_num_heads, g->dep_head_dim)) {
+            /* the attention in the out-projection's launch (its prologue) */
+            if (c->w8)
+                ETRY(cu_matvec_q8_dep_att(c->dy, c->dqkv, kc, vc, c->dcache, c->q8kv, k, g->dep_window,
+                                          (const int8_t *)L->attn_out[k], w8_scales(L->attn_out[k], dd, dd), B, dd,
+                                          dd, g->depformer_num_heads, g->dep_head_dim, c->st));
+            else
+                ETRY(cu_matvec_bf16_dep_att(c->dy, c->dqkv, kc, vc, c->dcache, c->q8kv, k, g->dep_window,
+                                            L->attn_out[k], B, dd, dd, g->depformer_num_heads, g->dep_head_dim,
+                                            c->st));
+        } else {
+            ETRY((c->q8kv ? cu_dep_attend_q8 : cu_dep_attend)(c->datt, c->dqkv, kc, vc, c->dcache, k, g->dep_window,
+                                                              B, g->depformer_num_heads, g->dep_head_dim, c->st));
+            WTRY(lin_f(c, c->dy, c->datt, L->attn_out[k], B, dd, dd, &add, c->dout, err));
+        }
         WTRY(lin_f(c, c->du, c->dy, L->ffn_in[k], B, 2 * Hd, dd, &n2, NULL, err));
         WTRY(lin_gated_acc(c, c->dy, c->dh, c->du, L->ffn_out[k], B, dd, Hd, c->dout, err));
     }
     WTRY(lin(c, c->alog + (size_t)k * B * g->card, c->dy, c->linears[k], B, g->card, dd, err));
+    return MS_OK;
+}
+
+/* dinp[k] (B, ddim) = depformer_in[k](out_norm(h)), k < ndep: none of
+ * them depends on a sampled token, so all before the first sampler, at the
+ * matvec path in one launch (cu_matvec_group_fused); at the GEMM path a
+ * product each. */
+static int dep_inputs(cu_ctx *c, int B, int ndep, const cu_fuse *on, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    int dd = g->depformer_dim, D = g->dim;
+    if (!use_gemm(c, B, D)) {
+        const void *w[LM_MAX_DEP_Q];
+        const float *ws[LM_MAX_DEP_Q];
+        for (int k = 0; k < ndep; k++) {
+            w[k] = c->dep_in[k];
+            ws[k] = c->w8 ? w8_scales(c->dep_in[k], dd, D) : NULL;
+        }
+        ETRY(cu_matvec_group_fused(c->dinp, c->x, w, c->w8 ? ws : NULL, ndep, B, dd, D, on, c->st));
+        return MS_OK;
+    }
+    for (int k = 0; k < ndep; k++)
+        WTRY(lin_f(c, c->dinp + (size_t)k * B * dd, c->x, c->dep_in[k], B, dd, D, on, NULL, err));
     return MS_OK;
 }
 
@@ -602,16 +640,27 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
                       c->st));
     WTRY(temporal(c, B, &r, 0, err));
     WTRY(lin_f(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, &on, NULL, err));
-    ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL, 0,
-                           c->st));
+    WTRY(dep_inputs(c, B, ndep, &on, err));
+    /* each sampler feeds its token back and writes the next sub-step's
+     * input, dy = dinp[k] + emb_k[token] (emb_0: the text token's table) */
+    const int dd = g->depformer_dim;
+    if (ndep > 0)
+        ETRY(cu_samp_topk_feed_emb(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt,
+                                   NULL, 0, c->dy, c->dinp, c->dep_text_emb, dd, g->text_card + 1, c->st));
+    else
+        ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL,
+                               0, c->st));
     for (int k = 0; k < ndep; k++) {
-        WTRY(lin_f(c, c->dy, c->x, c->dep_in[k], B, g->depformer_dim, g->dim, &on, NULL, err));   /* out_norm(h) */
-        ETRY(cu_embed_add_rows(c->dy, c->prev, k == 0 ? c->dep_text_emb : c->dep_emb[k - 1], B, g->depformer_dim,
-                               k == 0 ? g->text_card + 1 : g->card + 1, c->st));
         WTRY(dep_substep(c, B, k, err));
         int32_t *o = c->out + (size_t)(1 + k) * B;
-        ETRY(cu_samp_topk_feed(o, c->alog + (size_t)k * B * g->card, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev,
-                               r.tgt + 1 + k, nt, r.dsteps, k, c->st));
+        const float *lg = c->alog + (size_t)k * B * g->card;
+        if (k + 1 < ndep)
+            ETRY(cu_samp_topk_feed_emb(o, lg, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev, r.tgt + 1 + k, nt,
+                                       r.dsteps, k, c->dy, c->dinp + (size_t)(k + 1) * B * dd, c->dep_emb[k], dd,
+                                       g->card + 1, c->st));
+        else
+            ETRY(cu_samp_topk_feed(o, lg, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev, r.tgt + 1 + k, nt,
+                                   r.dsteps, k, c->st));
     }
     return MS_OK;
 }
@@ -634,7 +683,7 @@ static void cu_close(void *vctx) {
     if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
     void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->qkv, c->att, c->o, c->u,
                    c->h, c->part, c->att_count, c->kvl, c->xb,
-                   c->tlog, c->alog, c->dy, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
+                   c->tlog, c->alog, c->dy, c->dinp, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
@@ -896,7 +945,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->kvl, c->q8kv ? 1 : R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
         dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
         dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
-        dalloc(c, (void **)&c->dy, R * dd, 4, err) ||
+        dalloc(c, (void **)&c->dy, R * dd, 4, err) || dalloc(c, (void **)&c->dinp, (size_t)g->dep_q * R * dd, 4, err) ||
         dalloc(c, (void **)&c->dqkv, R * 3 * dd, 4, err) || dalloc(c, (void **)&c->datt, R * dd, 4, err) ||
         dalloc(c, (void **)&c->dout, R * dd, 4, err) || dalloc(c, (void **)&c->du, R * 2 * Hd, 4, err) ||
         dalloc(c, (void **)&c->dh, R * Hd, 4, err) || dalloc(c, (void **)&c->dk, R * c->dcache, 4, err) ||

@@ -8,6 +8,10 @@
  *     cu_rmsnorm_bf16    kern_rmsnorm, then st_f32_to_bf16
  *     cu_matvec_*_fused  kern_rmsnorm, then the product; or the product,
  *                        then kern_add (cu_fuse below)
+ *     cu_matvec_*_dep_att kern_attend over the depformer's sub-steps, then
+ *                        the product, then kern_add
+ *     cu_matvec_group_fused  cu_matvec_*_fused for G matrices
+ *     cu_samp_topk_feed_emb  samp_topk_rows, the feed-back, kern_embed_add
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
  * CPU backend's kernels applied row by row:
@@ -119,6 +123,34 @@ cudaError_t cu_matvec_q8_fused(float *y, const float *x, const int8_t *w, const 
                                const cu_fuse *f, cudaStream_t stream);
 cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const int8_t *w, const float *ws, int B, int N, int K,
                                      const cu_fuse *f, cudaStream_t stream);
+/* cu_matvec_bf16_dep_att, cu_matvec_q8_dep_att: y (B, N) += attend (B, K)
+ * W^T (bf16 rows; int8 rows with their scales ws), where attend is
+ * cu_dep_attend's output for sub-step k (kv8: cu_dep_attend_q8's, the
+ * int8 cache), computed inside the product's launch (issue 25: one graph
+ * node fewer per depformer layer and sub-step): bit for bit the attention
+ * launch then the matvec with the add (cu_fuse acc), the cache updated the
+ * same way. Every block computes the whole attention output of its batch
+ * tile (the extra L2 reads: docs/cuda.md); one block stores the new keys
+ * and values. cu_matvec_dep_att_ok(w, w8, kv8, K, heads, head_dim) must
+ * hold (K = heads * head_dim <= 1024, heads <= 16, the vector path's
+ * alignment), else cudaErrorInvalidValue. */
+int cu_matvec_dep_att_ok(const void *w, int w8, int kv8, int K, int heads, int head_dim);
+cudaError_t cu_matvec_bf16_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                   int kv8, int k, int window, const uint16_t *w, int B, int N, int K, int heads,
+                                   int head_dim, cudaStream_t stream);
+cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                 int kv8, int k, int window, const int8_t *w, const float *ws, int B, int N, int K,
+                                 int heads, int head_dim, cudaStream_t stream);
+/* cu_matvec_group_fused: y (G, B, N), y[g] = x W_g^T with f's fusions
+ * (the norm, not the add), for G <= 16 matrices of one shape: bf16 (ws
+ * NULL) or int8 rows with their scales ws[g]. One launch with the norm
+ * on the vector path (x and every W aligned as there; int8: every ws[g]
+ * the same number of bytes after its w[g], as the backend places them),
+ * each product's blocks exactly
+ * those of its own launch (cu_matvec_*_fused: the same bits); else a
+ * launch per product. The depformer's input projections (issue 25). */
+cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws, int G,
+                                  int B, int N, int K, const cu_fuse *f, cudaStream_t stream);
 /* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
  * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
  * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */
@@ -305,6 +337,16 @@ cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
                               int t_stride,
                               const int32_t *dep_steps,/* (B) or NULL */
                               int k, cudaStream_t stream);
+
+/* cu_samp_topk_feed_emb: cu_samp_topk_feed, and the next depformer
+ * sub-step's input in the same launch: dy[b] = base[b] + table[prev[b]]
+ * (D floats; bf16 table of table_rows rows; base[b] alone where prev[b] is
+ * not a row), the sums cu_embed_add_rows makes on base: one graph node
+ * per sub-step fewer (issue 25). */
+cudaError_t cu_samp_topk_feed_emb(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
+                                  uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
+                                  const int32_t *dep_steps, int k, float *dy, const float *base,
+                                  const uint16_t *table, int D, int table_rows, cudaStream_t stream);
 
 /* cu_rand_bf16: w = bf16(scale * (2 u - 1)), u = rng_uniform(seed, tensor, i >> 32, i). */
 cudaError_t cu_rand_bf16(uint16_t *w, size_t n, uint64_t seed, uint32_t tensor, float scale, cudaStream_t stream);

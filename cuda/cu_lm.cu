@@ -19,6 +19,7 @@
 
 #include "cu_bf16.cuh"
 #include "cu_kern.h"
+#include "cu_q8.cuh"
 #include "cu_reduce.cuh"
 extern "C" {
 #include "lm_config.h"   /* LM_MAX_DEP_Q, LM_MAX_NQ */
@@ -79,16 +80,7 @@ extern "C" cudaError_t cu_embed_add_rows(float *y, const int32_t *tok, const uin
 
 /* ---- RoPE and the K/V of the new positions ------------------------------- */
 
-/* The 8-bit K/V rule (kern_q8_quantize_heads): s = max|x| / 127 (1 for
- * a zero vector), q = x / s (an IEEE division: no fast math) rounded half
- * to even, clamped to +-127. */
-__device__ __forceinline__ float q8_scale(float absmax) { return absmax > 0.0f ? absmax / 127.0f : 1.0f; }
-__device__ __forceinline__ int8_t q8_round(float v, float s) { return (int8_t)fminf(fmaxf(rintf(v / s), -127.0f), 127.0f); }
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = CU_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(CU_FULL_MASK, v, o));
-    return v;
-}
+/* The 8-bit K/V rule: q8_scale, q8_round (cuda/cu_q8.cuh). */
 
 /* Where a row's new key and value go: the chunk's staging rows (slot ==
  * nullptr: kv + b * 2D, k then v; Q8 scales at scales + b * 2 * heads, k's

@@ -23,12 +23,20 @@
  * RMSNorm of its input folded in (a prologue sums the tile's squares in
  * cu_rmsnorm's order, then x is read as x * (alpha * inv)); or adding its
  * output into y (the residual add). Each is bit for bit the launches it
- * replaces, and saves the step one graph node per product.
+ * replaces, and saves the step one graph node per product. Two more
+ * variants for the depformer: its attention computed in each block's
+ * prologue into shared memory, then the product with the add
+ * (matvec_*_att_acc: the attention's launch saved), and G products of one
+ * input in one launch (matvec_*_group: its dep_q input projections).
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  */
 #include "cu_kern.h"
 #include "cu_norm.cuh"
+#include "cu_q8.cuh"
 #include "cu_reduce.cuh"
+extern "C" {
+#include "lm_config.h"   /* LM_MAX_DEP_Q */
+}
 
 #define MV_THREADS 128  /* threads per block */
 #define MV_ROWS 2       /* output rows per block */
@@ -93,9 +101,11 @@ __device__ __forceinline__ void mv_norm_prologue(float (&inv)[BT], const float *
  * (B, 2K)) silu(u[:K]) * u[K:] computed as silu_gate_kernel does
  * (cuda/cu_lm.cu, kern_silu_gate), so the gated product equals the two
  * launches bit for bit. */
-template <bool GATED>
+template <bool GATED, bool SH>
 __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, int c, int K4) {
-    if constexpr (!GATED) {
+    if constexpr (SH) {   /* the tile in shared memory (the attention prologue's): a plain load */
+        return xb[b * xstride + c];
+    } else if constexpr (!GATED) {
         return __ldg(xb + b * xstride + c);
     } else {
         float4 g = __ldg(xb + b * xstride + c), up = __ldg(xb + b * xstride + K4 + c);
@@ -104,20 +114,22 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
     }
 }
 
-/* Fast path. bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
+/* Fast path (block bx of the N rows' blocks). bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
  * aligned; int8 (CH uint32_t, 4 int8, ws the row scales): K % 4 == 0, x 16-
  * and w 4-byte aligned; MV_NORM: alpha 16-byte aligned. Grid
  * (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K).
  * MODE: MV_PLAIN, MV_NORM (x read as rmsnorm_kernel's output: x * (alpha *
  * inv), the same products in the same order, so the same bits), MV_ACC
  * (y += the product). */
-template <int BT, bool GATED, typename CH, int MODE>
+template <int BT, bool GATED, typename CH, int MODE, bool SH = false>
 __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
                                             const void *__restrict__ w, const float *__restrict__ ws,
-                                            const float *__restrict__ alpha, int B, int N, int K, float eps) {
+                                            const float *__restrict__ alpha, int B, int N, int K, float eps,
+                                            int bx) {
     static_assert(!(GATED && MODE == MV_NORM), "the gated input is never normalised");
+    static_assert(!(SH && (GATED || MODE == MV_NORM)), "a shared tile is the attention's output, read as is");
     constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
-    const int n0 = blockIdx.x * MV_ROWS;
+    const int n0 = bx * MV_ROWS;
     const int b0 = blockIdx.y * BT;
     const int nb = min(BT, B - b0);
     const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
@@ -130,7 +142,8 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
         wr[r] = reinterpret_cast<const CH *>(static_cast<const char *>(w) +
                                              (size_t)min(n0 + r, N - 1) * K * (sizeof(CH) / 4));
     const size_t xstride = (size_t)K / 4 * (GATED ? 2 : 1);   /* float4s per row of x (u) */
-    const float4 *xb = reinterpret_cast<const float4 *>(x) + (size_t)b0 * xstride;
+    /* SH: x is the block's own tile (BT, K) in shared memory, already at row b0 */
+    const float4 *xb = reinterpret_cast<const float4 *>(x) + (SH ? 0 : (size_t)b0 * xstride);
 
     float acc[MV_ROWS * BT];
 #pragma unroll
@@ -156,7 +169,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
-                float4 xa = mv_x<GATED>(xb, xstride, b, c, K4);
+                float4 xa = mv_x<GATED, SH>(xb, xstride, b, c, K4);
                 if constexpr (MODE == MV_NORM)
                     xa = make_float4(xa.x * (al.x * inv[b]), xa.y * (al.y * inv[b]), xa.z * (al.z * inv[b]),
                                      xa.w * (al.w * inv[b]));
@@ -182,7 +195,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
     __global__ void __launch_bounds__(MV_THREADS)                                                              \
     name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
          const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps) {      \
-        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps);                                    \
+        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps, blockIdx.x);                        \
     }
 MV_VEC_KERNEL(matvec_bf16_vec, false, uint2, MV_PLAIN)
 MV_VEC_KERNEL(matvec_bf16_norm, false, uint2, MV_NORM)
@@ -194,6 +207,190 @@ MV_VEC_KERNEL(matvec_q8_norm, false, uint32_t, MV_NORM)
 MV_VEC_KERNEL(matvec_q8_acc, false, uint32_t, MV_ACC)
 MV_VEC_KERNEL(matvec_q8_gated, true, uint32_t, MV_PLAIN)
 MV_VEC_KERNEL(matvec_q8_gated_acc, true, uint32_t, MV_ACC)
+
+/* ---- the depformer attention folded into its out-projection ----------------
+ * y += attend(qkv, cache) W^T at the matvec path (issue 25: the attention's
+ * launch, one graph node per layer and sub-step, saved). Every block of the
+ * product needs the whole attention output of its batch tile (all heads),
+ * so each computes it itself into shared memory, in dep_attend_kernel's
+ * arithmetic order (cuda/cu_lm.cu: a warp per (row, head, key) for the
+ * scores, lanes across head_dim and a shuffle sum; one thread per (row,
+ * head) for the softmax; one per output element for the weighted sum of
+ * the values), so the output is the two launches' bit for bit. Only block
+ * (0, tile) stores the rows' current key and value at sub-step k of the
+ * cache; every block reads them from qkv (Q8: quantized there by the same
+ * rule), the cache only for the earlier sub-steps, which no block of this
+ * launch writes: no race between blocks. The price: each of the
+ * ceil(N / MV_ROWS) blocks re-reads q, k, v (3 D floats a row) and the
+ * k - lo cached keys and values of its rows (docs/cuda.md counts it). */
+
+#define MV_ATT_MAX_D 1024    /* the tile (BT, D) in shared memory */
+#define MV_ATT_MAX_HEADS 16
+
+/* The attention's operands (cu_dep_attend's). */
+typedef struct mv_dep_att {
+    const float *qkv;     /* (B, 3D) */
+    float *kc, *vc;       /* (B, cache_stride) each; Q8: int8 values then the scales */
+    size_t cache_stride;
+    int k, lo, heads, head_dim;
+    float scale;          /* 1 / sqrt(head_dim) */
+} mv_dep_att;
+
+/* xs (nb, D) = the attention output of rows b0 .. b0 + nb - 1 (above). */
+template <int BT, bool Q8>   /* Q8: the int8 K/V cache (cu_dep_attend_q8's) */
+__device__ __forceinline__ void mv_dep_att_tile(float *xs, const mv_dep_att &a, int b0, int nb, int D) {
+    __shared__ float sc[BT * MV_ATT_MAX_HEADS * LM_MAX_DEP_Q];   /* scores, then weights */
+    __shared__ float sinv[BT * MV_ATT_MAX_HEADS];                /* 1 / the softmax's sum */
+    __shared__ float cur_s[2][BT * MV_ATT_MAX_HEADS];            /* Q8: the current key's, value's scales */
+    constexpr int NW = MV_THREADS / CU_WARP;
+    const int heads = a.heads, hd = a.head_dim, k = a.k, lo = a.lo, nk = k + 1 - lo;
+    const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
+    const bool store = blockIdx.x == 0;   /* the one block that writes the cache */
+    if constexpr (Q8) {
+        /* a warp per (row, head): the current key's and value's scales (a maximum: any order) */
+        for (int t = warp; t < nb * heads; t += NW) {
+            const int b = t / heads, h = t % heads;
+            const float *cur = a.qkv + (size_t)(b0 + b) * 3 * D + D + (size_t)h * hd;
+            float mk = 0.0f, mv = 0.0f;
+            for (int d = lane; d < hd; d += CU_WARP) {
+                mk = fmaxf(mk, fabsf(cur[d]));
+                mv = fmaxf(mv, fabsf(cur[D + d]));
+            }
+            const float sk = q8_scale(warp_max(mk)), sv = q8_scale(warp_max(mv));
+            if (lane == 0) {
+                cur_s[0][t] = sk;
+                cur_s[1][t] = sv;
+            }
+            if (store) {
+                int8_t *kb8 = reinterpret_cast<int8_t *>(a.kc + (size_t)(b0 + b) * a.cache_stride);
+                int8_t *vb8 = reinterpret_cast<int8_t *>(a.vc + (size_t)(b0 + b) * a.cache_stride);
+                for (int d = lane; d < hd; d += CU_WARP) {
+                    kb8[(size_t)k * D + (size_t)h * hd + d] = q8_round(cur[d], sk);
+                    vb8[(size_t)k * D + (size_t)h * hd + d] = q8_round(cur[D + d], sv);
+                }
+                if (lane == 0) {
+                    reinterpret_cast<float *>(kb8 + (size_t)LM_MAX_DEP_Q * D)[(size_t)k * heads + h] = sk;
+                    reinterpret_cast<float *>(vb8 + (size_t)LM_MAX_DEP_Q * D)[(size_t)k * heads + h] = sv;
+                }
+            }
+        }
+    } else if (store) {
+        for (int i = threadIdx.x; i < nb * D; i += MV_THREADS) {
+            const int b = i / D, e = i % D;
+            const float *cur = a.qkv + (size_t)(b0 + b) * 3 * D;
+            a.kc[(size_t)(b0 + b) * a.cache_stride + (size_t)k * D + e] = cur[D + e];
+            a.vc[(size_t)(b0 + b) * a.cache_stride + (size_t)k * D + e] = cur[2 * D + e];
+        }
+    }
+    __syncthreads();
+    /* the scores: a warp per (row, head, key), lanes across head_dim */
+    for (int t = warp; t < nb * heads * nk; t += NW) {
+        const int j = t % nk, bh = t / nk, b = bh / heads, h = bh % heads;
+        const float *q = a.qkv + (size_t)(b0 + b) * 3 * D + (size_t)h * hd;
+        float s = 0.0f, ks;
+        if (lo + j == k) {   /* the current key, from qkv */
+            ks = Q8 ? cur_s[0][bh] : 1.0f;
+            for (int d = lane; d < hd; d += CU_WARP)
+                s = fmaf(q[d], Q8 ? (float)q8_round(q[D + d], ks) : q[D + d], s);
+        } else {
+            const float *kb = a.kc + (size_t)(b0 + b) * a.cache_stride;
+            const int8_t *kb8 = reinterpret_cast<const int8_t *>(kb);
+            const size_t o = (size_t)(lo + j) * D + (size_t)h * hd;
+            ks = Q8 ? reinterpret_cast<const float *>(kb8 + (size_t)LM_MAX_DEP_Q * D)[(size_t)(lo + j) * heads + h]
+                    : 1.0f;
+            for (int d = lane; d < hd; d += CU_WARP) s = fmaf(q[d], Q8 ? (float)kb8[o + d] : kb[o + d], s);
+        }
+        s = cu_warp_sum(s);
+        if (lane == 0) sc[bh * LM_MAX_DEP_Q + j] = Q8 ? s * ks * a.scale : s * a.scale;
+    }
+    __syncthreads();
+    /* the softmax: a thread per (row, head), in order over the keys */
+    for (int t = threadIdx.x; t < nb * heads; t += MV_THREADS) {
+        float *w = sc + t * LM_MAX_DEP_Q;
+        float m = -INFINITY;
+        for (int j = 0; j < nk; j++) m = fmaxf(m, w[j]);
+        float l = 0.0f;
+        for (int j = 0; j < nk; j++) {
+            w[j] = expf(w[j] - m);
+            l += w[j];
+        }
+        sinv[t] = 1.0f / l;
+    }
+    __syncthreads();
+    /* the output: a thread per element, the values in order over the keys */
+    for (int i = threadIdx.x; i < nb * D; i += MV_THREADS) {
+        const int b = i / D, e = i % D, h = e / hd, bh = b * heads + h;
+        const float *w = sc + bh * LM_MAX_DEP_Q, inv = sinv[bh];
+        const float *vb = a.vc + (size_t)(b0 + b) * a.cache_stride;
+        const int8_t *vb8 = reinterpret_cast<const int8_t *>(vb);
+        const float *vs = reinterpret_cast<const float *>(vb8 + (size_t)LM_MAX_DEP_Q * D);
+        const float vcur = a.qkv[(size_t)(b0 + b) * 3 * D + 2 * D + e];
+        float s = 0.0f;
+        for (int j = 0; j < nk; j++) {
+            const size_t o = (size_t)(lo + j) * D + e;
+            if (lo + j == k) {   /* the current value, from qkv */
+                if constexpr (Q8) s = fmaf(w[j] * inv * cur_s[1][bh], (float)q8_round(vcur, cur_s[1][bh]), s);
+                else s = fmaf(w[j] * inv, vcur, s);
+            } else {
+                if constexpr (Q8) s = fmaf(w[j] * inv * vs[(size_t)(lo + j) * heads + h], (float)vb8[o], s);
+                else s = fmaf(w[j] * inv, vb[o], s);
+            }
+        }
+        xs[(size_t)b * D + e] = s;
+    }
+    __syncthreads();
+}
+
+/* y (B, N) += attend(a) (B, K) W^T, K = heads * head_dim <= MV_ATT_MAX_D:
+ * the attention tile, then the vector path's product from shared memory
+ * with the add (MV_ACC). */
+template <int BT, typename CH, bool KV8>
+__device__ __forceinline__ void mv_att_body(float *__restrict__ y, const void *__restrict__ w,
+                                            const float *__restrict__ ws, int B, int N, int K, const mv_dep_att &a) {
+    __shared__ float4 xs4[BT * MV_ATT_MAX_D / 4];   /* float4: the vector loads' 16-byte alignment */
+    float *xs = reinterpret_cast<float *>(xs4);
+    const int b0 = blockIdx.y * BT;
+    mv_dep_att_tile<BT, KV8>(xs, a, b0, min(BT, B - b0), K);
+    mv_vec_body<BT, false, CH, MV_ACC, true>(y, xs, w, ws, nullptr, B, N, K, 0.0f, blockIdx.x);
+}
+#define MV_ATT_KERNEL(name, CH)                                                                               \
+    template <int BT, bool KV8>                                                                                \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const void *__restrict__ w, const float *__restrict__ ws, int B, int N, int K, \
+         mv_dep_att a) {                                                                                       \
+        mv_att_body<BT, CH, KV8>(y, w, ws, B, N, K, a);                                                        \
+    }
+MV_ATT_KERNEL(matvec_bf16_att_acc, uint2)
+MV_ATT_KERNEL(matvec_q8_att_acc, uint32_t)
+
+/* ---- one launch for G products of one input ------------------------------
+ * y (G, B, N): y[g] = x W_g^T with the fusions of f, for G matrices of one
+ * shape (the depformer's G input projections, which all read out_norm(h)):
+ * the vector path's blocks of product g at blockIdx.z, each exactly the
+ * block of a launch of its own (so the same bits), one
+ * graph node instead of G. The matrix is selected with constant indices
+ * (a dynamic index into the parameter struct made ptxas spill). */
+#define MV_MAX_GROUP LM_MAX_DEP_Q
+typedef struct mv_group {
+    const void *w[MV_MAX_GROUP];
+    size_t ws_off;   /* int8: bytes from each w[g] to its row scales (one offset for all: fewer registers) */
+} mv_group;
+
+#define MV_GROUP_KERNEL(name, CH)                                                                             \
+    template <int BT, int MODE>                                                                                \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const float *__restrict__ x, mv_group gw, const float *__restrict__ alpha,     \
+         int B, int N, int K, float eps) {                                                                     \
+        const int g = blockIdx.z;                                                                              \
+        const void *wg = gw.w[0];                                                                              \
+        _Pragma("unroll") for (int i = 1; i < MV_MAX_GROUP; i++) if (i == g) wg = gw.w[i];                     \
+        const float *wsg = sizeof(CH) == 4                                                                     \
+                               ? reinterpret_cast<const float *>(static_cast<const char *>(wg) + gw.ws_off)   \
+                               : nullptr;                                                                      \
+        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, wsg, alpha, B, N, K, eps, blockIdx.x);  \
+    }
+MV_GROUP_KERNEL(matvec_bf16_group, uint2)
+MV_GROUP_KERNEL(matvec_q8_group, uint32_t)
 
 /* Any K and alignment: one element at a time; W bf16, or (Q8) int8 rows
  * with their scales ws; the modes as mv_vec_body's. Grid (ceil(N /
@@ -383,6 +580,110 @@ extern "C" cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const 
 extern "C" cudaError_t cu_matvec_q8_gated(float *y, const float *u, const int8_t *w, const float *ws, int B, int N,
                                           int K, cudaStream_t stream) {
     return cu_matvec_q8_gated_fused(y, u, w, ws, B, N, K, nullptr, stream);
+}
+
+/* ---- the depformer attention folded into its out-projection: launchers ---- */
+
+template <int BT, bool KV8>
+static void launch_att(float *y, const void *w, const float *ws, int B, int N, int K, const mv_dep_att &a,
+                       cudaStream_t stream) {
+    dim3 grid((unsigned)((N + MV_ROWS - 1) / MV_ROWS), (unsigned)((B + BT - 1) / BT));
+    if (ws) matvec_q8_att_acc<BT, KV8><<<grid, MV_THREADS, 0, stream>>>(y, w, ws, B, N, K, a);
+    else matvec_bf16_att_acc<BT, KV8><<<grid, MV_THREADS, 0, stream>>>(y, w, ws, B, N, K, a);
+}
+
+template <bool KV8>
+static void launch_att_tile(float *y, const void *w, const float *ws, int B, int N, int K, const mv_dep_att &a,
+                            cudaStream_t stream) {
+    if (B == 1) launch_att<1, KV8>(y, w, ws, B, N, K, a, stream);
+    else if (B == 2) launch_att<2, KV8>(y, w, ws, B, N, K, a, stream);
+    else if (B <= 4) launch_att<4, KV8>(y, w, ws, B, N, K, a, stream);
+    else launch_att<CU_MATVEC_BATCH_TILE, KV8>(y, w, ws, B, N, K, a, stream);
+}
+
+extern "C" int cu_matvec_dep_att_ok(const void *w, int w8, int kv8, int K, int heads, int head_dim) {
+    return heads > 0 && heads <= MV_ATT_MAX_HEADS && head_dim > 0 && K == heads * head_dim && K <= MV_ATT_MAX_D &&
+           (!kv8 || K % 4 == 0) && (w8 ? K % 4 == 0 && (uintptr_t)w % 4 == 0 : K % 8 == 0 && (uintptr_t)w % 16 == 0);
+}
+
+/* ws NULL: bf16 rows, else int8 rows with these scales. */
+static cudaError_t dep_att_launch(float *y, const float *qkv, float *k_cache, float *v_cache, size_t cache_stride,
+                                  int kv8, int k, int window, const void *w, const float *ws, int B, int N, int K,
+                                  int heads, int head_dim, cudaStream_t stream) {
+    if (mv_bad(B, N, K, nullptr) || k < 0 || k >= LM_MAX_DEP_Q || window <= 0 ||
+        !cu_matvec_dep_att_ok(w, ws != nullptr, kv8, K, heads, head_dim))
+        return cudaErrorInvalidValue;
+    if (B == 0 || N == 0) return cudaSuccess;
+    const mv_dep_att a = {qkv, k_cache, v_cache, cache_stride, k, k + 1 > window ? k + 1 - window : 0, heads,
+                          head_dim, 1.0f / sqrtf((float)head_dim)};
+    if (kv8) launch_att_tile<true>(y, w, ws, B, N, K, a, stream);
+    else launch_att_tile<false>(y, w, ws, B, N, K, a, stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_matvec_bf16_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache,
+                                              size_t cache_stride, int kv8, int k, int window, const uint16_t *w,
+                                              int B, int N, int K, int heads, int head_dim, cudaStream_t stream) {
+    return dep_att_launch(y, qkv, k_cache, v_cache, cache_stride, kv8, k, window, w, nullptr, B, N, K, heads,
+                          head_dim, stream);
+}
+
+extern "C" cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, float *v_cache,
+                                            size_t cache_stride, int kv8, int k, int window, const int8_t *w,
+                                            const float *ws, int B, int N, int K, int heads, int head_dim,
+                                            cudaStream_t stream) {
+    if (!ws) return cudaErrorInvalidValue;
+    return dep_att_launch(y, qkv, k_cache, v_cache, cache_stride, kv8, k, window, w, ws, B, N, K, heads, head_dim,
+                          stream);
+}
+
+/* ---- one launch for G products of one input: launchers -------------------- */
+
+template <int BT, bool Q8, int MODE>
+static void launch_group(float *y, const float *x, const mv_group &gw, int G, const mv_args &a, cudaStream_t stream) {
+    dim3 grid((unsigned)((a.N + MV_ROWS - 1) / MV_ROWS), (unsigned)((a.B + BT - 1) / BT), (unsigned)G);
+    if constexpr (Q8) matvec_q8_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
+    else matvec_bf16_group<BT, MODE><<<grid, MV_THREADS, 0, stream>>>(y, x, gw, a.alpha, a.B, a.N, a.K, a.eps);
+}
+
+template <bool Q8, int MODE>
+static void launch_group_tile(float *y, const float *x, const mv_group &gw, int G, const mv_args &a,
+                              cudaStream_t stream) {
+    if (a.B == 1) launch_group<1, Q8, MODE>(y, x, gw, G, a, stream);
+    else if (a.B == 2) launch_group<2, Q8, MODE>(y, x, gw, G, a, stream);
+    else if (a.B <= 4) launch_group<4, Q8, MODE>(y, x, gw, G, a, stream);
+    else launch_group<CU_MATVEC_BATCH_TILE, Q8, MODE>(y, x, gw, G, a, stream);
+}
+
+extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws,
+                                             int G, int B, int N, int K, const cu_fuse *f, cudaStream_t stream) {
+    const int mode = mv_mode(f), q8 = ws != nullptr;
+    if (mv_bad(B, N, K, f) || G < 0 || G > MV_MAX_GROUP || (f && f->acc)) return cudaErrorInvalidValue;
+    if (G == 0 || B == 0 || N == 0) return cudaSuccess;
+    mv_group gw = {};
+    int vec = mv_norm_ok(f) && (q8 ? K % 4 == 0 && ((uintptr_t)x % 16) == 0 : K % 8 == 0 && ((uintptr_t)x % 16) == 0);
+    if (q8) gw.ws_off = (size_t)((const char *)ws[0] - (const char *)w[0]);
+    for (int g = 0; g < G; g++) {
+        if (q8 && !ws[g]) return cudaErrorInvalidValue;
+        gw.w[g] = w[g];
+        vec = vec && ((uintptr_t)w[g] % (q8 ? 4 : 16)) == 0;
+        /* one launch: every matrix's scales at the same offset from its rows (the backend's layout) */
+        if (q8) vec = vec && (const char *)ws[g] - (const char *)w[g] == (ptrdiff_t)gw.ws_off;
+    }
+    if (!vec || mode != MV_NORM) {   /* a launch per product (the one launch: the norm mode only) */
+        for (int g = 0; g < G; g++) {
+            cudaError_t e = q8 ? cu_matvec_q8_fused(y + (size_t)g * B * N, x, static_cast<const int8_t *>(w[g]), ws[g],
+                                                    B, N, K, f, stream)
+                               : cu_matvec_bf16_fused(y + (size_t)g * B * N, x, static_cast<const uint16_t *>(w[g]),
+                                                      B, N, K, f, stream);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    const mv_args a = {y, x, nullptr, nullptr, f ? f->norm : nullptr, B, N, K, f ? f->eps : 0.0f};
+    if (q8) launch_group_tile<true, MV_NORM>(y, x, gw, G, a, stream);
+    else launch_group_tile<false, MV_NORM>(y, x, gw, G, a, stream);
+    return cudaGetLastError();
 }
 
 /* The large-batch path's operands: wb = (bf16) w, exact (|q| <= 127 has 8

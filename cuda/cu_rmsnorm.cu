@@ -21,50 +21,39 @@
 
 #define RN_THREADS CU_RN_THREADS   /* threads per block: the order's own count */
 
-/* y may alias x: each thread reads its own elements before writing them,
- * after the block's sum. */
+/* y = rmsnorm(x) * alpha, in float, or (uint16_t) rounded to bf16 as
+ * cu_f32_to_bf16 rounds. y may alias x (float): each thread reads its own
+ * elements before writing them, after the block's sum. */
+__device__ inline void rn_store(float *y, float v) { *y = v; }
+__device__ inline void rn_store(uint16_t *y, float v) { *y = cu_f2bf(v); }
+
+template <typename T>
 __global__ void __launch_bounds__(RN_THREADS)
-rmsnorm_kernel(float *y,              /* (B, C); may alias x */
+rmsnorm_kernel(T *y,                  /* (B, C); may alias x when float */
                const float *x,        /* (B, C) */
                const float *alpha,    /* (C) */
                int C, float eps) {
     __shared__ float scratch[CU_RN_WARPS];
     const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
-    float *yr = y + (size_t)blockIdx.x * C;         /* (C) */
+    T *yr = y + (size_t)blockIdx.x * C;             /* (C) */
     float inv_r[1];
     cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
     const float inv = inv_r[0];
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = xr[c] * (alpha[c] * inv);
+    for (int c = threadIdx.x; c < C; c += RN_THREADS) rn_store(yr + c, xr[c] * (alpha[c] * inv));
 }
 
 extern "C" cudaError_t cu_rmsnorm(float *y, const float *x, const float *alpha, int B, int C, float eps,
                                   cudaStream_t stream) {
     if (B < 0 || C <= 0 || !(eps >= 0.0f)) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    rmsnorm_kernel<<<(unsigned)B, RN_THREADS, 0, stream>>>(y, x, alpha, C, eps);
+    rmsnorm_kernel<float><<<(unsigned)B, RN_THREADS, 0, stream>>>(y, x, alpha, C, eps);
     return cudaGetLastError();
-}
-
-/* yb = bf16(rmsnorm(x) * alpha): rmsnorm_kernel's values, rounded as
- * cu_f32_to_bf16 rounds them. */
-__global__ void __launch_bounds__(RN_THREADS)
-rmsnorm_bf16_kernel(uint16_t *yb,          /* (B, C) bf16 */
-                    const float *x,        /* (B, C) */
-                    const float *alpha,    /* (C) */
-                    int C, float eps) {
-    __shared__ float scratch[CU_RN_WARPS];
-    const float *xr = x + (size_t)blockIdx.x * C;   /* (C) */
-    uint16_t *yr = yb + (size_t)blockIdx.x * C;     /* (C) */
-    float inv_r[1];
-    cu_rms_inv<RN_THREADS, 1>(inv_r, scratch, xr, (size_t)C, 1, C, eps);
-    const float inv = inv_r[0];
-    for (int c = threadIdx.x; c < C; c += RN_THREADS) yr[c] = cu_f2bf(xr[c] * (alpha[c] * inv));
 }
 
 extern "C" cudaError_t cu_rmsnorm_bf16(uint16_t *yb, const float *x, const float *alpha, int B, int C, float eps,
                                        cudaStream_t stream) {
     if (B < 0 || C <= 0 || !(eps >= 0.0f)) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
-    rmsnorm_bf16_kernel<<<(unsigned)B, RN_THREADS, 0, stream>>>(yb, x, alpha, C, eps);
+    rmsnorm_kernel<uint16_t><<<(unsigned)B, RN_THREADS, 0, stream>>>(yb, x, alpha, C, eps);
     return cudaGetLastError();
 }

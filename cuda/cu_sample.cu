@@ -18,6 +18,7 @@
  * The row is re-read from global memory each pass (L1/L2 resident: 128 KB
  * for the 32000 text logits).
  */
+#include "cu_bf16.cuh"
 #include "cu_kern.h"
 #include "cu_reduce.cuh"
 #include "samp_core.h"
@@ -86,22 +87,43 @@ __device__ uint64_t sp_kth_key(const float *l, int N, int k) {
 /* The depformer's token feed-back, done by the thread that writes a row's
  * token (cu_samp_topk_feed): prev[b] = target[b * t_stride] where >= 0,
  * else the token; then the token becomes -1 where k >= dep_steps[b]. prev
- * NULL: none (cu_samp_topk_rows). */
+ * NULL: none (cu_samp_topk_rows). With dy (cu_samp_topk_feed_emb): the
+ * next sub-step's input too, by the whole block once the token is known
+ * (*fed, shared): dy[b] = base[b] + table[prev[b]], the sum
+ * cu_embed_add_rows makes (base[b] where prev[b] is not a row of table). */
 typedef struct sp_feed {
     int32_t *prev;
     const int32_t *target;
     int t_stride;
     const int32_t *dep_steps;
     int k;
+    float *dy;                /* (B, D) or NULL */
+    const float *base;        /* (B, D) */
+    const uint16_t *table;    /* (rows, D) bf16 */
+    int D, rows;
 } sp_feed;
 
-__device__ __forceinline__ void sp_emit(int32_t *out, int b, int32_t tok, const sp_feed &f) {
+__device__ __forceinline__ void sp_emit(int32_t *out, int b, int32_t tok, const sp_feed &f, int32_t *fed) {
     if (f.prev) {
         int32_t t = f.target[(size_t)b * f.t_stride];
         f.prev[b] = t >= 0 ? t : tok;
+        *fed = f.prev[b];
         if (f.dep_steps && f.k >= f.dep_steps[b]) tok = -1;
     }
     out[b] = tok;
+}
+
+/* The block's part of the feed-back with dy (above), after sp_emit. */
+__device__ __forceinline__ void sp_feed_dy(int b, const sp_feed &f, const int32_t *fed) {
+    __syncthreads();
+    const int v = *fed;
+    const float *x = f.base + (size_t)b * f.D;
+    float *y = f.dy + (size_t)b * f.D;
+    if (v < 0 || v >= f.rows) {
+        for (int d = threadIdx.x; d < f.D; d += SP_THREADS) y[d] = x[d];
+    } else {
+        for (int d = threadIdx.x; d < f.D; d += SP_THREADS) y[d] = x[d] + cu_bf2f(f.table[(size_t)v * f.D + d]);
+    }
 }
 
 __global__ void __launch_bounds__(SP_THREADS)
@@ -112,6 +134,7 @@ sample_topk_kernel(int32_t *out,          /* (B) */
     __shared__ double ss[SP_WARPS];
     __shared__ int si[SP_WARPS];
     __shared__ unsigned long long sk[SP_WARPS];
+    __shared__ int32_t fed;   /* the token fed back (feed.dy) */
     const float *l = logits + (size_t)blockIdx.x * N;   /* (N) */
     const samp_row p = rows[blockIdx.x];
 
@@ -130,8 +153,9 @@ sample_topk_kernel(int32_t *out,          /* (B) */
         __syncthreads();
         if (threadIdx.x == 0) {
             for (int w = 1; w < SP_WARPS; w++) best = sk[w] > best ? sk[w] : best;
-            sp_emit(out, blockIdx.x, (int32_t)(0xFFFFFFFFu - (uint32_t)best), feed);
+            sp_emit(out, blockIdx.x, (int32_t)(0xFFFFFFFFu - (uint32_t)best), feed, &fed);
         }
+        if (feed.dy) sp_feed_dy(blockIdx.x, feed, &fed);
         return;
     }
 
@@ -147,7 +171,8 @@ sample_topk_kernel(int32_t *out,          /* (B) */
         if (samp_better(s, i, bs, bi)) { bs = s; bi = i; }
     }
     sp_block_best(bs, bi, ss, si);
-    if (threadIdx.x == 0) sp_emit(out, blockIdx.x, bi, feed);
+    if (threadIdx.x == 0) sp_emit(out, blockIdx.x, bi, feed, &fed);
+    if (feed.dy) sp_feed_dy(blockIdx.x, feed, &fed);
 }
 
 extern "C" cudaError_t cu_samp_topk_rows(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
@@ -155,7 +180,7 @@ extern "C" cudaError_t cu_samp_topk_rows(int32_t *out, const float *logits, cons
     if (B < 0 || N <= 0) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id,
-                                                               sp_feed{NULL, NULL, 0, NULL, 0});
+                                                               sp_feed{NULL, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, 0});
     return cudaGetLastError();
 }
 
@@ -165,6 +190,19 @@ extern "C" cudaError_t cu_samp_topk_feed(int32_t *out, const float *logits, cons
     if (B < 0 || N <= 0 || !prev || !target || t_stride < 1) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
     sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(out, logits, rows, N, stream_id,
-                                                               sp_feed{prev, target, t_stride, dep_steps, k});
+                                                               sp_feed{prev, target, t_stride, dep_steps, k, NULL,
+                                                                       NULL, NULL, 0, 0});
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_samp_topk_feed_emb(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
+                                             uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
+                                             const int32_t *dep_steps, int k, float *dy, const float *base,
+                                             const uint16_t *table, int D, int table_rows, cudaStream_t stream) {
+    if (B < 0 || N <= 0 || !prev || !target || t_stride < 1 || !dy || !base || !table || D <= 0 || table_rows <= 0)
+        return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(
+        out, logits, rows, N, stream_id, sp_feed{prev, target, t_stride, dep_steps, k, dy, base, table, D, table_rows});
     return cudaGetLastError();
 }

@@ -57,6 +57,19 @@ static double toc(int iters) {
     return ms / iters;
 }
 
+/* Copies of a W of wbytes, enough to exceed L2 four times (at most
+ * BENCH_MAX_WCOPIES), filled with bf16 0x3C3C (a finite value); their
+ * number to *copies. */
+static uint16_t *bench_weights(size_t wbytes, size_t l2_bytes, int *copies) {
+    int n = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
+    if (n < 1) n = 1;
+    if (n > BENCH_MAX_WCOPIES) n = BENCH_MAX_WCOPIES;
+    uint16_t *w = gu_dalloc(wbytes * n);
+    CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * n));
+    *copies = n;
+    return w;
+}
+
 /* Device-to-device copy bandwidth, GB/s counting read + write. */
 static double copy_gbps(void) {
     size_t half = BENCH_COPY_BYTES / 2;
@@ -82,11 +95,8 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s].N, K = shapes[s].K;
         size_t wbytes = (size_t)N * K * 2;
-        int copies = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
-        if (copies < 1) copies = 1;
-        if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
-        uint16_t *w = gu_dalloc(wbytes * copies);
-        CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));   /* bf16 0x3C3C: a finite value */
+        int copies;
+        uint16_t *w = bench_weights(wbytes, l2_bytes, &copies);
         float *x = gu_dalloc((size_t)BENCH_MAX_B * K * sizeof(float));
         float *y = gu_dalloc((size_t)BENCH_MAX_B * N * sizeof(float));
         uint16_t *xb = gu_dalloc((size_t)BENCH_MAX_B * K * 2);
@@ -124,11 +134,8 @@ static void bench_matvec(double ceiling, cublasHandle_t h, size_t l2_bytes) {
 static void bench_matvec_scalar(size_t l2_bytes) {
     const int N = 4096, K = 4096;
     size_t welems = (size_t)N * K + 8, wbytes = welems * 2;   /* + 8: room for the offset */
-    int copies = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
-    if (copies < 1) copies = 1;
-    if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
-    uint16_t *w = gu_dalloc(wbytes * copies);
-    CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));
+    int copies;
+    uint16_t *w = bench_weights(wbytes, l2_bytes, &copies);
     float *x = gu_dalloc((size_t)8 * K * sizeof(float)), *y = gu_dalloc((size_t)8 * N * sizeof(float));
     CU_CHECK_FATAL(cudaMemset(x, 0, (size_t)8 * K * sizeof(float)));
     printf("\n| matvec path (attn out_proj) | B | vector us | scalar us (W + 1 element) | scalar / vector time |\n");
@@ -165,11 +172,8 @@ static void bench_matvec_norm(size_t l2_bytes) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s].N, K = shapes[s].K;
         size_t wbytes = (size_t)N * K * 2;
-        int copies = (int)((4 * l2_bytes + wbytes - 1) / wbytes);
-        if (copies < 1) copies = 1;
-        if (copies > BENCH_MAX_WCOPIES) copies = BENCH_MAX_WCOPIES;
-        uint16_t *w = gu_dalloc(wbytes * copies);
-        CU_CHECK_FATAL(cudaMemset(w, 0x3C, wbytes * copies));
+        int copies;
+        uint16_t *w = bench_weights(wbytes, l2_bytes, &copies);
         float *x = gu_dalloc((size_t)8 * K * sizeof(float)), *xn = gu_dalloc((size_t)8 * K * sizeof(float));
         float *a = gu_dalloc((size_t)K * sizeof(float)), *y = gu_dalloc((size_t)8 * N * sizeof(float));
         CU_CHECK_FATAL(cudaMemset(x, 0x3C, (size_t)8 * K * sizeof(float)));   /* finite floats */

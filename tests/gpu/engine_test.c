@@ -934,6 +934,8 @@ static void test_lm_kernels(void) {
     gated_case(8, 33, 256);
 }
 
+static void dep_att_cases(void);   /* the depformer attention in the out-projection, below */
+
 /* ---- the 8-bit schemes (cu_matvec.cu's int8 rows, cu_lm.cu's int8 K/V) ---- */
 
 static int8_t *i8_table(gu_rng *r, size_t n) {
@@ -1467,6 +1469,204 @@ static void test_q8_kernels(void) {
     attend_q8_case(5, 2, 16, 32, 32, 1, s1);      /* a prefill chunk across the wrap */
     dep_attend_q8_case(3, 2, 8, 8, 8);
     dep_attend_q8_case(2, 4, 16, 16, 15);
+    dep_att_cases();
+}
+
+/* cu_matvec_{bf16,q8}_dep_att (the depformer attention inside the
+ * out-projection's launch) against its two launches, cu_dep_attend (or
+ * _q8) then the matvec with the add, over sub-steps 0..K-1 as the step
+ * runs them: the products and both caches bit for bit. w8: int8 rows;
+ * kv8: the int8 cache. B > 4: tiles of CU_MATVEC_BATCH_TILE rows, each
+ * tile's block 0 the one that stores. */
+static void dep_att_fused_case(int B, int heads, int hd, int K, int window, int w8, int kv8) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_att_fused B=%d heads=%d hd=%d steps=%d window=%d%s%s", B, heads, hd, K, window,
+             w8 ? " w8" : "", kv8 ? " kv8" : "");
+    if (!begin(name, 1, (double)B * heads * hd * (K * K + heads * hd))) return;
+    gu_rng r = {29};
+    const int D = heads * hd, N = 10;   /* 5 blocks: block 0 stores, 4 read (a few rows: the emulator's time) */
+    const size_t stride = (size_t)LM_MAX_DEP_Q * D, nq = (size_t)B * 3 * D, ny = (size_t)B * N;
+    float *qkv = malloc(sizeof(float) * nq), *y = malloc(sizeof(float) * ny);
+    float *got = malloc(sizeof(float) * ny), *want = malloc(sizeof(float) * ny);
+    float *kg = malloc(sizeof(float) * B * stride), *kw = malloc(sizeof(float) * B * stride);
+    float *vg = malloc(sizeof(float) * B * stride), *vw = malloc(sizeof(float) * B * stride);
+    uint16_t *w = malloc((size_t)N * D * 2);
+    for (size_t i = 0; i < (size_t)N * D; i++) w[i] = st_f32_to_bf16((float)(0.1 * gu_normal(&r)));
+    int8_t *w8t = i8_table(&r, (size_t)N * D);
+    float *ws = scale_table(&r, (size_t)N);
+    float *dqkv = gu_dalloc(sizeof(float) * nq), *datt = gu_dalloc(sizeof(float) * B * D);
+    float *dy1 = gu_dalloc(sizeof(float) * ny), *dy2 = gu_dalloc(sizeof(float) * ny), *dws = gu_dalloc(sizeof(float) * N);
+    float *dk1 = gu_dalloc(sizeof(float) * B * stride), *dv1 = gu_dalloc(sizeof(float) * B * stride);
+    float *dk2 = gu_dalloc(sizeof(float) * B * stride), *dv2 = gu_dalloc(sizeof(float) * B * stride);
+    void *dw = gu_dalloc((size_t)N * D * 2);
+    gu_h2d(dw, w8 ? (const void *)w8t : (const void *)w, (size_t)N * D * (w8 ? 1 : 2));
+    gu_h2d(dws, ws, sizeof(float) * N);
+    CU_CHECK_FATAL(cudaMemset(dk1, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dv1, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dk2, 0, sizeof(float) * B * stride));
+    CU_CHECK_FATAL(cudaMemset(dv2, 0, sizeof(float) * B * stride));
+    const cu_fuse add = {.acc = 1};
+    const char *bad = NULL;
+    int bad_k = -1;
+    long at = -1;
+    for (int k = 0; k < K && !bad; k++) {
+        for (size_t i = 0; i < nq; i++) qkv[i] = (float)gu_normal(&r);
+        for (size_t i = 0; i < ny; i++) y[i] = (float)gu_normal(&r);
+        gu_h2d(dqkv, qkv, sizeof(float) * nq);
+        gu_h2d(dy1, y, sizeof(float) * ny);
+        gu_h2d(dy2, y, sizeof(float) * ny);
+        CU_CHECK_FATAL((kv8 ? cu_dep_attend_q8 : cu_dep_attend)(datt, dqkv, dk1, dv1, stride, k, window, B, heads, hd,
+                                                                0));
+        if (w8) {
+            CU_CHECK_FATAL(cu_matvec_q8_fused(dy1, datt, dw, dws, B, N, D, &add, 0));
+            CU_CHECK_FATAL(cu_matvec_q8_dep_att(dy2, dqkv, dk2, dv2, stride, kv8, k, window, dw, dws, B, N, D, heads,
+                                                hd, 0));
+        } else {
+            CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1, datt, dw, B, N, D, &add, 0));
+            CU_CHECK_FATAL(cu_matvec_bf16_dep_att(dy2, dqkv, dk2, dv2, stride, kv8, k, window, dw, B, N, D, heads,
+                                                  hd, 0));
+        }
+        gu_sync();
+        gu_d2h(want, dy1, sizeof(float) * ny);
+        gu_d2h(got, dy2, sizeof(float) * ny);
+        gu_d2h(kw, dk1, sizeof(float) * B * stride);
+        gu_d2h(kg, dk2, sizeof(float) * B * stride);
+        gu_d2h(vw, dv1, sizeof(float) * B * stride);
+        gu_d2h(vg, dv2, sizeof(float) * B * stride);
+        for (size_t i = 0; i < ny && !bad; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float))) {
+                bad = "output";
+                at = (long)i;
+            }
+        if (!bad && memcmp(kg, kw, sizeof(float) * B * stride)) bad = "key cache";
+        if (!bad && memcmp(vg, vw, sizeof(float) * B * stride)) bad = "value cache";
+        if (bad) bad_k = k;
+    }
+    if (bad && at >= 0)
+        result(0, name, "sub-step %d, %s element %ld: fused %.9g, two launches %.9g", bad_k, bad, at, got[at],
+               want[at]);
+    else if (bad) result(0, name, "sub-step %d: the %s differs from the two launches'", bad_k, bad);
+    else result(1, name, "the products and the caches bit for bit the two launches'");
+    gu_dfree(dqkv); gu_dfree(datt); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dws); gu_dfree(dw);
+    gu_dfree(dk1); gu_dfree(dv1); gu_dfree(dk2); gu_dfree(dv2);
+    free(qkv); free(y); free(got); free(want); free(kg); free(kw); free(vg); free(vw); free(w); free(w8t); free(ws);
+}
+
+/* The depformer's inputs without cu_embed_add_rows (issue 25): the G
+ * input projections in one launch (cu_matvec_group_fused, the norm folded)
+ * against a cu_matvec_*_fused launch each, and cu_samp_topk_feed_emb
+ * against cu_samp_topk_feed then cu_embed_add_rows on the product: the
+ * products, dy, the tokens and the feed-back bit for bit. One row's forced
+ * token is past the table (dy = the product alone). w8: int8 rows, each
+ * matrix's scales at the next 256 bytes after its rows (the backend's
+ * layout: one launch), or (w8 == 2) all scales in a buffer of their own
+ * (a launch each). */
+static void dep_inputs_case(int B, int G, int N, int K, int w8) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_inputs B=%d G=%d N=%d K=%d%s (group, feed + embedding)", B, G, N, K,
+             w8 == 2 ? " w8, scales apart" : w8 ? " w8" : "");
+    if (!begin(name, 1, (double)B * G * N * K)) return;
+    gu_rng r = {31};
+    const int card = 64, ts = 2, k = 1;
+    const size_t nx = (size_t)B * K, ny = (size_t)G * B * N;
+    float *x = malloc(sizeof(float) * nx), *alpha = malloc(sizeof(float) * K);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)gu_normal(&r);
+    for (int i = 0; i < K; i++) alpha[i] = (float)(1.0 + 0.1 * gu_normal(&r));
+    uint16_t *wb = bf16_table(&r, (size_t)G * N * K), *emb = bf16_table(&r, (size_t)(card + 1) * N);
+    int8_t *wq = i8_table(&r, (size_t)G * N * K);
+    float *ws = scale_table(&r, (size_t)G * N);
+    float *dx = gu_dalloc(sizeof(float) * nx), *da = gu_dalloc(sizeof(float) * K), *dws = gu_dalloc(sizeof(float) * G * N);
+    float *dy1 = gu_dalloc(sizeof(float) * ny), *dy2 = gu_dalloc(sizeof(float) * ny);
+    const size_t rows8 = ((size_t)N * K + 255) & ~(size_t)255, slot = w8 == 1 ? rows8 + 4 * (size_t)N : (size_t)N * K;
+    void *dw = gu_dalloc((size_t)G * (w8 ? slot : (size_t)N * K * 2));
+    uint16_t *demb = gu_dalloc((size_t)(card + 1) * N * 2);
+    gu_h2d(dx, x, sizeof(float) * nx);
+    gu_h2d(da, alpha, sizeof(float) * K);
+    gu_h2d(dws, ws, sizeof(float) * G * N);
+    if (!w8) gu_h2d(dw, wb, (size_t)G * N * K * 2);
+    gu_h2d(demb, emb, (size_t)(card + 1) * N * 2);
+    const cu_fuse on = {.norm = da, .eps = 1e-5f};
+    const void *wp[LM_MAX_DEP_Q];
+    const float *wsp[LM_MAX_DEP_Q];
+    for (int g = 0; g < G; g++) {
+        wp[g] = (const char *)dw + (size_t)g * (w8 ? slot : (size_t)N * K * 2);
+        wsp[g] = w8 == 1 ? (const float *)((const char *)wp[g] + rows8) : dws + (size_t)g * N;
+        if (w8) gu_h2d((void *)wp[g], wq + (size_t)g * N * K, (size_t)N * K);
+        if (w8 == 1) gu_h2d((void *)wsp[g], ws + (size_t)g * N, 4 * (size_t)N);
+        if (w8)
+            CU_CHECK_FATAL(cu_matvec_q8_fused(dy1 + (size_t)g * B * N, dx, wp[g], wsp[g], B, N, K, &on, 0));
+        else
+            CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1 + (size_t)g * B * N, dx, wp[g], B, N, K, &on, 0));
+    }
+    CU_CHECK_FATAL(cu_matvec_group_fused(dy2, dx, wp, w8 ? wsp : NULL, G, B, N, K, &on, 0));
+    /* on the emulator: the one launch where it applies (the vector path, the scales at one offset) */
+    const int one = K % (w8 ? 4 : 8) == 0 && w8 != 2;
+    char ran[128] = "";
+    if (emu_last_kernel) snprintf(ran, sizeof ran, "%s", emu_last_kernel());
+    const char *want_k = one ? (w8 ? "matvec_q8_group<" : "matvec_bf16_group<")
+                             : (w8 ? "matvec_q8_norm<" : "matvec_scalar_norm<");
+    const int path_ok = !emu_last_kernel || !strncmp(ran, want_k, strlen(want_k));
+    /* the sampler of sub-step k - 1 writing sub-step k's input */
+    sample_spec sc = {B, card, 0, 0.0f, SK_MIXED, 79};
+    float *l;
+    samp_row *rows;
+    sample_inputs(&sc, &l, &rows);
+    int32_t *tgt = malloc(sizeof(int32_t) * B * ts);
+    for (int b = 0; b < B; b++) tgt[b * ts] = tgt[b * ts + 1] = b == 1 ? card + 7 : b % 3 == 0 ? 5 + b : -1;
+    float *dl = gu_dalloc(sizeof(float) * B * card), *dd1 = gu_dalloc(sizeof(float) * B * N),
+          *dd2 = gu_dalloc(sizeof(float) * B * N);
+    samp_row *drows = gu_dalloc(sizeof *rows * B);
+    int32_t *dtgt = gu_dalloc(sizeof(int32_t) * B * ts), *do1 = gu_dalloc(4 * B), *do2 = gu_dalloc(4 * B),
+            *dp1 = gu_dalloc(4 * B), *dp2 = gu_dalloc(4 * B);
+    gu_h2d(dl, l, sizeof(float) * B * card);
+    gu_h2d(drows, rows, sizeof *rows * B);
+    gu_h2d(dtgt, tgt, sizeof(int32_t) * B * ts);
+    const float *base = dy1 + (size_t)k * B * N;
+    CU_CHECK_FATAL(cudaMemcpy(dd1, base, sizeof(float) * B * N, cudaMemcpyDeviceToDevice));
+    CU_CHECK_FATAL(cu_samp_topk_feed(do1, dl, drows, B, card, SAMPLE_STREAM, dp1, dtgt, ts, NULL, 0, 0));
+    CU_CHECK_FATAL(cu_embed_add_rows(dd1, dp1, demb, B, N, card + 1, 0));
+    CU_CHECK_FATAL(cu_samp_topk_feed_emb(do2, dl, drows, B, card, SAMPLE_STREAM, dp2, dtgt, ts, NULL, 0, dd2, base,
+                                         demb, N, card + 1, 0));
+    gu_sync();
+    float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+    float *e1 = malloc(sizeof(float) * B * N), *e2 = malloc(sizeof(float) * B * N);
+    int32_t *t1 = malloc(16 * B);
+    gu_d2h(y1, dy1, sizeof(float) * ny);
+    gu_d2h(y2, dy2, sizeof(float) * ny);
+    gu_d2h(e1, dd1, sizeof(float) * B * N);
+    gu_d2h(e2, dd2, sizeof(float) * B * N);
+    gu_d2h(t1, do1, 4 * B);
+    gu_d2h(t1 + B, do2, 4 * B);
+    gu_d2h(t1 + 2 * B, dp1, 4 * B);
+    gu_d2h(t1 + 3 * B, dp2, 4 * B);
+    const char *bad = NULL;
+    if (!path_ok) bad = "the grouped launch ran another kernel";
+    else if (memcmp(y1, y2, sizeof(float) * ny)) bad = "the grouped products differ from a launch each";
+    else if (memcmp(t1, t1 + B, 4 * B) || memcmp(t1 + 2 * B, t1 + 3 * B, 4 * B))
+        bad = "the tokens or the feed-back differ";
+    else if (memcmp(e1, e2, sizeof(float) * B * N)) bad = "dy differs from cu_embed_add_rows on the product";
+    if (bad) result(0, name, "%s (%s)", bad, ran);
+    else result(1, name, "%d products (%s), the next input from the sampler: bit for bit", G, ran);
+    gu_dfree(dx); gu_dfree(da); gu_dfree(dws); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(demb);
+    gu_dfree(dl); gu_dfree(dd1); gu_dfree(dd2); gu_dfree(drows); gu_dfree(dtgt); gu_dfree(do1); gu_dfree(do2);
+    gu_dfree(dp1); gu_dfree(dp2);
+    free(x); free(alpha); free(wb); free(emb); free(wq); free(ws); free(l); free(rows); free(tgt);
+    free(y1); free(y2); free(e1); free(e2); free(t1);
+}
+
+static void dep_att_cases(void) {
+    for (int w8 = 0; w8 < 2; w8++)
+        for (int kv8 = 0; kv8 < 2; kv8++) {
+            dep_att_fused_case(1, 2, 8, 8, 8, w8, kv8);
+            dep_att_fused_case(3, 4, 16, 16, 15, w8, kv8);   /* PersonaPlex's dep_window; a tile of 4 */
+            dep_att_fused_case(9, 2, 32, 5, 8, w8, kv8);     /* two tiles: each tile's block 0 stores */
+        }
+    for (int w8 = 0; w8 < 2; w8++) {
+        dep_inputs_case(1, 8, 64, 96, w8);
+        dep_inputs_case(5, 3, 33, 256, w8);   /* odd rows, a tile of 8 */
+        dep_inputs_case(2, 2, 16, 12, w8);    /* K % 8 != 0: a launch each (bf16's scalar path) */
+    }
+    dep_inputs_case(3, 4, 16, 64, 2);         /* the scales not at one offset: a launch each */
 }
 
 /* ---- Mimi's kernels (cuda/cu_mimi_kern.cu) ----------------------------- */

@@ -791,7 +791,8 @@ static void test_traffic(void) {
  * attention >= 0.85): the int8 matvec (plain and gated, 1 and 8 rows), the
  * widening for the GEMM path and the scale after it, RoPE with the K/V
  * quantization, the int8 attention over a 512-row ring, its store, the
- * depformer's int8 cache. */
+ * depformer's int8 cache, its attention inside the out-projection and the
+ * grouped input projections (the norm folded). */
 static double q8_eff(const emu_traffic *rows, int n, const char *what) {
     const emu_traffic *r = traffic_row(rows, n, what);
     return r && r->gl_sectors > 0 ? r->gl_bytes / (32.0 * r->gl_sectors) : -1;
@@ -822,6 +823,7 @@ static void test_traffic_q8(void) {
     uint16_t *wb = gu_dalloc(2 * (size_t)N * K);
     int32_t *slot = gu_dalloc(sizeof(int32_t) * 2);
     int64_t *pos = gu_dalloc(sizeof(int64_t) * B);
+    float *yg = gu_dalloc(4 * (size_t)2 * B * N), *alpha = gu_dalloc(4 * (size_t)K);
     const int32_t hslot[2] = {0, 1};
     const int64_t hpos[8] = {511, 300, 5, 6, 7, 8, 9, 10};
     CU_CHECK_FATAL(cudaMemset(w, 1, (size_t)N * K));
@@ -834,6 +836,7 @@ static void test_traffic_q8(void) {
     CU_CHECK_FATAL(cudaMemset(dk, 0, 4 * dstride * B));
     CU_CHECK_FATAL(cudaMemset(dv, 0, 4 * dstride * B));
     CU_CHECK_FATAL(cudaMemset(cnt, 0, sizeof(unsigned) * 2 * heads));
+    CU_CHECK_FATAL(cudaMemset(alpha, 0, 4 * (size_t)K));
     gu_h2d(slot, hslot, sizeof hslot);
     gu_h2d(pos, hpos, sizeof hpos);
     emu_traffic_start(1);
@@ -850,6 +853,12 @@ static void test_traffic_q8(void) {
                                      ctx, 0, 0));
     for (int k = 0; k < 8; k++)
         CU_CHECK_FATAL(cu_dep_attend_q8(att, qkv, dk, dv, dstride, k, 8, B, heads, hd, 0));
+    for (int k = 0; k < 8; k++)
+        CU_CHECK_FATAL(cu_matvec_q8_dep_att(y, qkv, dk, dv, dstride, 1, k, 8, w, ws, B, N, D, heads, hd, 0));
+    const void *gw[2] = {w, w};
+    const float *gws[2] = {ws, ws};
+    const cu_fuse on = {.norm = alpha, .eps = 1e-5f};
+    CU_CHECK_FATAL(cu_matvec_group_fused(yg, x, gw, gws, 2, B, N, K, &on, 0));
     gu_sync();
     emu_traffic rows[16];
     int n = emu_traffic_get(rows, 16);
@@ -857,8 +866,9 @@ static void test_traffic_q8(void) {
     static const char *const names[] = {"matvec_q8_vec<1>", "matvec_q8_vec<8>", "matvec_q8_gated<8>",
                                         "q8_to_bf16_kernel", "scale_cols_kernel", "qkv_rope_kernel<signed char>",
                                         "attend_ring_kernel<signed char, 8>", "kv_store_q8_kernel",
-                                        "dep_attend_kernel<true>"};
-    char line[600];
+                                        "dep_attend_kernel<true>", "matvec_q8_att_acc<8, true>",
+                                        "matvec_q8_group<8, 1>"};
+    char line[900];
     size_t o = 0;
     int ok = 1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -872,7 +882,7 @@ static void test_traffic_q8(void) {
            "sector efficiency (bounds 0.80, attention 0.85): %s", line);
     cudaFree(w); cudaFree(ring); cudaFree(kv8); cudaFree(ws); cudaFree(x); cudaFree(y); cudaFree(qkv); cudaFree(kvs);
     cudaFree(att); cudaFree(part); cudaFree(cnt); cudaFree(dk); cudaFree(dv); cudaFree(wb); cudaFree(slot);
-    cudaFree(pos);
+    cudaFree(pos); cudaFree(yg); cudaFree(alpha);
 }
 
 static void test_traffic_codec(void) {
