@@ -397,6 +397,19 @@ static void race_load(const emu_alloc *a, const char *p, size_t n, emu_site site
     }
 }
 
+/* Room for one more element in a growing array (*p, *cap elements of es
+ * bytes, n used): doubled when full, first elements at the start; 0 when
+ * the allocation failed (the array is unchanged). */
+static int room_for(void **p, size_t *cap, size_t n, size_t es, size_t first) {
+    if (n < *cap) return 1;
+    size_t c = *cap ? 2 * *cap : first;
+    void *q = realloc(*p, c * es);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
 /* An atomic of the running block on p: it sees every publication made on p
  * before (other blocks'), then publishes its own stores fenced so far. */
 static void race_atomic(const char *p) {
@@ -427,13 +440,7 @@ static void race_atomic(const char *p) {
         size_t j = 0;
         while (j < RB.nacq && RB.acq[j].block != r->block) j++;
         if (j == RB.nacq) {
-            if (RB.nacq == RB.capacq) {
-                size_t cap = RB.capacq ? 2 * RB.capacq : 64;
-                void *q = realloc(RB.acq, cap * sizeof *RB.acq);
-                if (!q) return;
-                RB.acq = q;
-                RB.capacq = cap;
-            }
+            if (!room_for((void **)&RB.acq, &RB.capacq, RB.nacq, sizeof *RB.acq, 64)) return;
             RB.acq[RB.nacq].block = r->block;
             RB.acq[RB.nacq++].gen = 0;
         }
@@ -444,13 +451,7 @@ static void race_atomic(const char *p) {
         own->gen = RB.fence;
         return;
     }
-    if (REL.nrec == REL.caprec) {
-        size_t cap = REL.caprec ? 2 * REL.caprec : 1024;
-        void *q = realloc(REL.recs, cap * sizeof *REL.recs);
-        if (!q) return;
-        REL.recs = q;
-        REL.caprec = cap;
-    }
+    if (!room_for((void **)&REL.recs, &REL.caprec, REL.nrec, sizeof *REL.recs, 1024)) return;
     REL.recs[REL.nrec] = (rel_rec){blk, RB.fence, hd->head};
     hd->head = (int32_t)REL.nrec++;
 }
