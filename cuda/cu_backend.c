@@ -172,6 +172,8 @@ typedef struct cu_ctx {
     /* workspaces (R rows) */
     float *x, *qkv, *att, *o, *u, *h, *part;   /* o: the int8 GEMM path's product before its add */
     unsigned *att_count;         /* (R, heads) the attention's arrival counters: 0 between launches */
+    cu_dep_chain_ctl *chain_ctl; /* the depformer chain's counters (cu_dep_chain): 0 between launches */
+    int dep_chain;               /* 1: a sub-step at the matvec path is one launch (lm_gpu_opts.dep_chain_off) */
     uint16_t *kvl, *xb;
     void *blas_ws;
     float *tlog, *alog;          /* (R, text_card), (dep_q, R, card) */
@@ -564,16 +566,57 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
     return MS_OK;
 }
 
+/* The depformer sub-step k in one launch (cu_dep_chain, issue 25: 4
+ * launches per layer and the head's become one graph node) where it
+ * applies: the option on, every product at the matvec path, the chain's
+ * conditions (cu_dep_chain_ok). *ran = 1 when it enqueued the launch, 0
+ * when the caller runs the separate launches. */
+static int dep_chain(cu_ctx *c, int B, int k, int *ran, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    const int dd = g->depformer_dim, Hd = g->dep_hidden, nl = g->depformer_num_layers;
+    *ran = 0;
+    if (!c->dep_chain || use_gemm(c, B, dd) || use_gemm(c, B, Hd) || nl > CU_DEP_CHAIN_MAX_LAYERS) return MS_OK;
+    cu_dep_chain_args a = {.dy = c->dy, .dqkv = c->dqkv, .du = c->du, .logits = c->alog + (size_t)k * B * g->card,
+                           .head = c->linears[k], .ctl = c->chain_ctl, .cache_stride = c->dcache, .w8 = c->w8,
+                           .kv8 = c->q8kv, .layers = nl, .B = B, .D = dd, .H = Hd, .card = g->card,
+                           .heads = g->depformer_num_heads, .head_dim = g->dep_head_dim, .k = k,
+                           .window = g->dep_window, .eps = LM_NORM_EPS};
+    if (c->w8) a.head_s = w8_scales(c->linears[k], g->card, dd);
+    for (int l = 0; l < nl; l++) {
+        const cu_dep_layer *L = &c->dep_layers[l];
+        cu_dep_chain_layer *o = &a.layer[l];
+        *o = (cu_dep_chain_layer){.attn_in = L->attn_in[k], .attn_out = L->attn_out[k], .ffn_in = L->ffn_in[k],
+                                  .ffn_out = L->ffn_out[k], .norm1 = L->norm1, .norm2 = L->norm2,
+                                  .k_cache = c->dk + (size_t)l * LM_MAX_DEP_Q * dd,
+                                  .v_cache = c->dv + (size_t)l * LM_MAX_DEP_Q * dd};
+        if (c->w8) {
+            o->attn_in_s = w8_scales(L->attn_in[k], 3 * dd, dd);
+            o->attn_out_s = w8_scales(L->attn_out[k], dd, dd);
+            o->ffn_in_s = w8_scales(L->ffn_in[k], 2 * Hd, dd);
+            o->ffn_out_s = w8_scales(L->ffn_out[k], dd, Hd);
+        }
+    }
+    if (!cu_dep_chain_ok(&a)) return MS_OK;
+    ETRY(cu_dep_chain(&a, c->st));
+    *ran = 1;
+    return MS_OK;
+}
+
 /* Depformer sub-step k for B rows: dy (B, ddim) in, logits to alog[k].
  * As temporal(): the norms folded into QKV and ffn_in, the residual adds
  * into the output projection and ffn_out (dy +=); the head reads dy as the
  * last add leaves it (the depformer has no final norm). At the matvec path
  * the attention runs inside the output projection's launch too
- * (cu_matvec_*_dep_att): a layer is four launches. */
+ * (cu_matvec_*_dep_att): a layer is four launches; and where every
+ * product's vector path applies, the whole sub-step, those launches and
+ * the head's, is one (dep_chain). */
 static int dep_substep(cu_ctx *c, int B, int k, ms_error *err) {
     const lm_config *g = &c->cfg;
     int dd = g->depformer_dim, Hd = g->dep_hidden;
     const cu_fuse add = {.acc = 1};
+    int chained = 0;
+    WTRY(dep_chain(c, B, k, &chained, err));
+    if (chained) return MS_OK;
     for (int l = 0; l < g->depformer_num_layers; l++) {
         const cu_dep_layer *L = &c->dep_layers[l];
         const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
@@ -682,7 +725,7 @@ static void cu_close(void *vctx) {
         if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
     if (c->blas) cublasDestroy(c->blas);   /* before its workspace is freed */
     void *dev[] = {c->wslab, c->kv, c->kv8, c->kvl8, c->kvs8, c->wdq, c->x, c->qkv, c->att, c->o, c->u,
-                   c->h, c->part, c->att_count, c->kvl, c->xb,
+                   c->h, c->part, c->att_count, c->chain_ctl, c->kvl, c->xb,
                    c->tlog, c->alog, c->dy, c->dinp, c->dqkv, c->datt, c->dout, c->du, c->dh, c->dk, c->dv,
                    c->prev, c->out, c->dup, c->blas_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -942,6 +985,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         dalloc(c, (void **)&c->h, R * H, 4, err) ||
         dalloc(c, (void **)&c->part, R * (size_t)g->num_heads * splits * CU_ATT_PART_FLOATS, 4, err) ||
         dalloc(c, (void **)&c->att_count, R * (size_t)g->num_heads, sizeof(unsigned), err) ||
+        dalloc(c, (void **)&c->chain_ctl, 1, sizeof(cu_dep_chain_ctl), err) ||
         dalloc(c, (void **)&c->kvl, c->q8kv ? 1 : R * 2 * D, 2, err) || dalloc(c, (void **)&c->xb, R * maxK, 2, err) ||
         dalloc(c, (void **)&c->tlog, R * (size_t)g->text_card, 4, err) ||
         dalloc(c, (void **)&c->alog, (size_t)g->dep_q * R * (size_t)g->card, 4, err) ||
@@ -954,6 +998,7 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
         goto fail;
     /* the counters start at 0; every attention launch leaves them there (on c->st, before any launch) */
     CU_CHECK_GOTO(err, cudaMemsetAsync(c->att_count, 0, R * (size_t)g->num_heads * sizeof(unsigned), c->st), fail);
+    CU_CHECK_GOTO(err, cudaMemsetAsync(c->chain_ctl, 0, sizeof(cu_dep_chain_ctl), c->st), fail);
     if (c->q8kv && (dalloc(c, (void **)&c->kvl8, R * 2 * D, 1, err) ||
                    dalloc(c, (void **)&c->kvs8, R * 2 * (size_t)g->num_heads, 4, err)))
         goto fail;
@@ -985,10 +1030,13 @@ static int cu_open(void **out, const char *dir, const lm_backend_opts *opts, ms_
      * gemm_min_rows moves the matvec/GEMM crossover (the device check times
      * both sides; the emulator tests run most cases with 1, the cuBLAS
      * stand-in being far cheaper to emulate than the matvec); graphs_off
-     * leaves the graphs out (every step uncaptured). */
+     * leaves the graphs out (every step uncaptured); dep_chain_off runs a
+     * depformer sub-step as its separate launches (the chain's tests
+     * compare the two). */
     lm_gpu_opts go;
     lm_gpu_opts_get(opts->gpu, &go);
     c->gemm_min = go.gemm_min_rows >= 1 && go.gemm_min_rows <= LM_MAX_SLOTS + 1 ? go.gemm_min_rows : CU_GEMM_MIN_ROWS;
+    c->dep_chain = !go.dep_chain_off;
     if (!go.graphs_off && (rc = capture_graphs(c, err)) != MS_OK) goto fail;
     rc = MS_ERR_DEVICE;
     if (opts->mimi && (rc = codec_open(c, opts, err)) != MS_OK) goto fail;

@@ -151,6 +151,64 @@ cudaError_t cu_matvec_q8_dep_att(float *y, const float *qkv, float *k_cache, flo
  * launch per product. The depformer's input projections (issue 25). */
 cudaError_t cu_matvec_group_fused(float *y, const float *x, const void *const *w, const float *const *ws, int G,
                                   int B, int N, int K, const cu_fuse *f, cudaStream_t stream);
+
+/* ---- the depformer sub-step in one launch (cu_dep_chain) ------------------
+ * Issue 25: at batch 1 a sub-step was 4 launches per depformer layer and
+ * the head's, each a graph node. cu_dep_chain runs them all as stages of
+ * one launch: a block per block of each stage's own launch (the same
+ * bodies, so every output bit for bit the launches'), blocks handed their
+ * work by a ticket in stage order, each stage waiting on the counter of
+ * the one before (cuda/cu_sync.cuh gives the protocol and why it cannot
+ * deadlock), the weight rows prefetched into L2 while it waits. Stages
+ * per layer l: QKV (norm1 folded), the out-projection with the attention
+ * (cu_matvec_*_dep_att) and the add, ffn_in (norm2 folded), the gated
+ * ffn_out with the add; then the head. */
+#define CU_DEP_CHAIN_MAX_LAYERS 16
+#define CU_DEP_CHAIN_STAGES (4 * CU_DEP_CHAIN_MAX_LAYERS + 1)
+
+/* The chain's counters, in device memory, all zero between launches (the
+ * block that finishes the last stage sets them back): allocate zeroed, one
+ * per stream that runs chains (one chain at a time uses it). */
+typedef struct cu_dep_chain_ctl {
+    unsigned ticket;                        /* the next block's ticket */
+    unsigned done[CU_DEP_CHAIN_STAGES];     /* blocks of each stage finished */
+} cu_dep_chain_ctl;
+
+/* One depformer layer's operands at sub-step k. int8 rows (w8): each
+ * matrix's row scales beside it; bf16: the scales NULL. */
+typedef struct cu_dep_chain_layer {
+    const void *attn_in, *attn_out, *ffn_in, *ffn_out;   /* (3D, D), (D, D), (2H, D), (D, H) */
+    const float *attn_in_s, *attn_out_s, *ffn_in_s, *ffn_out_s;
+    const float *norm1, *norm2;                          /* (D) RMSNorm scales */
+    float *k_cache, *v_cache;   /* (B, cache_stride) each, as cu_matvec_*_dep_att's */
+} cu_dep_chain_layer;
+
+typedef struct cu_dep_chain_args {
+    float *dy;            /* (B, D) the residual stream: in, and out after the last layer */
+    float *dqkv;          /* (B, 3D) scratch */
+    float *du;            /* (B, 2H) scratch */
+    float *logits;        /* (B, card) the head's output */
+    const void *head;     /* (card, D) */
+    const float *head_s;  /* its int8 row scales (w8), else NULL */
+    cu_dep_chain_layer layer[CU_DEP_CHAIN_MAX_LAYERS];
+    cu_dep_chain_ctl *ctl;
+    size_t cache_stride;
+    int w8, kv8;          /* int8 rows; the int8 K/V cache */
+    int layers, B, D, H, card, heads, head_dim, k, window;
+    float eps;
+} cu_dep_chain_args;
+
+/* cu_dep_chain_ok: the chain applies: layers <= CU_DEP_CHAIN_MAX_LAYERS
+ * and every stage's own launch would take the vector path
+ * (cu_matvec_dep_att_ok for the out-projection; the alignments and K % 8
+ * (bf16) or % 4 (int8) of the others, the gated one's included). */
+int cu_dep_chain_ok(const cu_dep_chain_args *a);
+/* cu_dep_chain: the sub-step as one launch (kernels dep_chain_bf16 and
+ * dep_chain_q8): bit for bit cu_matvec_*_fused (QKV, ffn_in),
+ * cu_matvec_*_dep_att, cu_matvec_*_gated_fused (add) per layer, then
+ * cu_matvec_* (head), the caches written the same way.
+ * cudaErrorInvalidValue where cu_dep_chain_ok does not hold. */
+cudaError_t cu_dep_chain(const cu_dep_chain_args *a, cudaStream_t stream);
 /* cu_q8_to_bf16: wb = (bf16) w, n int8 (exact: |q| <= 127); n % 4 == 0, w
  * 4- and wb 8-byte aligned. The large-batch path widens a matrix's rows
  * into a scratch buffer, runs the bf16 GEMM, then cu_scale_cols. */

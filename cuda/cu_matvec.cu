@@ -34,6 +34,7 @@
 #include "cu_norm.cuh"
 #include "cu_q8.cuh"
 #include "cu_reduce.cuh"
+#include "cu_sync.cuh"
 extern "C" {
 #include "lm_config.h"   /* LM_MAX_DEP_Q */
 }
@@ -97,40 +98,52 @@ __device__ __forceinline__ void mv_norm_prologue(float (&inv)[BT], const float *
     cu_rms_inv<MV_THREADS, BT>(inv, nscratch, x + (size_t)b0 * K, (size_t)K, nb, K, eps);
 }
 
+/* A float4 of x: through the read-only path (XRO: x is not written
+ * during the whole kernel, so ld.global.nc may serve it), else a plain
+ * load (the chain kernels, whose x an earlier stage of the same launch
+ * wrote: the non-coherent path could return stale data). */
+template <bool XRO>
+__device__ __forceinline__ float4 mv_ld4(const float4 *p) {
+    if constexpr (XRO) return __ldg(p);
+    else return *p;
+}
+
 /* The float4 of x at chunk c of row b: x itself, or (GATED, x = u of
  * (B, 2K)) silu(u[:K]) * u[K:] computed as silu_gate_kernel does
  * (cuda/cu_lm.cu, kern_silu_gate), so the gated product equals the two
  * launches bit for bit. */
-template <bool GATED, bool SH>
+template <bool GATED, bool SH, bool XRO>
 __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, int c, int K4) {
     if constexpr (SH) {   /* the tile in shared memory (the attention prologue's): a plain load */
         return xb[b * xstride + c];
     } else if constexpr (!GATED) {
-        return __ldg(xb + b * xstride + c);
+        return mv_ld4<XRO>(xb + b * xstride + c);
     } else {
-        float4 g = __ldg(xb + b * xstride + c), up = __ldg(xb + b * xstride + K4 + c);
+        float4 g = mv_ld4<XRO>(xb + b * xstride + c), up = mv_ld4<XRO>(xb + b * xstride + K4 + c);
         return make_float4(g.x / (1.0f + expf(-g.x)) * up.x, g.y / (1.0f + expf(-g.y)) * up.y,
                            g.z / (1.0f + expf(-g.z)) * up.z, g.w / (1.0f + expf(-g.w)) * up.w);
     }
 }
 
-/* Fast path (block bx of the N rows' blocks). bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
+/* Fast path (block (bx, by): rows bx * MV_ROWS.., batch tile by). bf16 (CH uint2, 4 bf16): K % 8 == 0, x and w 16-byte
  * aligned; int8 (CH uint32_t, 4 int8, ws the row scales): K % 4 == 0, x 16-
  * and w 4-byte aligned; MV_NORM: alpha 16-byte aligned. Grid
  * (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K).
  * MODE: MV_PLAIN, MV_NORM (x read as rmsnorm_kernel's output: x * (alpha *
  * inv), the same products in the same order, so the same bits), MV_ACC
- * (y += the product). */
-template <int BT, bool GATED, typename CH, int MODE, bool SH = false>
+ * (y += the product). XRO: x read through __ldg (false: plain loads, for
+ * an x written earlier in the same launch; the norm prologue's loads are
+ * plain either way). */
+template <int BT, bool GATED, typename CH, int MODE, bool SH = false, bool XRO = true>
 __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
                                             const void *__restrict__ w, const float *__restrict__ ws,
                                             const float *__restrict__ alpha, int B, int N, int K, float eps,
-                                            int bx) {
+                                            int bx, int by) {
     static_assert(!(GATED && MODE == MV_NORM), "the gated input is never normalised");
     static_assert(!(SH && (GATED || MODE == MV_NORM)), "a shared tile is the attention's output, read as is");
     constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
     const int n0 = bx * MV_ROWS;
-    const int b0 = blockIdx.y * BT;
+    const int b0 = by * BT;
     const int nb = min(BT, B - b0);
     const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
     float inv[BT];
@@ -169,7 +182,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
 #pragma unroll
             for (int b = 0; b < BT; b++) {
                 if (b >= nb) break;
-                float4 xa = mv_x<GATED, SH>(xb, xstride, b, c, K4);
+                float4 xa = mv_x<GATED, SH, XRO>(xb, xstride, b, c, K4);
                 if constexpr (MODE == MV_NORM)
                     xa = make_float4(xa.x * (al.x * inv[b]), xa.y * (al.y * inv[b]), xa.z * (al.z * inv[b]),
                                      xa.w * (al.w * inv[b]));
@@ -195,7 +208,7 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
     __global__ void __launch_bounds__(MV_THREADS)                                                              \
     name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
          const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps) {      \
-        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps, blockIdx.x);                        \
+        mv_vec_body<BT, GATED, CH, MODE>(y, x, w, ws, alpha, B, N, K, eps, blockIdx.x, blockIdx.y);            \
     }
 MV_VEC_KERNEL(matvec_bf16_vec, false, uint2, MV_PLAIN)
 MV_VEC_KERNEL(matvec_bf16_norm, false, uint2, MV_NORM)
@@ -236,16 +249,17 @@ typedef struct mv_dep_att {
     float scale;          /* 1 / sqrt(head_dim) */
 } mv_dep_att;
 
-/* xs (nb, D) = the attention output of rows b0 .. b0 + nb - 1 (above). */
+/* xs (nb, D) = the attention output of rows b0 .. b0 + nb - 1 (above);
+ * store: this block writes the current key and value into the cache (one
+ * block per batch tile: its column bx == 0). */
 template <int BT, bool Q8>   /* Q8: the int8 K/V cache (cu_dep_attend_q8's) */
-__device__ __forceinline__ void mv_dep_att_tile(float *xs, const mv_dep_att &a, int b0, int nb, int D) {
+__device__ __forceinline__ void mv_dep_att_tile(float *xs, const mv_dep_att &a, int b0, int nb, int D, bool store) {
     __shared__ float sc[BT * MV_ATT_MAX_HEADS * LM_MAX_DEP_Q];   /* scores, then weights */
     __shared__ float sinv[BT * MV_ATT_MAX_HEADS];                /* 1 / the softmax's sum */
     __shared__ float cur_s[2][BT * MV_ATT_MAX_HEADS];            /* Q8: the current key's, value's scales */
     constexpr int NW = MV_THREADS / CU_WARP;
     const int heads = a.heads, hd = a.head_dim, k = a.k, lo = a.lo, nk = k + 1 - lo;
     const int lane = threadIdx.x % CU_WARP, warp = threadIdx.x / CU_WARP;
-    const bool store = blockIdx.x == 0;   /* the one block that writes the cache */
     if constexpr (Q8) {
         /* a warp per (row, head): the current key's and value's scales (a maximum: any order) */
         for (int t = warp; t < nb * heads; t += NW) {
@@ -343,22 +357,24 @@ __device__ __forceinline__ void mv_dep_att_tile(float *xs, const mv_dep_att &a, 
 
 /* y (B, N) += attend(a) (B, K) W^T, K = heads * head_dim <= MV_ATT_MAX_D:
  * the attention tile, then the vector path's product from shared memory
- * with the add (MV_ACC). */
+ * with the add (MV_ACC). Block (bx, by); the one of column bx == 0 of
+ * each batch tile stores the cache. */
 template <int BT, typename CH, bool KV8>
 __device__ __forceinline__ void mv_att_body(float *__restrict__ y, const void *__restrict__ w,
-                                            const float *__restrict__ ws, int B, int N, int K, const mv_dep_att &a) {
+                                            const float *__restrict__ ws, int B, int N, int K, const mv_dep_att &a,
+                                            int bx, int by) {
     __shared__ float4 xs4[BT * MV_ATT_MAX_D / 4];   /* float4: the vector loads' 16-byte alignment */
     float *xs = reinterpret_cast<float *>(xs4);
-    const int b0 = blockIdx.y * BT;
-    mv_dep_att_tile<BT, KV8>(xs, a, b0, min(BT, B - b0), K);
-    mv_vec_body<BT, false, CH, MV_ACC, true>(y, xs, w, ws, nullptr, B, N, K, 0.0f, blockIdx.x);
+    const int b0 = by * BT;
+    mv_dep_att_tile<BT, KV8>(xs, a, b0, min(BT, B - b0), K, bx == 0);
+    mv_vec_body<BT, false, CH, MV_ACC, true>(y, xs, w, ws, nullptr, B, N, K, 0.0f, bx, by);
 }
 #define MV_ATT_KERNEL(name, CH)                                                                               \
     template <int BT, bool KV8>                                                                                \
     __global__ void __launch_bounds__(MV_THREADS)                                                              \
     name(float *__restrict__ y, const void *__restrict__ w, const float *__restrict__ ws, int B, int N, int K, \
          mv_dep_att a) {                                                                                       \
-        mv_att_body<BT, CH, KV8>(y, w, ws, B, N, K, a);                                                        \
+        mv_att_body<BT, CH, KV8>(y, w, ws, B, N, K, a, blockIdx.x, blockIdx.y);                                \
     }
 MV_ATT_KERNEL(matvec_bf16_att_acc, uint2)
 MV_ATT_KERNEL(matvec_q8_att_acc, uint32_t)
@@ -387,10 +403,127 @@ typedef struct mv_group {
         const float *wsg = sizeof(CH) == 4                                                                     \
                                ? reinterpret_cast<const float *>(static_cast<const char *>(wg) + gw.ws_off)   \
                                : nullptr;                                                                      \
-        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, wsg, alpha, B, N, K, eps, blockIdx.x);  \
+        mv_vec_body<BT, false, CH, MODE>(y + (size_t)g * B * N, x, wg, wsg, alpha, B, N, K, eps, blockIdx.x,   \
+                                         blockIdx.y);                                                          \
     }
 MV_GROUP_KERNEL(matvec_bf16_group, uint2)
 MV_GROUP_KERNEL(matvec_q8_group, uint32_t)
+
+/* ---- the depformer sub-step in one launch: the chain ---------------------
+ * (cu_dep_chain, cuda/cu_kern.h; the protocol in cuda/cu_sync.cuh.) A 1-D
+ * grid of one block per block of every stage's own launch, in stage order
+ * per layer QKV, OUT, FFN_IN, FFN_OUT, then HEAD; the stage's blocks
+ * (bx, by) in its grid's linear order (x fastest). A block's ticket, not
+ * its blockIdx, names its stage and (bx, by). Each stage runs the body of
+ * its launch with (bx, by) passed in, x read with plain loads (dy, dqkv
+ * and du are written by earlier stages of this launch: ld.global.nc is
+ * only for data read-only during the whole kernel); weights, scales and
+ * norm alphas stay on the read-only path. So each output is computed by
+ * the same code in the same order as in the launches: the same bits. */
+enum { DC_QKV, DC_OUT, DC_FFN_IN, DC_FFN_OUT, DC_HEAD };
+
+/* MV_GRID_CONST: the parameter block is read in place with a computed
+ * layer index (__grid_constant__: no per-thread copy of its 1.6 KB). */
+#ifdef MOSHID_EMU_DEVICE_H
+#define MV_GRID_CONST
+#else
+#define MV_GRID_CONST __grid_constant__
+#endif
+
+template <int BT, typename CH, bool KV8>
+__device__ __forceinline__ void dc_body(const cu_dep_chain_args &p, int lo, float scale) {
+    __shared__ unsigned dc_ticket;
+    /* row blocks per batch tile of each kind (nq: QKV, nd: OUT and
+     * FFN_OUT, ni: FFN_IN, nh: HEAD), batch tiles, blocks per layer */
+    const unsigned nq = (unsigned)((3 * p.D + MV_ROWS - 1) / MV_ROWS), nd = (unsigned)((p.D + MV_ROWS - 1) / MV_ROWS);
+    const unsigned ni = (unsigned)((2 * p.H + MV_ROWS - 1) / MV_ROWS), nh = (unsigned)((p.card + MV_ROWS - 1) / MV_ROWS);
+    const unsigned nby = (unsigned)((p.B + BT - 1) / BT), per_layer = nby * (nq + 2 * nd + ni);
+    const unsigned t = cu_chain_ticket(&p.ctl->ticket, &dc_ticket);
+    /* the ticket's layer, kind, block j in its stage, the stage's row
+     * blocks nx and the previous stage's (np) */
+    int l = (int)(t / per_layer), kind;
+    unsigned j = t - (unsigned)l * per_layer, nx, np;
+    if (l >= p.layers) {
+        l = p.layers;
+        j = t - (unsigned)p.layers * per_layer;
+        kind = DC_HEAD, nx = nh, np = nd;
+    } else if (j < nby * nq) {
+        kind = DC_QKV, nx = nq, np = nd;   /* after the layer before's FFN_OUT */
+    } else if ((j -= nby * nq) < nby * nd) {
+        kind = DC_OUT, nx = nd, np = nq;
+    } else if ((j -= nby * nd) < nby * ni) {
+        kind = DC_FFN_IN, nx = ni, np = nd;
+    } else {
+        j -= nby * ni;
+        kind = DC_FFN_OUT, nx = nd, np = ni;
+    }
+    const int s = 4 * l + (kind == DC_HEAD ? 0 : kind), bx = (int)(j % nx), by = (int)(j / nx);
+    const cu_dep_chain_layer &L = p.layer[l < p.layers ? l : 0];
+    const void *w;
+    const float *ws;
+    int N, K;
+    switch (kind) {
+    case DC_QKV: w = L.attn_in; ws = L.attn_in_s; N = 3 * p.D; K = p.D; break;
+    case DC_OUT: w = L.attn_out; ws = L.attn_out_s; N = p.D; K = p.D; break;
+    case DC_FFN_IN: w = L.ffn_in; ws = L.ffn_in_s; N = 2 * p.H; K = p.D; break;
+    case DC_FFN_OUT: w = L.ffn_out; ws = L.ffn_out_s; N = p.D; K = p.H; break;
+    default: w = p.head; ws = p.head_s; N = p.card; K = p.D; break;
+    }
+    if (s > 0) {
+        /* The block's weight rows do not depend on the stage before: ask
+         * for them into L2 now, so that the wait overlaps their reads (the
+         * point of the chain: the weights stream while earlier stages
+         * finish, instead of after a launch boundary). */
+        const size_t row = (size_t)K * (sizeof(CH) / 4), lines = (row + 127) / 128;
+        const int n0 = bx * MV_ROWS, nr = min(MV_ROWS, N - n0);
+        for (size_t i = threadIdx.x; i < (size_t)nr * lines; i += MV_THREADS)
+            cu_prefetch_l2(static_cast<const char *>(w) + (size_t)(n0 + (int)(i / lines)) * row + i % lines * 128);
+        cu_chain_wait(&p.ctl->done[s - 1], nby * np);
+    }
+    switch (kind) {
+    case DC_QKV:
+    case DC_FFN_IN:
+        mv_vec_body<BT, false, CH, MV_NORM, false, false>(kind == DC_QKV ? p.dqkv : p.du, p.dy, w, ws,
+                                                          kind == DC_QKV ? L.norm1 : L.norm2, p.B, N, K, p.eps,
+                                                          bx, by);
+        break;
+    case DC_OUT: {
+        const mv_dep_att a = {p.dqkv, L.k_cache, L.v_cache, p.cache_stride, p.k, lo, p.heads, p.head_dim, scale};
+        mv_att_body<BT, CH, KV8>(p.dy, w, ws, p.B, N, K, a, bx, by);
+        break;
+    }
+    case DC_FFN_OUT:
+        mv_vec_body<BT, true, CH, MV_ACC, false, false>(p.dy, p.du, w, ws, nullptr, p.B, N, K, 0.0f, bx, by);
+        break;
+    default:
+        mv_vec_body<BT, false, CH, MV_PLAIN, false, false>(p.logits, p.dy, w, ws, nullptr, p.B, N, K, 0.0f, bx,
+                                                           by);
+        break;
+    }
+    const unsigned before = cu_chain_arrive(&p.ctl->done[s]);
+    /* The last block of the last stage sets the counters back for the next
+     * launch (a graph replay): every block has taken its ticket (the last
+     * stage's are the highest) and is past its wait (each block arrived on
+     * its stage's counter after its wait, and the last stage's counter is
+     * full only once the one before it was, and so on down), so nothing
+     * reads them again in this launch. */
+    if (threadIdx.x == 0 && kind == DC_HEAD && before + 1 == nby * nh) {
+        atomicExch(&p.ctl->ticket, 0u);
+        for (int i = 0; i <= s; i++) atomicExch(&p.ctl->done[i], 0u);
+    }
+}
+
+/* The chain kernels: grid (blocks of all stages), MV_THREADS threads; lo
+ * and scale: the attention's first key and 1 / sqrt(head_dim), computed
+ * on the host as the out-projection's launcher does. */
+#define DC_KERNEL(name, CH)                                                                                   \
+    template <int BT, bool KV8>                                                                                \
+    __global__ void __launch_bounds__(MV_THREADS, 1)                                                           \
+    name(const MV_GRID_CONST cu_dep_chain_args p, int lo, float scale) {                                      \
+        dc_body<BT, CH, KV8>(p, lo, scale);                                                                    \
+    }
+DC_KERNEL(dep_chain_bf16, uint2)
+DC_KERNEL(dep_chain_q8, uint32_t)
 
 /* Any K and alignment: one element at a time; W bf16, or (Q8) int8 rows
  * with their scales ws; the modes as mv_vec_body's. Grid (ceil(N /
@@ -684,6 +817,67 @@ extern "C" cudaError_t cu_matvec_group_fused(float *y, const float *x, const voi
     if (q8) launch_group_tile<true, MV_NORM>(y, x, gw, G, a, stream);
     else launch_group_tile<false, MV_NORM>(y, x, gw, G, a, stream);
     return cudaGetLastError();
+}
+
+/* ---- the depformer sub-step in one launch: launcher ----------------------- */
+
+/* The vector path's conditions of a product x (B, K) . W^T: bf16 K % 8,
+ * x and w 16-byte aligned; int8 K % 4, x 16- and w 4-byte aligned. */
+static int dc_vec_ok(const void *x, const void *w, int w8, int K) {
+    return w && ((uintptr_t)x % 16) == 0 &&
+           (w8 ? K % 4 == 0 && ((uintptr_t)w % 4) == 0 : K % 8 == 0 && ((uintptr_t)w % 16) == 0);
+}
+
+extern "C" int cu_dep_chain_ok(const cu_dep_chain_args *a) {
+    if (!a || !a->ctl || a->layers < 1 || a->layers > CU_DEP_CHAIN_MAX_LAYERS || a->B < 1 || a->D < 1 ||
+        a->H < 1 || a->card < 1 || a->k < 0 || a->k >= LM_MAX_DEP_Q || a->window <= 0 || !(a->eps >= 0.0f) ||
+        !dc_vec_ok(a->dy, a->head, a->w8, a->D) || (a->w8 && !a->head_s) || ((uintptr_t)a->dqkv % 16) != 0)
+        return 0;
+    for (int l = 0; l < a->layers; l++) {
+        const cu_dep_chain_layer *L = &a->layer[l];
+        if (!dc_vec_ok(a->dy, L->attn_in, a->w8, a->D) || !dc_vec_ok(a->dy, L->ffn_in, a->w8, a->D) ||
+            !dc_vec_ok(a->du, L->ffn_out, a->w8, a->H) ||
+            !cu_matvec_dep_att_ok(L->attn_out, a->w8, a->kv8, a->D, a->heads, a->head_dim) ||
+            ((uintptr_t)L->norm1 % 16) || ((uintptr_t)L->norm2 % 16) || !L->norm1 || !L->norm2 ||
+            (a->w8 && (!L->attn_in_s || !L->attn_out_s || !L->ffn_in_s || !L->ffn_out_s)))
+            return 0;
+    }
+    return 1;
+}
+
+template <int BT, bool KV8>
+static void dc_launch(const cu_dep_chain_args &a, int lo, float scale, unsigned blocks, cudaStream_t stream) {
+    if (a.w8) dep_chain_q8<BT, KV8><<<blocks, MV_THREADS, 0, stream>>>(a, lo, scale);
+    else dep_chain_bf16<BT, KV8><<<blocks, MV_THREADS, 0, stream>>>(a, lo, scale);
+}
+
+/* The batch tile as the stages' own launches choose it (launch_tile). */
+template <int BT>
+static unsigned dc_blocks(const cu_dep_chain_args &a) {
+    const size_t nby = (size_t)(a.B + BT - 1) / BT, rows = (size_t)MV_ROWS;
+    const size_t layer = (3 * (size_t)a.D + rows - 1) / rows + 2 * (((size_t)a.D + rows - 1) / rows) +
+                         (2 * (size_t)a.H + rows - 1) / rows;
+    const size_t n = nby * ((size_t)a.layers * layer + ((size_t)a.card + rows - 1) / rows);
+    return n > 0x7fffffffu ? 0u : (unsigned)n;
+}
+
+template <int BT>
+static cudaError_t dc_tile(const cu_dep_chain_args &a, int lo, float scale, cudaStream_t stream) {
+    const unsigned blocks = dc_blocks<BT>(a);
+    if (!blocks) return cudaErrorInvalidValue;
+    if (a.kv8) dc_launch<BT, true>(a, lo, scale, blocks, stream);
+    else dc_launch<BT, false>(a, lo, scale, blocks, stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_dep_chain(const cu_dep_chain_args *a, cudaStream_t stream) {
+    if (!cu_dep_chain_ok(a)) return cudaErrorInvalidValue;
+    const int lo = a->k + 1 > a->window ? a->k + 1 - a->window : 0;
+    const float scale = 1.0f / sqrtf((float)a->head_dim);
+    if (a->B == 1) return dc_tile<1>(*a, lo, scale, stream);
+    if (a->B == 2) return dc_tile<2>(*a, lo, scale, stream);
+    if (a->B <= 4) return dc_tile<4>(*a, lo, scale, stream);
+    return dc_tile<CU_MATVEC_BATCH_TILE>(*a, lo, scale, stream);
 }
 
 /* The large-batch path's operands: wb = (bf16) w, exact (|q| <= 127 has 8

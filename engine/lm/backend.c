@@ -36,6 +36,7 @@ void lm_gpu_opts_get(const lm_gpu_opts *in, lm_gpu_opts *out) {
     env_choice("MOSHID_CU_MIMI", "gpu", "cpu", &out->codec_host);
     env_choice("MOSHID_CU_GRAPHS", "1", "0", &out->graphs_off);
     env_choice("MOSHID_CU_MIMI_GRAPHS", "1", "0", &out->codec_graphs_off);
+    env_choice("MOSHID_CU_DEP_CHAIN", "1", "0", &out->dep_chain_off);
     const char *gm = getenv("MOSHID_CU_GEMM_MIN_ROWS");
     if (gm) {
         char *end;

@@ -84,6 +84,9 @@ typedef struct lm_gpu_opts {
                              replayed from captured graphs (MOSHID_CU_GRAPHS=0 / 1) */
     int codec_graphs_off; /* the same for the device codec
                              (MOSHID_CU_MIMI_GRAPHS=0 / 1) */
+    int dep_chain_off;    /* 1: a depformer sub-step at the matvec path runs
+                             as its separate launches; 0: as one launch
+                             where it applies (MOSHID_CU_DEP_CHAIN=0 / 1) */
 } lm_gpu_opts;
 
 /* lm_gpu_opts_get: *in (NULL: all defaults) with the environment's

@@ -13,6 +13,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cu_sync.cuh"
+
 #define FULL 0xFFFFFFFFu
 
 /* ---- barriers -------------------------------------------------------------------- */
@@ -170,6 +172,35 @@ __global__ void publish(float *d, int mode) {
     float s = 0.0f;
     for (int j = 0; j < (int)gridDim.x; j++) s += d[16 + 16 * j + t];
     d[80 + t] = s;
+}
+
+/* A chain of two stages of two blocks (16 threads) built from
+ * cuda/cu_sync.cuh's helpers, as the depformer chain (cu_matvec.cu's
+ * dep_chain_*) uses them; the counters in d[0..2] as unsigned (the
+ * launcher zeroes them): ticket, then each stage's done. Stage 0's block j
+ * stores d[16 + 16 j + t] = 100 j + t; stage 1's block j stores d[48 + 16
+ * j + t] = the sum of both (100 + 2 t); the last block of stage 1 sets the
+ * counters back to 0. mode: CHAIN_OK that; CHAIN_BLOCKIDX the stage and
+ * block from blockIdx, not a ticket (a stage-1 block that runs before
+ * stage 0 waits forever); CHAIN_NO_WAIT stage 1 does not wait; CHAIN_NO_FENCE
+ * the arrival without __threadfence (nothing published). */
+enum { CHAIN_OK, CHAIN_BLOCKIDX, CHAIN_NO_WAIT, CHAIN_NO_FENCE };
+__global__ void chain2(float *d, int mode) {
+    __shared__ unsigned slot;
+    unsigned *ctl = reinterpret_cast<unsigned *>(d);
+    const unsigned tk = mode == CHAIN_BLOCKIDX ? blockIdx.x : cu_chain_ticket(&ctl[0], &slot);
+    const int s = (int)tk / 2, j = (int)tk % 2, t = threadIdx.x;
+    if (s == 1 && mode != CHAIN_NO_WAIT) cu_chain_wait(&ctl[1], 2);
+    if (s == 0) d[16 + 16 * j + t] = (float)(100 * j + t);
+    else d[48 + 16 * j + t] = d[16 + t] + d[32 + t];
+    if (mode == CHAIN_NO_FENCE) {
+        __syncthreads();
+        if (t == 0) atomicAdd(&ctl[1 + s], 1u);
+        return;
+    }
+    const unsigned before = cu_chain_arrive(&ctl[1 + s]);
+    if (t == 0 && s == 1 && before + 1 == 2)
+        for (int i = 0; i < 3; i++) atomicExch(&ctl[i], 0u);
 }
 
 __global__ void ldg_shared(float *d) {
@@ -362,6 +393,17 @@ extern "C" cudaError_t ef_publish_mode(float *d, int mode) {
     publish<<<4, 16, 0, 0>>>(d, mode);
     return cudaGetLastError();
 }
+extern "C" cudaError_t ef_chain_mode(float *d, int mode) {
+    cudaError_t e = cudaMemset(d, 0, 3 * sizeof(unsigned));
+    if (e != cudaSuccess) return e;
+    chain2<<<4, 16, 0, 0>>>(d, mode);
+    return cudaGetLastError();
+}
+#define CHAIN_LAUNCHER(name, mode) \
+    extern "C" cudaError_t ef_##name(float *d, int n) { (void)n; return ef_chain_mode(d, mode); }
+CHAIN_LAUNCHER(chain_blockidx, CHAIN_BLOCKIDX)
+CHAIN_LAUNCHER(chain_no_wait, CHAIN_NO_WAIT)
+CHAIN_LAUNCHER(chain_no_fence, CHAIN_NO_FENCE)
 #define PUB_LAUNCHER(name, mode) \
     extern "C" cudaError_t ef_##name(float *d, int n) { (void)n; return ef_publish_mode(d, mode); }
 PUB_LAUNCHER(publish_no_fence, PUB_NO_FENCE)

@@ -57,7 +57,8 @@ EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad
 EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
 EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
 EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait) EF(write_race)
-EF(publish_no_fence) EF(publish_no_atomic) EF(publish_early)
+EF(publish_no_fence) EF(publish_no_atomic) EF(publish_early) EF(chain_blockidx) EF(chain_no_wait) EF(chain_no_fence)
+cudaError_t ef_chain_mode(float *d, int mode);
 #undef EF
 cudaError_t ef_publish_mode(float *d, int mode);
 enum { PUB_OK, PUB_NO_FENCE, PUB_NO_ATOMIC, PUB_EARLY, PUB_NO_RESET };   /* emu_faults.cu publish() */
@@ -1182,6 +1183,69 @@ static void test_publish(void) {
     cudaDeviceReset();
 }
 
+/* The chain of stages (cuda/cu_sync.cuh, emu_faults.cu's chain2): right
+ * with tickets in every block order, twice in a row (the counters set
+ * back); stages by blockIdx hang in reverse block order (the timeout ends
+ * it); no wait, or no fence before the arrival: read-race. */
+static void test_chain(void) {
+    static const emu_order orders[] = {EMU_ORDER_FORWARD, EMU_ORDER_REVERSE, EMU_ORDER_RANDOM};
+    static const char *const onames[] = {"forward", "reverse", "random"};
+    int ok = 1;
+    char line[200] = "";
+    for (int o = 0; o < 3; o++) {
+        cudaDeviceReset();
+        emu_set_block_order(orders[o]);
+        emu_set_race_check(1);
+        void *host;
+        float *d = case_buffer(BUF_INIT, &host);
+        int r = 1;
+        for (int rep = 0; rep < 2 && r; rep++) {
+            float got[NBUF];
+            r = ef_chain_mode(d, 0) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
+            gu_d2h(got, d, sizeof got);
+            for (int t = 0; t < 16 && r; t++) r = got[16 + t] == (float)t && got[32 + t] == (float)(100 + t);
+            for (int t = 0; t < 32 && r; t++) r = got[48 + t] == (float)(100 + 2 * (t % 16));
+            unsigned ctl[3];
+            memcpy(ctl, got, sizeof ctl);
+            r = r && !ctl[0] && !ctl[1] && !ctl[2];
+        }
+        ok &= r;
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s %s", o ? ", " : "", onames[o],
+                 r ? "right" : "WRONG");
+    }
+    emu_set_race_check(0);
+    emu_set_block_order(EMU_ORDER_FORWARD);
+    result(ok, "chain: ticketed stages pass the race check", "two launches in each block order: %s", line);
+    static const struct {
+        const char *name;
+        ef_launcher run;
+        emu_order blocks;
+        emu_fault_kind kind;
+        unsigned bx, tx;
+        const char *why;
+    } bad[] = {
+        {"timeout: chain stages by blockIdx, blocks in reverse", ef_chain_blockidx, EMU_ORDER_REVERSE,
+         EMU_FAULT_TIMEOUT, 3, 0, "longer than 300 ms"},
+        {"read-race: chain stage without its wait", ef_chain_no_wait, EMU_ORDER_FORWARD, EMU_FAULT_READ_RACE, 2, 15,
+         "block #0 of this launch stored to, unpublished"},
+        {"read-race: chain arrival without __threadfence", ef_chain_no_fence, EMU_ORDER_FORWARD,
+         EMU_FAULT_READ_RACE, 2, 14, "block #0 of this launch stored to, unpublished"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cudaDeviceReset();
+        emu_set_order(EMU_ORDER_FORWARD);
+        emu_set_block_order(bad[i].blocks);
+        if (bad[i].kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
+        emu_set_race_check(bad[i].kind == EMU_FAULT_READ_RACE);
+        void *host;
+        float *d = case_buffer(BUF_INIT, &host);
+        bad[i].run(d, NBUF);   /* runs when expect_fault waits (asynchronous streams): the order set till then */
+        expect_fault(bad[i].name, bad[i].kind, "chain2", bad[i].bx, bad[i].tx, bad[i].why);
+        emu_set_block_order(EMU_ORDER_FORWARD);
+    }
+    cudaDeviceReset();
+}
+
 /* ---- 3. resume order ------------------------------------------------------------------------------ */
 
 static void test_orders(void) {
@@ -1522,6 +1586,7 @@ int main(void) {
     test_async_streams();
     test_cublas_shape_workspace();
     test_publish();
+    test_chain();
     test_orders();
     test_attend_orders();
     printf("%d passed, %d failed, 0 skipped\n", n_pass, n_fail);
