@@ -515,7 +515,10 @@ __device__ __forceinline__ void dc_body(const cu_dep_chain_args &p, int lo, floa
 
 /* The chain kernels: grid (blocks of all stages), MV_THREADS threads; lo
  * and scale: the attention's first key and 1 / sqrt(head_dim), computed
- * on the host as the out-projection's launcher does. */
+ * on the host as the out-projection's launcher does. Launch bounds with a
+ * minimum of 1 block per SM: with the maximum alone ptxas held the kernel
+ * to 128 registers and the int8 body of the batch tile of 8 spilled (76
+ * bytes); now 144, no spill (docs/cuda-ptxas.txt). */
 #define DC_KERNEL(name, CH)                                                                                   \
     template <int BT, bool KV8>                                                                                \
     __global__ void __launch_bounds__(MV_THREADS, 1)                                                           \

@@ -262,6 +262,8 @@ typedef struct mopt {
     int peaked;   /* 1: realistic logit spreads (below) */
     int f16;      /* 0: f32 file of bf16-exact values; 1: f32 file of f16-exact values; 2: the same
                      values as an f16 file */
+    int dff;      /* depformer_dim_feedforward (0: T_DFF, whose gated width 44 keeps the bf16
+                     depformer off the one-launch chain: 44 % 8 != 0) */
 } mopt;
 
 typedef struct mk {
@@ -312,7 +314,7 @@ static void write_file(const char *path, const char *text) {
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) die(path, NULL);
 }
 
-static void config_json(char *cfg, size_t len, int dep_q, int context, int card) {
+static void config_json(char *cfg, size_t len, int dep_q, int context, int card, int dff) {
     snprintf(cfg, len,
              "{\"dim\": %d, \"text_card\": %d, \"existing_text_padding_id\": 3, \"n_q\": %d, \"dep_q\": %d,"
              " \"card\": %d, \"num_heads\": %d, \"num_layers\": %d, \"hidden_scale\": 4.125, \"causal\": true,"
@@ -322,7 +324,7 @@ static void config_json(char *cfg, size_t len, int dep_q, int context, int card)
              " \"depformer_context\": %d, \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\","
              " \"depformer_pos_emb\": \"none\", \"depformer_weights_per_step\": true,"
              " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n",
-             T_DIM, T_TEXT_CARD, T_NQ, dep_q, card, T_HEADS, T_LAYERS, context, T_DDIM, T_DFF, T_DHEADS, T_DLAYERS,
+             T_DIM, T_TEXT_CARD, T_NQ, dep_q, card, T_HEADS, T_LAYERS, context, T_DDIM, dff, T_DHEADS, T_DLAYERS,
              dep_q);
 }
 
@@ -382,13 +384,14 @@ static const char *make_model_o(const char *tag, int dep_q, int context, int wei
     snprintf(dir, 512, "%s/%s", tmpdir, tag);
     mkdir(dir, 0700);
     char path[640], cfg[2048];
-    config_json(cfg, sizeof cfg, dep_q, context, card);
+    const int dff = o->dff ? o->dff : T_DFF;
+    config_json(cfg, sizeof cfg, dep_q, context, card, dff);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_file(path, cfg);
     if (!weights) return dir;
     mk m = {.w = st_writer_create(), .seed = 0x5eedULL + (uint64_t)dep_q, .o = o};
     char name[160];
-    int H = gated(T_DIM, (int)(4.125 * T_DIM)), DH = gated(T_DDIM, T_DFF);
+    int H = gated(T_DIM, (int)(4.125 * T_DIM)), DH = gated(T_DDIM, dff);
     float *b;
     for (int k = 0; k < T_NQ; k++) {
         snprintf(name, sizeof name, "emb.%d.weight", k);
@@ -1103,7 +1106,8 @@ static void test_device1_thread(void) {
 
 /* ---- graphs ------------------------------------------------------------------------------------ */
 
-/* The same schedule on b: returns a hash of every sampled token. */
+/* The same schedule on b: returns a hash of every sampled token (logits
+ * 1: every row's logits asked for, the uncaptured path; 2: and hashed). */
 static uint64_t graph_run(lm_backend *b, int steps, int dep_steps, int logits) {
     const lm_config *g = &b->cfg;
     uint64_t h = 1469598103934665603ULL;
@@ -1128,6 +1132,12 @@ static uint64_t graph_run(lm_backend *b, int steps, int dep_steps, int logits) {
             }
         }
         step_or_die(b, s, n);
+        if (logits == 2) {
+            const unsigned char *p[2] = {(const unsigned char *)tl, (const unsigned char *)al};
+            const size_t nb[2] = {sizeof(float) * n * g->text_card, sizeof(float) * n * g->dep_q * g->card};
+            for (int v = 0; v < 2; v++)
+                for (size_t i = 0; i < nb[v]; i++) h = (h ^ p[v][i]) * 1099511628211ULL;
+        }
         for (int i = 0; i < n; i++) {
             h = (h ^ (uint64_t)(s[i].out_text + 1)) * 1099511628211ULL;
             for (int k = 0; k < g->dep_q; k++) h = (h ^ (uint64_t)(s[i].out_audio[k] + 2)) * 1099511628211ULL;
@@ -1167,6 +1177,93 @@ static void test_graphs(const char *variant, int dep_q, int dep_steps) {
            "logits requested (uncaptured, after a slot reset) %s",
            steps, dep_steps, ha == hb ? "identical" : "DIFFER",
            dep_steps >= 0 ? "not run" : ha == hc ? "identical" : "DIFFER");
+    lm_backend_close(a);
+    lm_backend_close(b);
+}
+
+/* The emulator's counters (emu.h's emu_stats; its first field: kernels
+ * run, graph replays' included). Weak: NULL on a device build. */
+void emu_stats_get(void *s) __attribute__((weak));
+static uint64_t emu_kernels_run(void) {
+    uint64_t st[32] = {0};   /* more than emu_stats' fields */
+    emu_stats_get(st);
+    return st[0];
+}
+
+/* The depformer sub-step as one launch (cu_dep_chain) inside the backend:
+ * a backend with it (the default) against one with MOSHID_CU_DEP_CHAIN=0,
+ * graphs on, the matvec path (the backend's own crossover): the same
+ * tokens from graph replays (batches of 2 and 3), the same logits bit for
+ * bit on the uncaptured path; and on the emulator the kernels of a batch-1
+ * step replay: embeddings, 6 per temporal layer, the text head, the
+ * depformer inputs, the text sampler, then per sub-step the chain and its
+ * sampler (without the chain: 4 per depformer layer and the head instead
+ * of the chain). w8, kv8: the int8 schemes; dff: the depformer's
+ * feed-forward (the bf16 chain needs its gated width % 8 == 0). */
+static void test_dep_chain(const char *scheme, int w8, int kv8, int dff) {
+    char name[96];
+    snprintf(name, sizeof name, "dep_chain/%s", scheme);
+    if (!begin(name)) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "chain-%s", scheme);
+    const mopt mo = {.dff = dff};
+    const int dep_q = 8;
+    const char *dir = make_model_o(tag, dep_q, 6, 1, &mo);
+    q8_weights = w8;
+    q8_kv = kv8;
+    knobs(1, 0);
+    /* Until the emulator's race check knows transitive publication and
+     * orders a store after the reads published to it (helper A's work,
+     * s5-race), the chain's correct ordering reads as races there: the
+     * check is off while this case runs (backend_test_emu.sh runs the rest
+     * of the suite with the chain off, MOSHID_CU_DEP_CHAIN=0). */
+    if (emu_set_race_check) emu_set_race_check(0);
+    const char *was = getenv("MOSHID_CU_DEP_CHAIN");
+    char saved[16] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    unsetenv("MOSHID_CU_DEP_CHAIN");
+    lm_backend *a = open_b(&lm_cuda_backend, dir, 4, 0);
+    setenv("MOSHID_CU_DEP_CHAIN", "0", 1);
+    lm_backend *b = open_b(&lm_cuda_backend, dir, 4, 0);
+    if (was) setenv("MOSHID_CU_DEP_CHAIN", saved, 1);
+    else unsetenv("MOSHID_CU_DEP_CHAIN");
+    const int steps = 3, dep_steps = 2;
+    uint64_t ha = graph_run(a, steps, dep_steps, 0), hb = graph_run(b, steps, dep_steps, 0);
+    /* one batch-1 step on slot 3 (all sub-steps), counting the kernels it runs */
+    const lm_config *g = &a->cfg;
+    uint64_t nk[2] = {0, 0};
+    int node_ok = 1;
+    if (emu_stats_get) {
+        lm_backend *bk[2] = {a, b};
+        for (int v = 0; v < 2; v++) {
+            lm_step_slot s1;
+            memset(&s1, 0, sizeof s1);
+            s1.slot = 3;
+            for (int i = 0; i < g->n_streams; i++) s1.tokens[i] = i == 0 ? g->text_card : g->card;
+            lm_samp_defaults(&s1.samp, 77);
+            s1.dep_steps = -1;
+            const uint64_t k0 = emu_kernels_run();
+            step_or_die(bk[v], &s1, 1);
+            nk[v] = emu_kernels_run() - k0;
+        }
+        const uint64_t head = 1 + 6 * (uint64_t)g->num_layers + 3;
+        node_ok = nk[0] == head + 2 * (uint64_t)dep_q &&
+                  nk[1] == head + (uint64_t)dep_q * (4 * (uint64_t)g->depformer_num_layers + 2);
+    }
+    ms_error e = {0};
+    for (int sl = 0; sl < 4; sl++)
+        if (lm_backend_reset_slot(a, sl, &e) != MS_OK || lm_backend_reset_slot(b, sl, &e) != MS_OK)
+            die("reset_slot", &e);
+    uint64_t la = graph_run(a, steps, dep_steps, 2), lb = graph_run(b, steps, dep_steps, 2);
+    if (emu_set_race_check) emu_set_race_check(getenv("EMU_RACE") && !strcmp(getenv("EMU_RACE"), "1"));
+    q8_weights = q8_kv = 0;
+    char nodes[160] = "not counted (device)";
+    if (emu_stats_get)
+        snprintf(nodes, sizeof nodes, "%llu kernels (chain) vs %llu (launches) in a batch-1 step replay%s",
+                 (unsigned long long)nk[0], (unsigned long long)nk[1], node_ok ? "" : " (UNEXPECTED counts)");
+    result(ha == hb && la == lb && node_ok, name,
+           "%d steps, %d sub-steps: replayed tokens %s, uncaptured logits and tokens %s; %s", steps, dep_steps,
+           ha == hb ? "identical" : "DIFFER", la == lb ? "bit for bit" : "DIFFER", nodes);
     lm_backend_close(a);
     lm_backend_close(b);
 }
@@ -2111,6 +2208,8 @@ int main(int argc, char **argv) {
     test_snapshot();
     test_graphs("kyutai", 8, -1);
     test_graphs("personaplex", 16, 8);
+    test_dep_chain("bf16", 0, 0, 48);
+    test_dep_chain("int8", 1, 1, 0);
     test_random();
     test_codec();
     test_teacher_forced_mkmodel(8);    /* Kyutai-shaped */
