@@ -28,7 +28,13 @@
  * prologue into shared memory, then the product with the add
  * (matvec_*_att_acc: the attention's launch saved), and G products of one
  * input in one launch (matvec_*_group: its dep_q input projections).
+ * And the whole depformer sub-step, every one of those products of every
+ * layer and the head, as the stages of one launch (dep_chain_*: a block
+ * per block of each stage's launch, ordered by tickets; cuda/cu_sync.cuh).
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
+ * (Over STYLE's 800 lines: the chain runs every body of this file inlined
+ * into one kernel, and nvcc without relocatable device code sees device
+ * functions of one translation unit only.)
  */
 #include "cu_kern.h"
 #include "cu_norm.cuh"

@@ -511,7 +511,7 @@ END_TEST
 /* lm_gpu_opts_get: the environment over the options. */
 START_TEST(test_cuda_env) {
     static const char *const vars[] = {"MOSHID_CU_MIMI", "MOSHID_CU_GRAPHS", "MOSHID_CU_MIMI_GRAPHS",
-                                       "MOSHID_CU_GEMM_MIN_ROWS"};
+                                       "MOSHID_CU_GEMM_MIN_ROWS", "MOSHID_CU_DEP_CHAIN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
     lm_gpu_opts in = {.codec_host = 1, .gemm_min_rows = 7, .graphs_off = 1, .codec_graphs_off = 0}, out;
     lm_gpu_opts_get(&in, &out);
@@ -537,6 +537,18 @@ START_TEST(test_cuda_env) {
     setenv("MOSHID_CU_GEMM_MIN_ROWS", "2x", 1);
     lm_gpu_opts_get(&in, &out);
     ck_assert_int_eq(out.gemm_min_rows, 7);
+    /* the depformer chain's test knob: 0 turns it off, 1 on, else the option */
+    ck_assert_int_eq(out.dep_chain_off, 0);
+    setenv("MOSHID_CU_DEP_CHAIN", "0", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert_int_eq(out.dep_chain_off, 1);
+    in.dep_chain_off = 1;
+    setenv("MOSHID_CU_DEP_CHAIN", "1", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert_int_eq(out.dep_chain_off, 0);
+    setenv("MOSHID_CU_DEP_CHAIN", "off", 1);
+    lm_gpu_opts_get(&in, &out);
+    ck_assert_int_eq(out.dep_chain_off, 1);
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 END_TEST

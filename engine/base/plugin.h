@@ -14,8 +14,9 @@
 #include "err.h"
 
 /* Bumped whenever moshid_plugin or the backend table changes shape. */
-#define MOSHID_PLUGIN_ABI 6   /* 2: backend interface v2 (backend.h LM_BACKEND_VERSION); 3: lm_config.window, dep_window;
-                                 4: lm_backend_opts.random_weights; 5: interface v3 (frame_stages); 6: lm_backend_opts.gpu */
+#define MOSHID_PLUGIN_ABI 7   /* 2: backend interface v2 (backend.h LM_BACKEND_VERSION); 3: lm_config.window, dep_window;
+                                 4: lm_backend_opts.random_weights; 5: interface v3 (frame_stages); 6: lm_backend_opts.gpu;
+                                 7: lm_gpu_opts.dep_chain_off */
 #define MOSHID_PLUGIN_SYMBOL "moshid_plugin_entry"
 
 typedef struct moshid_plugin {

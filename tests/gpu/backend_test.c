@@ -1216,8 +1216,10 @@ static void test_dep_chain(const char *scheme, int w8, int kv8, int dff) {
      * orders a store after the reads published to it (helper A's work,
      * s5-race), the chain's correct ordering reads as races there: the
      * check is off while this case runs (backend_test_emu.sh runs the rest
-     * of the suite with the chain off, MOSHID_CU_DEP_CHAIN=0). */
-    if (emu_set_race_check) emu_set_race_check(0);
+     * of the suite with the chain off, MOSHID_CU_DEP_CHAIN=0; EMU_CHAIN_RACE=1
+     * keeps the check on, to see what it reports). */
+    const int chain_race = getenv("EMU_CHAIN_RACE") && !strcmp(getenv("EMU_CHAIN_RACE"), "1");
+    if (emu_set_race_check && !chain_race) emu_set_race_check(0);
     const char *was = getenv("MOSHID_CU_DEP_CHAIN");
     char saved[16] = "";
     if (was) snprintf(saved, sizeof saved, "%s", was);
