@@ -464,6 +464,14 @@ __device__ __forceinline__ void dc_body(const cu_dep_chain_args &p, int lo, floa
         kind = DC_FFN_OUT, nx = nd, np = ni;
     }
     const int s = 4 * l + (kind == DC_HEAD ? 0 : kind), bx = (int)(j % nx), by = (int)(j / nx);
+#ifdef MOSHID_EMU_DEVICE_H
+    /* gpu-model samples the grid's blocks, but a chain must run every one
+     * (its counters): an unsampled virtual block skips its work and still
+     * waits and arrives (emu_traffic_vblock_skip, tests/gpu/emu/emu.h) */
+    const bool skip = emu_traffic_vblock_skip(t) != 0;
+#else
+    constexpr bool skip = false;
+#endif
     const cu_dep_chain_layer &L = p.layer[l < p.layers ? l : 0];
     const void *w;
     const float *ws;
@@ -475,7 +483,7 @@ __device__ __forceinline__ void dc_body(const cu_dep_chain_args &p, int lo, floa
     case DC_FFN_OUT: w = L.ffn_out; ws = L.ffn_out_s; N = p.D; K = p.H; break;
     default: w = p.head; ws = p.head_s; N = p.card; K = p.D; break;
     }
-    if (s > 0) {
+    if (s > 0 && !skip) {
         /* The block's weight rows do not depend on the stage before: ask
          * for them into L2 now, so that the wait overlaps their reads (the
          * point of the chain: the weights stream while earlier stages
@@ -484,9 +492,10 @@ __device__ __forceinline__ void dc_body(const cu_dep_chain_args &p, int lo, floa
         const int n0 = bx * MV_ROWS, nr = min(MV_ROWS, N - n0);
         for (size_t i = threadIdx.x; i < (size_t)nr * lines; i += MV_THREADS)
             cu_prefetch_l2(static_cast<const char *>(w) + (size_t)(n0 + (int)(i / lines)) * row + i % lines * 128);
-        cu_chain_wait(&p.ctl->done[s - 1], nby * np);
     }
-    switch (kind) {
+    if (s > 0) cu_chain_wait(&p.ctl->done[s - 1], nby * np);
+    switch (skip ? -1 : kind) {
+    case -1: break;
     case DC_QKV:
     case DC_FFN_IN:
         mv_vec_body<BT, false, CH, MV_NORM, false, false>(kind == DC_QKV ? p.dqkv : p.du, p.dy, w, ws,
