@@ -23,7 +23,10 @@
  *     device 0); allocation calls counted.
  *     Publication between blocks: a last-block reduction (fence, atomic,
  *     counter reset) passes the race check in every block order, and a
- *     counter not reset shows in a second launch.
+ *     counter not reset shows in a second launch; ordered chains (three
+ *     stages ordered transitively, a store after published reads or a
+ *     published store) pass in every block order, and an __ldg of an
+ *     earlier launch's stores passes.
  *  3. Resume order: the project's kernels give bit-identical results under
  *     every resume order; the LM attention under every block order.
  * One line per test, then "N passed, N failed, 0 skipped"; exit 1 on a
