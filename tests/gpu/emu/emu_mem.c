@@ -338,7 +338,12 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
                                             : (uint64_t)(uintptr_t)pc);
         if (a->kind == EMU_A_DEVICE && emu_traffic_stride() > 1) return;   /* sampled: skipped blocks wrote nothing */
     }
-    if (E.race_check && a->kind == EMU_A_DEVICE) emu_race_access(a, p, n, flags, site, pc);
+    /* the race check; a load (__ldg too) of a buffer no block stored to in this launch, by a block that has
+     * executed no atomic, has nothing to check or note (most loads: weights, inputs): not even a call */
+    if (E.race_check && a->kind == EMU_A_DEVICE &&
+        ((flags & (EMU_STORE | EMU_ATOMIC)) || a->race_launch == E.stats.launches + 1 ||
+         E.race_atomic_gen == E.block_gen))
+        emu_race_access(a, p, n, flags, site, pc);
     if (!a->shadow) return;
     unsigned char *sh = a->shadow + (p - a->ptr);
     if (flags & EMU_LOAD)

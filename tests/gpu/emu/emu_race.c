@@ -226,6 +226,7 @@ static void race_atomic(emu_alloc *a, const char *p, size_t n) {
     const uint32_t blk = race_block();
     const uint64_t launch = L.launch;
     RB.atomics = 1;
+    E.race_atomic_gen = E.block_gen;   /* emu_check's shortcut: this block's loads are noted from now on */
     if (race_tab_ready()) {   /* the bytes an atomic wrote: a __ldg of them is stale (race_ldg) */
         a->race_launch = launch;
         for (size_t i = 0; i < n; i++) {
