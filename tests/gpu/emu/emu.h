@@ -200,6 +200,18 @@ void emu_traffic_sample(unsigned stride);
  * attention's over its splits, then sees all of its column's blocks while
  * the columns are still sampled). NULL or "": none. */
 void emu_traffic_whole_z(const char *prefix);
+/* emu_traffic_whole: kernels whose name starts with prefix run every block
+ * whatever the stride (blocks that wait for each other through tickets and
+ * counters, as the depformer's chain: a sampled grid would leave its
+ * counters short and its waits unsatisfied). NULL or "": none. */
+void emu_traffic_whole(const char *prefix);
+/* emu_traffic_vblock_skip: called by a block of such a kernel with the
+ * virtual block it took (its ticket); 1 when sampling is on and that
+ * virtual block is not a sampled one: the block then skips its work (it
+ * still takes part in the tickets and counters) and counts as not run, so
+ * the launch's counts are scaled as a sampled grid's. 0 otherwise (no
+ * sampling, or a kernel that is not run whole). */
+int emu_traffic_vblock_skip(unsigned long long vblock);
 void emu_traffic_stop(void);
 /* emu_traffic_reset: empty the table (counting goes on). */
 void emu_traffic_reset(void);
