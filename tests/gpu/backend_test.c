@@ -1212,14 +1212,6 @@ static void test_dep_chain(const char *scheme, int w8, int kv8, int dff) {
     q8_weights = w8;
     q8_kv = kv8;
     knobs(1, 0);
-    /* Until the emulator's race check knows transitive publication and
-     * orders a store after the reads published to it (helper A's work,
-     * s5-race), the chain's correct ordering reads as races there: the
-     * check is off while this case runs (backend_test_emu.sh runs the rest
-     * of the suite with the chain off, MOSHID_CU_DEP_CHAIN=0; EMU_CHAIN_RACE=1
-     * keeps the check on, to see what it reports). */
-    const int chain_race = getenv("EMU_CHAIN_RACE") && !strcmp(getenv("EMU_CHAIN_RACE"), "1");
-    if (emu_set_race_check && !chain_race) emu_set_race_check(0);
     const char *was = getenv("MOSHID_CU_DEP_CHAIN");
     char saved[16] = "";
     if (was) snprintf(saved, sizeof saved, "%s", was);
@@ -1257,7 +1249,6 @@ static void test_dep_chain(const char *scheme, int w8, int kv8, int dff) {
         if (lm_backend_reset_slot(a, sl, &e) != MS_OK || lm_backend_reset_slot(b, sl, &e) != MS_OK)
             die("reset_slot", &e);
     uint64_t la = graph_run(a, steps, dep_steps, 2), lb = graph_run(b, steps, dep_steps, 2);
-    if (emu_set_race_check) emu_set_race_check(getenv("EMU_RACE") && !strcmp(getenv("EMU_RACE"), "1"));
     q8_weights = q8_kv = 0;
     char nodes[160] = "not counted (device)";
     if (emu_stats_get)

@@ -1941,7 +1941,6 @@ static void test_mimi_kernels(void) {
 
 /* Set on the emulator only (weak, as emu_last_kernel). */
 void emu_set_block_order(int order) __attribute__((weak));   /* emu_order: 0 forward, 1 reverse, 2 random */
-void emu_set_race_check(int on) __attribute__((weak));
 
 /* A depformer's weights at one sub-step, on the device: bf16 rows, or
  * (w8) int8 rows with their scales in buffers of their own. */
@@ -2002,7 +2001,9 @@ static void dc_launches(const cu_dep_chain_args *a) {
  * 0..K-1 of a 2-layer depformer: dy, the logits and both caches bit for
  * bit, one counter block for every launch (each launch must leave it at 0
  * for the next). On the emulator in every block order (forward, reverse,
- * random: the tickets, not the order, must decide the stages), and (graph)
+ * random: the tickets, not the order, must decide the stages; under
+ * engine_test_emu.sh's EMU_RACE=1 the race check follows the chain's
+ * publications), and (graph)
  * the K launches captured into a graph replayed twice. w8: int8 rows; kv8:
  * the int8 cache; B > 8: two batch tiles. */
 static void dep_chain_case(int B, int w8, int kv8, int graph) {
@@ -2084,13 +2085,6 @@ static void dep_chain_case(int B, int w8, int kv8, int graph) {
     }
     /* the chain: each block order on the emulator (one pass on a device), or graph replays */
     const int passes = graph ? 2 : emu_set_block_order ? 3 : 1;
-    /* Until the emulator's race check knows transitive publication and
-     * orders a store after reads that were published to it (helper A's
-     * work, s5-race), the chain's correct ordering reads as races there
-     * (docs/cuda.md): the check is off for this case (EMU_CHAIN_RACE=1
-     * keeps it on, to see what it reports). */
-    const int chain_race = getenv("EMU_CHAIN_RACE") && !strcmp(getenv("EMU_CHAIN_RACE"), "1");
-    if (emu_set_race_check && !chain_race) emu_set_race_check(0);
     const char *bad = NULL;
     long at = -1;
     int bad_pass = -1;
@@ -2149,7 +2143,6 @@ static void dep_chain_case(int B, int w8, int kv8, int graph) {
         if (bad) bad_pass = p;
     }
     if (emu_set_block_order) emu_set_block_order(0);
-    if (emu_set_race_check) emu_set_race_check(getenv("EMU_RACE") && !strcmp(getenv("EMU_RACE"), "1"));
     const char *ran = emu_last_kernel ? emu_last_kernel() : "";
     const char *want_k = w8 ? "dep_chain_q8<" : "dep_chain_bf16<";
     if (!bad && emu_last_kernel && strncmp(ran, want_k, strlen(want_k))) bad = "the chain's kernel did not run";

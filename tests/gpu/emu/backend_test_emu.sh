@@ -21,12 +21,7 @@ t0=$(date +%s.%N)
 # bit-identical codes and PCM, which is the MOSHID_CU_MIMI=cpu path; the
 # device codec (within float rounding of the CPU's) is mimi-test's, through
 # cu_mimi and through this backend table (tests/gpu/mimi_test.c).
-# MOSHID_CU_DEP_CHAIN=0: the depformer's one-launch chain (cu_dep_chain)
-# orders its stages by publication chains that the race check does not
-# follow yet (transitive publication, a store after reads published to
-# it: helper A's emulator work); until that lands the chain runs in its
-# own cases (dep_chain/*, the check off there), the rest with the chain off.
-out=$(EMU_RACE=1 MOSHID_CU_DEP_CHAIN=0 MOSHID_CU_MIMI=cpu MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
+out=$(EMU_RACE=1 MOSHID_CU_MIMI=cpu MKMODEL=$BUILD/moshid-mkmodel timeout -k 10 600 "$bin" 2>&1); rc=$?
 t1=$(date +%s.%N)
 printf '%s\n' "$out"
 sum=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
