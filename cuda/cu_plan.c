@@ -168,12 +168,18 @@ static size_t workspace_bytes(const lm_config *c, size_t rows, size_t ctx, int *
     size_t H = (size_t)c->hidden, Hd = (size_t)c->dep_hidden;
     size_t Q = (size_t)c->dep_q;
     size_t f = 0;   /* floats per row */
-    /* temporal: residual x, normed x, q k v, attention out (D each), the
-     * gated FFN's 2H input and H product */
-    f = add(ovf, f, add(ovf, 6 * D, 3 * H));
-    /* depformer: the same for dd and Hd, plus its K/V over the dep_q
-     * sub-steps of every depformer layer (float32: it lives one step) */
+    /* temporal (cu_backend.c's buffers): residual x, q k v, attention out,
+     * the int8 GEMM path's product before its add (D each; the norms are
+     * folded into the products, no normed copy), the gated FFN's 2H input
+     * and H product, and a prefill chunk's staged bf16 K/V (2D bf16: D
+     * floats) */
+    f = add(ovf, f, add(ovf, 7 * D, 3 * H));
+    /* depformer: the same for dd and Hd (no staged K/V), the dep_q input
+     * projections made before the first sub-step (dinp), plus its K/V over
+     * the dep_q sub-steps of every depformer layer (float32: it lives one
+     * step) */
     f = add(ovf, f, add(ovf, 6 * dd, 3 * Hd));
+    f = add(ovf, f, mul(ovf, Q, dd));
     f = add(ovf, f, mul3(ovf, 2 * (size_t)c->depformer_num_layers, Q, dd));
     /* logits sampled from: text, then dep_q x card */
     f = add(ovf, f, add(ovf, (size_t)c->text_card, mul(ovf, Q, (size_t)c->card)));
