@@ -99,10 +99,11 @@ struct kv_dst {
 };
 
 /* One block per row: rotate q and k (the first two thirds of the row) as
- * kern_rope does (cu_rope.cuh: f = expf(i * rope_k), angle f * (float)pos,
- * float cos and sin; the QKV product's epilogue shares it), then the row's key and value to dst: bf16(k rotated) and
- * bf16(v); or (T int8) the rotated key and the value, a warp per head,
- * quantized with their scales (k's heads, then v's). */
+ * kern_rope does (cu_rope.cuh, which the QKV product's epilogue shares:
+ * f = expf(i * rope_k), angle f * (float)pos, float cos and sin), then the
+ * row's key and value to dst: bf16(k rotated) and bf16(v); or (T int8) the
+ * rotated key and the value, a warp per head, quantized with their scales
+ * (k's heads, then v's). */
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
 qkv_rope_kernel(float *qkv, kv_dst<T> dst, const int64_t *pos, int heads, int head_dim, float rope_k) {

@@ -2141,8 +2141,8 @@ static void test_rope_in_qkv(void) {
     step_count bf = step_kernels(dir, 0, 0, 0), w8 = step_kernels(dir, 1, 0, 0), kv8 = step_kernels(dir, 1, 1, 0),
                gemm = step_kernels(dir, 0, 0, 1);
     const int L = bf.layers;
-    int ok = L > 0 && bf.fused == L && bf.rope == 0 && w8.fused == L && w8.rope == 0 && kv8.fused == 0 && kv8.rope == L &&
-             gemm.fused == 0 && gemm.rope == L && kv8.total - w8.total == L;
+    int ok = L > 0 && bf.fused == L && bf.rope == 0 && w8.fused == L && w8.rope == 0 && kv8.fused == 0 &&
+             kv8.rope == L && gemm.fused == 0 && gemm.rope == L && kv8.total - w8.total == L;
     result(ok, name, "B=1, %d layers: matvec bf16 K/V %ld launches (%ld fused RoPE, %ld RoPE), int8 weights %ld (%ld, "
            "%ld), int8 K/V %ld (%ld, %ld: %ld more), GEMM path %ld (%ld, %ld)", L, bf.total, bf.fused, bf.rope,
            w8.total, w8.fused, w8.rope, kv8.total, kv8.fused, kv8.rope, kv8.total - w8.total, gemm.total, gemm.fused,
