@@ -31,7 +31,10 @@
  * measured; from 16 rows they are cuBLAS GEMMs, priced from their shapes.
  *
  * Model (per launch): time = max(DRAM bytes / (HBM peak x fraction),
- * FLOPs / tensor peak (GEMMs only)) + one graph kernel node's cost. DRAM
+ * FLOPs / tensor peak (GEMMs only)) + one graph kernel node's cost; a
+ * chain (dep_chain_*: a depformer sub-step's stages in one launch, ordered
+ * by counters in memory) at the HBM share the one published kernel of that
+ * kind reached (H200_CHAIN_FRACTION), every block of it run. DRAM
  * bytes are the emulator's distinct sectors per buffer and launch (see
  * emu_traffic.c). The floor of a step: the bytes it must read (every
  * weight matrix it uses once, the K/V of every row's window) at the HBM
@@ -89,6 +92,11 @@
 #define H200_GEMM_FRACTION 0.7        /* of it a cuBLAS GEMM of these shapes reaches */
 #define H200_NODE_US 1.3              /* one kernel node of a graph replay: an empty kernel on an H100
                                        * under CUDA graphs (Hazy Research, 2025; docs/cuda.md) */
+#define H200_CHAIN_FRACTION 0.78      /* HBM share of a chain (stages in one launch, ordered by counters in
+                                       * memory: cuda/cu_sync.cuh): what the one published kernel of that kind,
+                                       * a whole Llama-1B forward in one launch at batch 1, reached on an H100
+                                       * (Hazy Research, 2025; docs/cuda.md) */
+#define CHAIN_PREFIX "dep_chain"      /* the kernels priced so, and run whole (emu_traffic_whole) */
 
 /* ---- the released 7B (spec/moshi-lm.md section 2; lm-bench --shape 7b) ------------------ */
 #define M_DIM 4096
@@ -239,7 +247,8 @@ static void price(const ttab *t) {
         r->gl_bytes += t->r[i].gl_bytes;
         r->gl_sectors += t->r[i].gl_sectors;
         r->flops += t->r[i].flops;
-        double us = fmax(t->r[i].dram / launches / (H200_HBM_BPS * H200_HBM_FRACTION),
+        const int chain = !strncmp(t->r[i].name, CHAIN_PREFIX, strlen(CHAIN_PREFIX));
+        double us = fmax(t->r[i].dram / launches / (H200_HBM_BPS * (chain ? H200_CHAIN_FRACTION : H200_HBM_FRACTION)),
                          t->r[i].gemm ? t->r[i].flops / launches / (H200_BF16_FLOPS * H200_GEMM_FRACTION) : 0.0) *
                         1e6 + H200_NODE_US;
         r->us += us * launches;
@@ -490,9 +499,9 @@ int main(void) {
     g_dhidden = lm_gated_hidden(M_DDIM, M_DFF);
     emu_set_quiet(0);
     printf("gpu-model: the LM step at the 7B's geometry on the emulator (blocks sampled 1 in %d); H200: HBM %.1f TB/s "
-           "x %.2f, bf16 %.0f TFLOP/s x %.2f, %.1f us a graph node (docs/cuda.md)\n\n",
-           EMU_MODEL_STRIDE, H200_HBM_BPS / 1e12, H200_HBM_FRACTION, H200_BF16_FLOPS / 1e12, H200_GEMM_FRACTION,
-           H200_NODE_US);
+           "x %.2f (%s* chains x %.2f), bf16 %.0f TFLOP/s x %.2f, %.1f us a graph node (docs/cuda.md)\n\n",
+           EMU_MODEL_STRIDE, H200_HBM_BPS / 1e12, H200_HBM_FRACTION, CHAIN_PREFIX, H200_CHAIN_FRACTION,
+           H200_BF16_FLOPS / 1e12, H200_GEMM_FRACTION, H200_NODE_US);
     static const int batches[] = {1, 8, 64}, positions[] = {0, 3000};
     double ms[3][2], fl[3][2];
     const int no_lm = getenv("GPU_MODEL_NO_LM") != NULL;
@@ -503,6 +512,9 @@ int main(void) {
     emu_set_device_bytes(M_DEVICE_BYTES);
     /* the attention's last block of a row and head combines its splits: sampled by (head, row), every split */
     emu_traffic_whole_z("attend_ring_kernel");
+    /* a chain's blocks wait for each other's stages (tickets and counters): every block runs, or its counters
+     * stay short */
+    emu_traffic_whole(CHAIN_PREFIX);
     static ttab whole[M_POINTS];
     if (!no_lm) {
         mpoint pts[M_POINTS];
@@ -528,6 +540,7 @@ int main(void) {
     emu_set_lazy(0);
     emu_set_device_bytes(0);
     emu_traffic_whole_z(NULL);
+    emu_traffic_whole(NULL);
     printf("predicted H200 8-bit step (int8 weights and K/V): B=1 pos=3000 %.2f ms (floor %.2f ms); B=128 pos=3000 "
            "%.2f ms (floor %.2f ms)\n\n", ms8[0], fl8[0], ms8[1], fl8[1]);
     if (!getenv("GPU_MODEL_NO_CODEC")) {

@@ -43,8 +43,9 @@ extern "C" {
     X(EMU_FAULT_SIGNAL, "signal", cudaErrorLaunchFailure)                         \
     X(EMU_FAULT_TIMEOUT, "timeout", cudaErrorLaunchFailure)                       \
     X(EMU_FAULT_ASYNC_COPY, "async-copy", cudaErrorLaunchFailure)                 \
-    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)             \
-    X(EMU_FAULT_READ_RACE, "read-race", cudaErrorLaunchFailure)
+    X(EMU_FAULT_WRITE_RACE, "write-race", cudaErrorLaunchFailure)                 \
+    X(EMU_FAULT_READ_RACE, "read-race", cudaErrorLaunchFailure)                   \
+    X(EMU_FAULT_NC_STALE, "nc-stale", cudaErrorLaunchFailure)
 
 #define EMU_FAULT_ENUM_(e, name, err) e,
 typedef enum emu_fault_kind { EMU_FAULT_KINDS(EMU_FAULT_ENUM_) EMU_FAULT_NKINDS } emu_fault_kind;
@@ -106,19 +107,26 @@ void emu_inject_fault(unsigned n);
 void emu_inject_alloc_failure(unsigned n);
 /* emu_set_race_check: 1 = races between the blocks of one launch fault
  * (blocks run one after the other here, so such a pair is otherwise never
- * seen): a plain (not atomic) store to device memory that another block
- * of the launch has stored to (kind write-race); a load of device memory
- * that another block of the launch stored to, unless that store was
- * published to this block (kind read-race); a store to device memory that
- * another block read after its first atomic of the launch (read-race: it
- * read before the writer arrived). Publication, the pattern of a
- * last-block reduction: the writing block executes __threadfence() after
- * its stores and then an atomic on some address X; the reading block's
- * atomic on X comes after that one. Fences count per block (a fence by
- * any thread of the block covers the block's earlier stores: the kernel's
- * barrier before its atomic makes that so on a device). Off by default
- * (hash probes per byte accessed); EMU_RACE=1 turns it on for a whole
- * run. */
+ * seen; emu_race.c). Block B's access to a byte that block A accessed
+ * before must be ordered after A's through a publication: A executes
+ * __threadfence() after its access and then an atomic on some address X,
+ * and B's atomic on X comes after that one. Ordering is transitive: B also
+ * acquires what A had acquired before that fence (a chain of stages, each
+ * waiting on the previous one's counter, orders the last after the
+ * first). Faults: a plain (not atomic) store to device memory that another
+ * block stored to, not ordered before it (kind write-race); a load of
+ * device memory another block stored to, not ordered (read-race); a store
+ * to device memory that another block read after its first atomic of the
+ * launch, that read not ordered before the store (read-race: read before
+ * the writer arrived; every such reader is checked); a __ldg of device
+ * memory that any block, this one included, stored to or wrote atomically
+ * in the launch, published or not (nc-stale: the non-coherent path is
+ * defined only for data read-only for the whole kernel). Fences count per
+ * block (a fence by any thread of the block covers the block's earlier
+ * accesses and acquisitions: the kernel's barrier before its atomic makes
+ * that so on a device). Past its tables' limits a byte or a launch goes
+ * unchecked (a missed race, never a false fault). Off by default (hash
+ * probes per byte accessed); EMU_RACE=1 turns it on for a whole run. */
 void emu_set_race_check(int on);
 /* emu_capture_cold_kernels: how many kernels so far had their first launch
  * recorded into a graph capture, never launched outside one before (with
@@ -192,6 +200,18 @@ void emu_traffic_sample(unsigned stride);
  * attention's over its splits, then sees all of its column's blocks while
  * the columns are still sampled). NULL or "": none. */
 void emu_traffic_whole_z(const char *prefix);
+/* emu_traffic_whole: kernels whose name starts with prefix run every block
+ * whatever the stride (blocks that wait for each other through tickets and
+ * counters, as the depformer's chain: a sampled grid would leave its
+ * counters short and its waits unsatisfied). NULL or "": none. */
+void emu_traffic_whole(const char *prefix);
+/* emu_traffic_vblock_skip: called by a block of such a kernel with the
+ * virtual block it took (its ticket); 1 when sampling is on and that
+ * virtual block is not a sampled one: the block then skips its work (it
+ * still takes part in the tickets and counters) and counts as not run, so
+ * the launch's counts are scaled as a sampled grid's. 0 otherwise (no
+ * sampling, or a kernel that is not run whole). */
+int emu_traffic_vblock_skip(unsigned long long vblock);
 void emu_traffic_stop(void);
 /* emu_traffic_reset: empty the table (counting goes on). */
 void emu_traffic_reset(void);

@@ -28,7 +28,7 @@ ifneq ($(SAN),1)
 EMU_DIR := tests/gpu/emu
 EMU_OUT := $(BUILD)/emu
 EMU_CU2EMU := $(EMU_OUT)/cu2emu
-EMU_RT_OBJS := $(patsubst %,$(EMU_OUT)/$(EMU_DIR)/%.o,emu_fiber emu_mem emu_rt emu_stream emu_blas emu_traffic)
+EMU_RT_OBJS := $(patsubst %,$(EMU_OUT)/$(EMU_DIR)/%.o,emu_fiber emu_mem emu_race emu_rt emu_stream emu_blas emu_traffic)
 EMU_KERNEL_OBJS := $(CU_SRCS:%.cu=$(EMU_OUT)/%.o)
 EMU_TEST := $(BUILD)/emu-test
 EMU_ENGINE_TEST := $(BUILD)/engine-test-emu

@@ -244,6 +244,10 @@ static inline unsigned emu_syncwarp_mask_(unsigned m = 0xFFFFFFFFu) { return m; 
 #define __threadfence() emu_threadfence()
 #define __threadfence_block() ((void)0)
 #define __trap() emu_trap(EMU_SITE)
+/* __nanosleep: a poll's back-off. Nothing to wait for here: blocks run one
+ * at a time, so a poll not satisfied at once never is, and the launch's
+ * timeout (emu_set_timeout_ms) ends it. */
+static inline void __nanosleep(unsigned ns) { (void)ns; }
 #define clock64() emu_clock()
 
 #define __shfl_sync(m, v, ...) emu::shfl(EMU_W_SHFL_IDX, EMU_SITE, (m), (v), emu::shape(__VA_ARGS__))

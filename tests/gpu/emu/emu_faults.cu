@@ -172,6 +172,136 @@ __global__ void publish(float *d, int mode) {
     d[80 + t] = s;
 }
 
+/* Ordered chains of blocks in one launch (the race check's transitive
+ * happens-before). d[0..15] are counters, zeroed by the launcher (as
+ * unsigned): d[0] the ticket, d[1 + s] the blocks done of stage s. A block
+ * takes a ticket; the ticket's order is the order blocks run in, on a
+ * device and here. CH_P blocks of CH_T threads per stage, three stages:
+ * stage 0 block k stores A[k] = d[16 + 8k + t], stage 1 B[k] = d[32 + 8k +
+ * t] from A, stage 2 C[k] = d[48 + 8k + t] from A (both parts, stage 0's:
+ * ordered only through stage 1) and B. A stage after the first waits until
+ * the previous stage's blocks have all arrived (thread 0 polls done[s-1]
+ * with an atomic, backing off with __nanosleep), works, then fences and
+ * arrives on done[s]. mode: CH_OK; CH_LATE_WAIT stage 1 stores B without
+ * reading A, fences, and only then waits for stage 0 before it arrives: it
+ * acquired stage 0's stores after its fence, so its arrival does not pass
+ * them on (stage 2's first read of A is reported). */
+#define CH_P 2
+#define CH_T 8
+enum { CH_OK, CH_LATE_WAIT };
+__device__ void chain_wait(unsigned *done) {
+    while (atomicAdd(done, 0u) < CH_P) __nanosleep(100);
+}
+__global__ void chain(float *d, int mode) {
+    __shared__ unsigned ticket;
+    unsigned *cnt = reinterpret_cast<unsigned *>(d);
+    const int t = threadIdx.x;
+    if (t == 0) ticket = atomicAdd(&cnt[0], 1u);
+    __syncthreads();
+    const int s = (int)ticket / CH_P, k = (int)ticket % CH_P;
+    const bool late = mode == CH_LATE_WAIT && s == 1;
+    if (s > 0 && !late && t == 0) chain_wait(&cnt[s]);
+    __syncthreads();
+    float *A = d + 16, *B = d + 32, *C = d + 48;
+    if (s == 0) {
+        A[8 * k + t] = (float)(100 * k + t);
+    } else if (s == 1) {
+        B[8 * k + t] = late ? (float)t : 2.0f * A[8 * k + t];
+    } else {
+        const float a0 = A[8 * k + t], a1 = A[8 * (CH_P - 1 - k) + t];
+        C[8 * k + t] = a0 + a1 + B[8 * k + t];
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+        if (late) chain_wait(&cnt[1]);
+        atomicAdd(&cnt[1 + s], 1u);
+    }
+}
+
+/* A store after another block's access of the same bytes, ordered (or not)
+ * through a publication. d[0..15] are counters zeroed by the launcher:
+ * d[0] the ticket, d[1 + j] block j's flag. Tickets 0 .. nb-2 access X =
+ * d[16 .. 23] (read it into d[32 + 8j + t], or store to it), fence and
+ * raise their flag; the last ticket waits for flags, then stores X. mode:
+ * HO_READ_OK; HO_READ_NO_FENCE the readers do not fence; HO_READ_NO_WAIT
+ * the writer does not wait; HO_WRITE_OK the first block stores X, then the
+ * last overwrites it after its wait; HO_WRITE_NO_FENCE the same without the
+ * fence; HO_TWO_OK two readers, the writer waits for both;
+ * HO_TWO_ONE_SEEN the writer waits for the first reader's flag only. */
+enum { HO_READ_OK, HO_READ_NO_FENCE, HO_READ_NO_WAIT, HO_WRITE_OK, HO_WRITE_NO_FENCE, HO_TWO_OK, HO_TWO_ONE_SEEN };
+__global__ void handoff(float *d, int mode) {
+    __shared__ unsigned ticket;
+    unsigned *cnt = reinterpret_cast<unsigned *>(d);
+    const int t = threadIdx.x, last = (int)gridDim.x - 1;
+    if (t == 0) ticket = atomicAdd(&cnt[0], 1u);
+    __syncthreads();
+    const int j = (int)ticket;
+    float *X = d + 16;
+    if (j < last) {
+        if (mode == HO_WRITE_OK || mode == HO_WRITE_NO_FENCE) X[t] = (float)(1000 + t);
+        else d[32 + 8 * j + t] = X[t];
+        if (mode != HO_READ_NO_FENCE && mode != HO_WRITE_NO_FENCE) __threadfence();
+        __syncthreads();
+        if (t == 0) atomicAdd(&cnt[1 + j], 1u);
+        return;
+    }
+    if (t == 0 && mode != HO_READ_NO_WAIT) {
+        const int wait_for = mode == HO_TWO_ONE_SEEN ? 1 : last;
+        for (int w = 0; w < wait_for; w++)
+            while (atomicAdd(&cnt[1 + w], 0u) == 0u) __nanosleep(100);
+    }
+    __syncthreads();
+    X[t] = (float)(2000 + t);
+}
+
+/* __ldg of bytes stored in the same launch (the non-coherent path's rule).
+ * d[0..15] counters zeroed by the launcher. mode: NC_OTHER the first
+ * ticket stores X = d[16 .. 23], fences and raises d[1]; the second waits
+ * for it and reads X through __ldg (published, still stale on a device);
+ * NC_SAME one block stores X, a barrier, then reads a neighbour's element
+ * through __ldg; NC_ATOMIC the first ticket's atomic adds to d[2], the
+ * second reads it through __ldg; NC_READ X read through __ldg only (the
+ * launch after a store: no fault). */
+enum { NC_OTHER, NC_SAME, NC_ATOMIC, NC_READ };
+__global__ void nc_load(float *d, int mode) {
+    __shared__ unsigned ticket;
+    unsigned *cnt = reinterpret_cast<unsigned *>(d);
+    const int t = threadIdx.x;
+    float *X = d + 16;
+    if (mode == NC_READ) {
+        d[32 + t] = __ldg(&X[t]);
+        return;
+    }
+    if (mode == NC_SAME) {
+        X[t] = (float)t;
+        __syncthreads();
+        d[32 + t] = __ldg(&X[(t + 1) % CH_T]);
+        return;
+    }
+    if (t == 0) ticket = atomicAdd(&cnt[0], 1u);
+    __syncthreads();
+    if (ticket == 0) {
+        if (mode == NC_ATOMIC) {
+            if (t == 0) atomicAdd(&cnt[2], 5u);
+            return;
+        }
+        X[t] = (float)(1000 + t);
+        __threadfence();
+        __syncthreads();
+        if (t == 0) atomicAdd(&cnt[1], 1u);
+        return;
+    }
+    if (mode == NC_ATOMIC) {
+        d[32 + t] = __uint_as_float(__ldg(&cnt[2]));
+        return;
+    }
+    if (t == 0)
+        while (atomicAdd(&cnt[1], 0u) == 0u) __nanosleep(100);
+    __syncthreads();
+    d[32 + t] = __ldg(&X[t]);
+}
+
 __global__ void ldg_shared(float *d) {
     __shared__ float s[64];
     s[threadIdx.x] = 1.0f;
@@ -367,6 +497,36 @@ extern "C" cudaError_t ef_publish_mode(float *d, int mode) {
 PUB_LAUNCHER(publish_no_fence, PUB_NO_FENCE)
 PUB_LAUNCHER(publish_no_atomic, PUB_NO_ATOMIC)
 PUB_LAUNCHER(publish_early, PUB_EARLY)
+/* The ordered-chain kernels (chain, handoff, nc_load) with their counters
+ * d[0..15] zeroed first. */
+extern "C" cudaError_t ef_chain_mode(float *d, int mode) {
+    cudaError_t e = cudaMemset(d, 0, 16 * sizeof(float));
+    if (e) return e;
+    chain<<<3 * CH_P, CH_T, 0, 0>>>(d, mode);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t ef_handoff_mode(float *d, int mode) {
+    cudaError_t e = cudaMemset(d, 0, 16 * sizeof(float));
+    if (e) return e;
+    handoff<<<mode == HO_TWO_OK || mode == HO_TWO_ONE_SEEN ? 3 : 2, CH_T, 0, 0>>>(d, mode);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t ef_nc_mode(float *d, int mode) {
+    cudaError_t e = cudaMemset(d, 0, 16 * sizeof(float));
+    if (e) return e;
+    nc_load<<<mode == NC_SAME || mode == NC_READ ? 1 : 2, CH_T, 0, 0>>>(d, mode);
+    return cudaGetLastError();
+}
+#define MODE_LAUNCHER(name, kernel, mode) \
+    extern "C" cudaError_t ef_##name(float *d, int n) { (void)n; return ef_##kernel##_mode(d, mode); }
+MODE_LAUNCHER(chain_late_wait, chain, CH_LATE_WAIT)
+MODE_LAUNCHER(war_no_fence, handoff, HO_READ_NO_FENCE)
+MODE_LAUNCHER(war_no_wait, handoff, HO_READ_NO_WAIT)
+MODE_LAUNCHER(waw_no_fence, handoff, HO_WRITE_NO_FENCE)
+MODE_LAUNCHER(war_one_seen, handoff, HO_TWO_ONE_SEEN)
+MODE_LAUNCHER(nc_other, nc, NC_OTHER)
+MODE_LAUNCHER(nc_same, nc, NC_SAME)
+MODE_LAUNCHER(nc_atomic, nc, NC_ATOMIC)
 LAUNCHER(bar_divergent, 1, 64, 0, d)
 LAUNCHER(warp_exited_lane, 1, 32, 0, d)
 LAUNCHER(warp_partial, 1, 48, 0, d)

@@ -2,6 +2,7 @@
  *   emu_fiber.c  fibers, the block scheduler, __syncthreads, warp ops, faults
  *   emu_mem.c    device memory with guard pages, shadow bytes, the per-access
  *                hooks, shared variables, the SIGSEGV handler
+ *   emu_race.c   the race check between the blocks of a launch
  *   emu_rt.c     the CUDA runtime API: errors, the device, memory, launches
  *   emu_stream.c streams, events, graph capture and replay
  *   emu_blas.c   the cuBLAS stand-ins
@@ -83,6 +84,7 @@ typedef struct emu_state {
     int run_dev;            /* the device of the kernel being run (its stream's) */
     uint64_t alloc_calls;   /* cudaMalloc/cudaFree/cudaMallocHost/cudaHostAlloc/cudaFreeHost calls */
     int race_check;         /* emu_set_race_check */
+    uint64_t race_atomic_gen;   /* the block (block_gen) that executed the race check's last atomic */
     int async;              /* streams run asynchronously (EMU_STREAMS, emu_set_streams; default 1) */
     uint64_t sched;         /* the stream scheduler's random state (from EMU_SEED) */
     char launched[EMU_NAME_LEN];   /* the kernel launched last (emu_last_kernel) */
@@ -156,9 +158,19 @@ void emu_mem_set(void *p, int v, size_t n);
 /* emu_lazy_on: emu_set_lazy's switch. */
 int emu_lazy_on(void);
 void emu_shadow_copy(void *dst, const void *src, size_t n);
+/* emu_describe: "hist[3] (byte 12)", "device buffer #4 + 12": the byte p of a, for a fault's message. */
+void emu_describe(char *out, size_t len, const emu_alloc *a, const char *p);
 /* emu_check: one access by the current thread; faults on the first problem. */
 void emu_check(const void *p, size_t n, int flags, emu_site site, const void *pc);
 int emu_in_stack(const void *p, int *guard);
+
+/* emu_race.c: the race check of one device-memory access of the current
+ * thread (flags as emu_access's; emu_check calls it with the check on,
+ * after the access's bounds are checked, for every store and atomic, and
+ * for a load of a buffer stored to in this launch or by a block that has
+ * executed an atomic: the others have nothing to check); faults on the
+ * first race. */
+void emu_race_access(emu_alloc *a, const char *p, size_t n, int flags, emu_site site, const void *pc);
 
 /* emu_traffic.c (see emu.h): the hooks of emu_check, emu_run_grid and the
  * cuBLAS stand-in. insn: the access's instruction (code address or site). */

@@ -226,7 +226,7 @@ static const char *kind_word(emu_akind k) {
 }
 
 /* "hist[3]", "buffer #4 (+12)" */
-static void describe(char *out, size_t len, const emu_alloc *a, const char *p) {
+void emu_describe(char *out, size_t len, const emu_alloc *a, const char *p) {
     long off = (long)(p - a->ptr);
     if (a->name && a->elem) snprintf(out, len, "%s[%ld] (byte %ld)", a->name, off / (long)a->elem, off);
     else snprintf(out, len, "%s #%d + %ld", kind_word(a->kind), a->id, off);
@@ -261,205 +261,6 @@ static emu_alloc *owner(const char *p) {
         if (p - (prev->ptr + prev->size) < a->ptr - p) a = prev;
     }
     return a;
-}
-
-/* The race check (emu_set_race_check). Per launch: the bytes stored or
- * (after the block's first atomic) loaded, with the block that stored each,
- * its fence count at the store, and the block that loaded it (open
- * addressing; entries of earlier launches count as empty; past
- * RACE_PROBES probes a byte goes unchecked); the publications (a block's
- * atomic on an address after a fence: its fence count then), chained per
- * address; and, for the block running, the publications it has seen (its
- * atomics came after them). Blocks run one after the other, so "before" is
- * the order they ran in. */
-#define RACE_SLOTS (1u << 20)
-#define RACE_PROBES 32
-#define RACE_NONE UINT32_MAX         /* no block */
-#define RACE_MANY (UINT32_MAX - 1)   /* several blocks read it */
-typedef struct race_ent {
-    uintptr_t addr;
-    uint64_t launch;
-    uint32_t wblock, wgen;   /* the block that stored it, its fence count then */
-    uint32_t rblock;         /* the block that loaded it after an atomic */
-} race_ent;
-static race_ent *race_tab;
-#define REL_SLOTS (1u << 18)
-#define REL_PROBES 64
-typedef struct rel_head { uintptr_t addr; uint64_t launch; int32_t head; } rel_head;
-typedef struct rel_rec { uint32_t block, gen; int32_t next; } rel_rec;
-static struct {
-    rel_head *heads;
-    rel_rec *recs;
-    size_t nrec, caprec;
-    uint64_t launch;          /* of recs */
-} REL;
-static struct {
-    uint64_t block_gen;       /* the block (E.block_gen) this state is of */
-    uint32_t fence;           /* __threadfence calls by its threads */
-    int atomics;              /* it has executed an atomic */
-    struct { uint32_t block, gen; } *acq;   /* publications seen: the highest fence count per block */
-    size_t nacq, capacq;
-} RB;
-
-static uint64_t race_launch(void) { return E.stats.launches + 1; }   /* 0 marks an empty entry */
-static uint32_t race_block(void) {
-    const dim3 g = E.call->grid;
-    return E.bidx.x + g.x * (E.bidx.y + g.y * E.bidx.z);
-}
-static uint32_t race_hash(uintptr_t key, unsigned slots) {
-    return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
-}
-static void rb_sync(void) {
-    if (RB.block_gen == E.block_gen) return;
-    RB.block_gen = E.block_gen;
-    RB.fence = 0;
-    RB.atomics = 0;
-    RB.nacq = 0;
-}
-
-/* The entry of byte key in this launch; absent: a new one if create, else
- * NULL (also when the probes run out). */
-static race_ent *race_find(uintptr_t key, uint64_t launch, int create) {
-    uint32_t h = race_hash(key, RACE_SLOTS);
-    for (int k = 0; k < RACE_PROBES; k++, h = (h + 1) & (RACE_SLOTS - 1)) {
-        race_ent *e = &race_tab[h];
-        if (e->launch != launch) {
-            if (!create) return NULL;
-            *e = (race_ent){key, launch, RACE_NONE, 0, RACE_NONE};
-            return e;
-        }
-        if (e->addr == key) return e;
-    }
-    return NULL;
-}
-
-static uint32_t rb_seen(uint32_t block) {   /* the fence count of block's publications seen, 0: none */
-    for (size_t i = 0; i < RB.nacq; i++)
-        if (RB.acq[i].block == block) return RB.acq[i].gen;
-    return 0;
-}
-
-/* "<op> <the byte>, which <what> (<where>)" */
-static void race_fault(emu_fault_kind k, const emu_alloc *a, const char *p, emu_site site, const void *pc,
-                       const char *op, const char *what) {
-    char where[256], d[96];
-    emu_where(where, sizeof where, site, pc);
-    describe(d, sizeof d, a, p);
-    emu_fault_raise(k, "%s %s, which %s (%s)", op, d, what, where);
-}
-
-static void race_note(emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
-    if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
-    rb_sync();
-    const uint32_t blk = race_block();
-    const uint64_t launch = race_launch();
-    a->race_launch = launch;
-    for (size_t i = 0; i < n; i++) {
-        race_ent *e = race_find((uintptr_t)(p + i), launch, 1);
-        if (!e) continue;
-        char what[200];
-        if (e->wblock != RACE_NONE && e->wblock != blk) {
-            snprintf(what, sizeof what, "block #%u of this launch also stores to: two blocks write one address in "
-                     "one launch, in no defined order", e->wblock);
-            race_fault(EMU_FAULT_WRITE_RACE, a, p + i, site, pc, "store to", what);
-        }
-        if (e->rblock != RACE_NONE && e->rblock != blk) {
-            if (e->rblock == RACE_MANY) snprintf(what, sizeof what, "other blocks of this launch");
-            else snprintf(what, sizeof what, "block #%u of this launch", e->rblock);
-            snprintf(what + strlen(what), sizeof what - strlen(what),
-                     " read after an atomic, before this store: read before this block arrived");
-            race_fault(EMU_FAULT_READ_RACE, a, p + i, site, pc, "store to", what);
-        }
-        e->wblock = blk;
-        e->wgen = RB.fence;
-    }
-}
-
-static void race_load(const emu_alloc *a, const char *p, size_t n, emu_site site, const void *pc) {
-    rb_sync();
-    const uint64_t launch = race_launch();
-    /* a buffer no block has stored to in this launch, read before any atomic: nothing to check or note
-     * (most loads: weights, inputs) */
-    if (a->race_launch != launch && !RB.atomics) return;
-    if (!race_tab && !(race_tab = calloc(RACE_SLOTS, sizeof *race_tab))) return;
-    const uint32_t blk = race_block();
-    for (size_t i = 0; i < n; i++) {
-        race_ent *e = race_find((uintptr_t)(p + i), launch, RB.atomics);
-        if (!e) continue;
-        if (e->wblock != RACE_NONE && e->wblock != blk && !(rb_seen(e->wblock) > e->wgen)) {
-            char what[240];
-            snprintf(what, sizeof what, "block #%u of this launch stored to, unpublished to this block (the writer's "
-                     "__threadfence() after the store, then an atomic that this block's atomic on the same address "
-                     "came after)", e->wblock);
-            race_fault(EMU_FAULT_READ_RACE, a, p + i, site, pc, "load of", what);
-        }
-        if (RB.atomics) e->rblock = e->rblock == RACE_NONE || e->rblock == blk ? blk : RACE_MANY;
-    }
-}
-
-/* Room for one more element in a growing array (*p, *cap elements of es
- * bytes, n used): doubled when full, first elements at the start; 0 when
- * the allocation failed (the array is unchanged). */
-static int room_for(void **p, size_t *cap, size_t n, size_t es, size_t first) {
-    if (n < *cap) return 1;
-    size_t c = *cap ? 2 * *cap : first;
-    void *q = realloc(*p, c * es);
-    if (!q) return 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
-
-/* An atomic of the running block on p: it sees every publication made on p
- * before (other blocks'), then publishes its own stores fenced so far. */
-static void race_atomic(const char *p) {
-    if (!REL.heads && !(REL.heads = calloc(REL_SLOTS, sizeof *REL.heads))) return;
-    rb_sync();
-    const uint32_t blk = race_block();
-    const uint64_t launch = race_launch();
-    if (REL.launch != launch) {
-        REL.launch = launch;
-        REL.nrec = 0;
-    }
-    RB.atomics = 1;
-    uint32_t h = race_hash((uintptr_t)p, REL_SLOTS);
-    rel_head *hd = NULL;
-    for (int k = 0; k < REL_PROBES && !hd; k++, h = (h + 1) & (REL_SLOTS - 1)) {
-        rel_head *e = &REL.heads[h];
-        if (e->launch != launch) *e = (rel_head){(uintptr_t)p, launch, -1};
-        if (e->addr == (uintptr_t)p) hd = e;
-    }
-    if (!hd) return;   /* unchecked (the table is full): publications on p are lost, reads of them fault */
-    rel_rec *own = NULL;
-    for (int32_t i = hd->head; i >= 0; i = REL.recs[i].next) {
-        const rel_rec *r = &REL.recs[i];
-        if (r->block == blk) {
-            own = &REL.recs[i];
-            continue;
-        }
-        size_t j = 0;
-        while (j < RB.nacq && RB.acq[j].block != r->block) j++;
-        if (j == RB.nacq) {
-            if (!room_for((void **)&RB.acq, &RB.capacq, RB.nacq, sizeof *RB.acq, 64)) return;
-            RB.acq[RB.nacq].block = r->block;
-            RB.acq[RB.nacq++].gen = 0;
-        }
-        if (r->gen > RB.acq[j].gen) RB.acq[j].gen = r->gen;
-    }
-    if (RB.fence == 0) return;   /* nothing fenced: nothing published */
-    if (own) {
-        own->gen = RB.fence;
-        return;
-    }
-    if (!room_for((void **)&REL.recs, &REL.caprec, REL.nrec, sizeof *REL.recs, 1024)) return;
-    REL.recs[REL.nrec] = (rel_rec){blk, RB.fence, hd->head};
-    hd->head = (int32_t)REL.nrec++;
-}
-
-void emu_threadfence(void) {
-    if (!E.race_check || !E.in_kernel) return;
-    rb_sync();
-    RB.fence++;
 }
 
 void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *pc) {
@@ -521,7 +322,7 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
         char where[256];
         emu_where(where, sizeof where, site, pc);
         char d[96];
-        describe(d, sizeof d, a, p);
+        emu_describe(d, sizeof d, a, p);
         emu_fault_raise(EMU_FAULT_MISALIGNED, "%s%s of %zu bytes at %p (%s) is not %zu-byte aligned (%s)",
                         flags & EMU_ATOMIC ? "atomic " : flags & EMU_LDG ? "__ldg " : "",
                         flags & EMU_STORE ? "store" : "load", n, vp, d, n, where);
@@ -537,11 +338,12 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
                                             : (uint64_t)(uintptr_t)pc);
         if (a->kind == EMU_A_DEVICE && emu_traffic_stride() > 1) return;   /* sampled: skipped blocks wrote nothing */
     }
-    if (E.race_check && a->kind == EMU_A_DEVICE) {
-        if (flags & EMU_ATOMIC) race_atomic(p);
-        else if (flags & EMU_STORE) race_note(a, p, n, site, pc);
-        else race_load(a, p, n, site, pc);
-    }
+    /* the race check; a load (__ldg too) of a buffer no block stored to in this launch, by a block that has
+     * executed no atomic, has nothing to check or note (most loads: weights, inputs): not even a call */
+    if (E.race_check && a->kind == EMU_A_DEVICE &&
+        ((flags & (EMU_STORE | EMU_ATOMIC)) || a->race_launch == E.stats.launches + 1 ||
+         E.race_atomic_gen == E.block_gen))
+        emu_race_access(a, p, n, flags, site, pc);
     if (!a->shadow) return;
     unsigned char *sh = a->shadow + (p - a->ptr);
     if (flags & EMU_LOAD)
@@ -549,7 +351,7 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
             if (!sh[i]) {
                 char where[256], d[96];
                 emu_where(where, sizeof where, site, pc);
-                describe(d, sizeof d, a, p + i);
+                emu_describe(d, sizeof d, a, p + i);
                 int shared = a->kind == EMU_A_SHARED || a->kind == EMU_A_DYNSHARED;
                 emu_fault_raise(shared ? EMU_FAULT_UNINIT_SHARED : EMU_FAULT_UNINIT_GLOBAL,
                                 "%sload of %zu bytes at %p reads %s, which %s (%s)", flags & EMU_ATOMIC ? "atomic " : "",
@@ -559,11 +361,6 @@ void emu_check(const void *vp, size_t n, int flags, emu_site site, const void *p
                                 where);
             }
     if (flags & EMU_STORE) memset(sh, 1, n);
-}
-
-void emu_set_race_check(int on) {
-    emu_init();
-    E.race_check = on != 0;
 }
 
 void emu_access(const void *p, size_t bytes, int flags, emu_site site) {

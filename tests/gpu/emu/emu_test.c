@@ -23,7 +23,10 @@
  *     device 0); allocation calls counted.
  *     Publication between blocks: a last-block reduction (fence, atomic,
  *     counter reset) passes the race check in every block order, and a
- *     counter not reset shows in a second launch.
+ *     counter not reset shows in a second launch; ordered chains (three
+ *     stages ordered transitively, a store after published reads or a
+ *     published store) pass in every block order, and an __ldg of an
+ *     earlier launch's stores passes.
  *  3. Resume order: the project's kernels give bit-identical results under
  *     every resume order; the LM attention under every block order.
  * One line per test, then "N passed, N failed, 0 skipped"; exit 1 on a
@@ -57,10 +60,20 @@ EF(warp_mismatch) EF(warp_inactive_source) EF(warp_barrier_deadlock) EF(warp_bad
 EF(vector_misaligned) EF(scalar_misaligned) EF(oob_read) EF(oob_write_before) EF(oob_far_write) EF(oob_shared)
 EF(oob_dyn_shared) EF(read_all) EF(ldg_shared) EF(atomic_local) EF(other_local) EF(hist_not_zeroed) EF(missing_barrier)
 EF(shared_across_blocks) EF(stack_overflow) EF(trap_kernel) EF(divide_by_zero) EF(spin_wait) EF(write_race)
-EF(publish_no_fence) EF(publish_no_atomic) EF(publish_early)
+EF(publish_no_fence) EF(publish_no_atomic) EF(publish_early) EF(chain_late_wait) EF(war_no_fence) EF(war_no_wait)
+EF(waw_no_fence) EF(war_one_seen) EF(nc_other) EF(nc_same) EF(nc_atomic)
 #undef EF
 cudaError_t ef_publish_mode(float *d, int mode);
 enum { PUB_OK, PUB_NO_FENCE, PUB_NO_ATOMIC, PUB_EARLY, PUB_NO_RESET };   /* emu_faults.cu publish() */
+/* emu_faults.cu chain(), handoff(), nc_load() and their launchers (the counters zeroed first) */
+cudaError_t ef_chain_mode(float *d, int mode);
+cudaError_t ef_handoff_mode(float *d, int mode);
+cudaError_t ef_nc_mode(float *d, int mode);
+#define CH_P 2
+#define CH_T 8
+enum { CH_OK, CH_LATE_WAIT };
+enum { HO_READ_OK, HO_READ_NO_FENCE, HO_READ_NO_WAIT, HO_WRITE_OK, HO_WRITE_NO_FENCE, HO_TWO_OK, HO_TWO_ONE_SEEN };
+enum { NC_OTHER, NC_SAME, NC_ATOMIC, NC_READ };
 cudaError_t ef_matvec_vec_direct(float *y, const float *x, const uint16_t *w, int B, int N, int K);
 cudaError_t es_shuffles_run(int *out);
 cudaError_t es_votes_run(int *out);
@@ -150,6 +163,23 @@ static const fault_case fault_cases[] = {
      "publish", 3, 14, "block #0 of this launch stored to, unpublished", 1, EMU_ORDER_FORWARD},
     {"read-race: combine before the counter says all arrived", ef_publish_early, BUF_INIT, EMU_FAULT_READ_RACE,
      "publish", 1, 0, "block #0 of this launch read after an atomic", 1, EMU_ORDER_FORWARD},
+    /* ordered chains (emu_faults.cu chain, handoff, nc_load): what the publication rules must still refuse */
+    {"read-race: a chain's relay acquires after its fence", ef_chain_late_wait, BUF_INIT, EMU_FAULT_READ_RACE,
+     "chain", 4, 6, "block #0 of this launch stored to, unpublished", 1, EMU_ORDER_FORWARD},
+    {"read-race: a store after a read published unfenced", ef_war_no_fence, BUF_INIT, EMU_FAULT_READ_RACE,
+     "handoff", 1, 6, "block #0 of this launch read after an atomic", 1, EMU_ORDER_FORWARD},
+    {"read-race: a store after a read, the writer not waiting", ef_war_no_wait, BUF_INIT, EMU_FAULT_READ_RACE,
+     "handoff", 1, 6, "block #0 of this launch read after an atomic", 1, EMU_ORDER_FORWARD},
+    {"read-race: two readers, the writer saw one", ef_war_one_seen, BUF_INIT, EMU_FAULT_READ_RACE, "handoff", 2, 6,
+     "block #1 of this launch read after an atomic", 1, EMU_ORDER_FORWARD},
+    {"write-race: a store after a store published unfenced", ef_waw_no_fence, BUF_INIT, EMU_FAULT_WRITE_RACE,
+     "handoff", 1, 6, "block #0 of this launch also stores", 1, EMU_ORDER_FORWARD},
+    {"nc-stale: __ldg of another block's published store", ef_nc_other, BUF_INIT, EMU_FAULT_NC_STALE, "nc_load", 1,
+     6, "block #0 of this launch stored to: the non-coherent path", 1, EMU_ORDER_FORWARD},
+    {"nc-stale: __ldg of this block's own store", ef_nc_same, BUF_INIT, EMU_FAULT_NC_STALE, "nc_load", 0, 7,
+     "this block stored to in this launch", 1, EMU_ORDER_FORWARD},
+    {"nc-stale: __ldg of what an atomic wrote", ef_nc_atomic, BUF_INIT, EMU_FAULT_NC_STALE, "nc_load", 1, 7,
+     "an atomic of this launch wrote", 1, EMU_ORDER_FORWARD},
     {"host-memory: a malloc'd pointer", ef_read_all, BUF_HOST, EMU_FAULT_HOST, "read_all", 0, 0, "host pointer", 1,
      EMU_ORDER_FORWARD},
     {"host-memory: NULL", ef_read_all, BUF_NULL, EMU_FAULT_HOST, "read_all", 0, 0, "NULL", 1, EMU_ORDER_FORWARD},
@@ -235,7 +265,8 @@ static void test_detectors(void) {
         emu_set_order(c->order);
         emu_set_hooks(c->hooks);
         if (c->kind == EMU_FAULT_TIMEOUT) emu_set_timeout_ms(300);
-        emu_set_race_check(c->kind == EMU_FAULT_WRITE_RACE || c->kind == EMU_FAULT_READ_RACE);
+        emu_set_race_check(c->kind == EMU_FAULT_WRITE_RACE || c->kind == EMU_FAULT_READ_RACE ||
+                           c->kind == EMU_FAULT_NC_STALE);
         void *host;
         float *d = case_buffer(c->buf, &host);
         c->run(d, NBUF);
@@ -1182,6 +1213,99 @@ static void test_publish(void) {
     cudaDeviceReset();
 }
 
+/* Ordered chains in one launch (emu_faults.cu chain, handoff, nc_load),
+ * race check on: run launcher f in mode with the blocks in order, out the
+ * buffer after it; 0 and the fault in why when it faulted. */
+static int run_ordered(cudaError_t (*f)(float *, int), int mode, emu_order order, float out[NBUF], char *why,
+                       size_t whylen) {
+    cudaDeviceReset();
+    void *host;
+    float *d = case_buffer(BUF_INIT, &host);
+    emu_set_block_order(order);
+    emu_set_race_check(1);
+    cudaError_t e = f(d, mode);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    emu_set_race_check(0);
+    emu_set_block_order(EMU_ORDER_FORWARD);
+    if (e != cudaSuccess) {
+        emu_fault flt;
+        emu_fault_kind k = emu_fault_last(&flt);
+        snprintf(why, whylen, "%s: %s %s", cudaGetErrorName(e), emu_fault_name(k), flt.msg);
+        cudaDeviceReset();
+        return 0;
+    }
+    gu_d2h(out, d, NBUF * sizeof(float));
+    gu_dfree(d);
+    return 1;
+}
+
+static void test_chains(void) {
+    static const emu_order orders[] = {EMU_ORDER_FORWARD, EMU_ORDER_REVERSE, EMU_ORDER_RANDOM};
+    static const char *const onames[] = {"forward", "reverse", "random"};
+    float out[NBUF];
+    char why[EMU_MSG_LEN + 64] = "", line[300] = "";
+    /* three stages, stage 2 reading stage 0's stores through stage 1's arrivals */
+    int ok = 1;
+    for (int o = 0; o < 3; o++) {
+        int r = run_ordered(ef_chain_mode, CH_OK, orders[o], out, why, sizeof why);
+        for (int k = 0; k < CH_P && r; k++)
+            for (int t = 0; t < CH_T; t++) {
+                float a0 = (float)(100 * k + t), a1 = (float)(100 * (CH_P - 1 - k) + t);
+                r &= out[48 + 8 * k + t] == a0 + a1 + 2.0f * a0;
+            }
+        ok &= r;
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s %s", o ? ", " : "", onames[o],
+                 r ? "right" : "WRONG");
+    }
+    result(ok, "publication: a three-stage chain is ordered transitively",
+           "tickets, each stage waits on the previous stage's counter only, fence + atomic arrival; stage 2 reads "
+           "stage 0's stores: %s%s%s", line, ok ? "" : "; ", ok ? "" : why);
+    /* a store after another block's access, ordered through a publication */
+    static const struct { int mode; const char *name, *what; } ho[] = {
+        {HO_READ_OK, "publication: a store after a published read", "reader: read, fence, flag; writer: waits, stores"},
+        {HO_TWO_OK, "publication: a store after two published reads", "two readers, the writer waits for both flags"},
+        {HO_WRITE_OK, "publication: a store after a published store", "the first block stores, fences, flags; the "
+                                                                       "second waits, stores again"},
+    };
+    for (size_t i = 0; i < sizeof ho / sizeof ho[0]; i++) {
+        int r = 1;
+        line[0] = '\0';
+        for (int o = 0; o < 3; o++) {
+            int ro = run_ordered(ef_handoff_mode, ho[i].mode, orders[o], out, why, sizeof why);
+            const int readers = ho[i].mode == HO_TWO_OK ? 2 : ho[i].mode == HO_READ_OK ? 1 : 0;
+            for (int t = 0; t < CH_T && ro; t++) {
+                ro &= out[16 + t] == (float)(2000 + t);
+                for (int j = 0; j < readers; j++) ro &= out[32 + 8 * j + t] == (float)(16 + t);
+            }
+            r &= ro;
+            snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s %s", o ? ", " : "", onames[o],
+                     ro ? "right" : "WRONG");
+        }
+        result(r, ho[i].name, "%s: %s%s%s", ho[i].what, line, r ? "" : "; ", r ? "" : why);
+    }
+    /* __ldg of what an earlier launch stored */
+    cudaDeviceReset();
+    void *host;
+    float *d = case_buffer(BUF_INIT, &host);
+    emu_set_race_check(1);
+    cudaError_t e = es_add_one_run(d, NBUF, 0);
+    if (e == cudaSuccess) e = ef_nc_mode(d, NC_READ);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    emu_set_race_check(0);
+    ok = e == cudaSuccess;
+    if (ok) {
+        gu_d2h(out, d, sizeof out);
+        for (int t = 0; t < CH_T; t++) ok &= out[32 + t] == (float)(17 + t);
+    } else {
+        emu_fault flt;
+        emu_fault_last(&flt);
+        snprintf(why, sizeof why, "%s", flt.msg);
+    }
+    result(ok, "nc: __ldg of an earlier launch's stores passes", "a launch stores, the next reads through __ldg: %s%s",
+           ok ? "no fault, values right" : cudaGetErrorName(e), ok ? "" : why);
+    cudaDeviceReset();
+}
+
 /* ---- 3. resume order ------------------------------------------------------------------------------ */
 
 static void test_orders(void) {
@@ -1522,6 +1646,7 @@ int main(void) {
     test_async_streams();
     test_cublas_shape_workspace();
     test_publish();
+    test_chains();
     test_orders();
     test_attend_orders();
     printf("%d passed, %d failed, 0 skipped\n", n_pass, n_fail);

@@ -120,6 +120,9 @@ static struct {
     unsigned stride;
     char cols[EMU_NAME_LEN];   /* emu_traffic_whole_z's prefix ("": none) */
     int cols_now;              /* this launch is sampled by (x, y) columns */
+    char whole[EMU_NAME_LEN];  /* emu_traffic_whole's prefix ("": none) */
+    int whole_now;             /* this launch runs every block */
+    int vskip;                 /* the running block skipped its virtual block (emu_traffic_vblock_skip) */
     hmap occ;            /* (thread, instruction) -> times executed in this block */
     hmap wmap;           /* (warp, instruction, time) -> index into acc */
     wacc *acc;
@@ -303,7 +306,7 @@ static void flush_block(void) {
 /* ---- per block and per launch (emu_fiber.c) ---------------------------------------------- */
 
 int emu_traffic_skip_block(uint64_t block_no, unsigned x, unsigned y, unsigned gx) {
-    if (!T.on || T.stride <= 1) return 0;
+    if (!T.on || T.stride <= 1 || T.whole_now) return 0;
     if (T.cols_now) return ((uint64_t)y * gx + x) % T.stride != 0;
     return block_no % T.stride != 0;
 }
@@ -313,17 +316,31 @@ void emu_traffic_whole_z(const char *prefix) {
     snprintf(T.cols, sizeof T.cols, "%s", prefix ? prefix : "");
 }
 
+void emu_traffic_whole(const char *prefix) {
+    emu_sync_all();
+    snprintf(T.whole, sizeof T.whole, "%s", prefix ? prefix : "");
+}
+
+int emu_traffic_vblock_skip(unsigned long long vblock) {
+    if (!T.on || T.stride <= 1 || !T.whole_now || vblock % T.stride == 0) return 0;
+    T.vskip = 1;
+    return 1;
+}
+
 void emu_traffic_block_done(void) {
     if (!T.on) return;
-    T.blocks_run++;
+    if (!T.vskip) T.blocks_run++;
+    T.vskip = 0;
     flush_block();
 }
 
 void emu_traffic_launch_begin(void) {
     if (!T.on) return;
     T.cols_now = T.cols[0] && !strncmp(E.kname, T.cols, strlen(T.cols));
+    T.whole_now = T.whole[0] && !strncmp(E.kname, T.whole, strlen(T.whole));
     T.req = T.bytes = T.sect = T.shreq = T.shwave = T.shphase = 0;
     T.blocks_run = 0;
+    T.vskip = 0;
     T.nbufs = 0;
     T.nacc = 0;
     hmap_clear(&T.wmap);
