@@ -501,26 +501,53 @@ static int lin_gated_acc(cu_ctx *c, float *y, float *h, const float *u, const ui
     return gemm_xb(c, y, w, n, N, K, 1, tmp, err);
 }
 
-/* Layer l's attention for n rows: RoPE on c->qkv, the attention over each
- * row's ring into c->att, the new positions' K/V into the ring. A step
- * (prefill 0: one row per slot) writes the new K/V into the ring from
- * RoPE and the attention reads every key there: 2 launches. A prefill
- * chunk (rows of one slot, which may wrap the ring) stages them in kvl
- * (kvl8, kvs8), the attention reads the chunk's own from there, and the
- * store follows it: 3 launches. */
-static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, float rope_k, ms_error *err) {
+/* Layer l's q, k, v for n rows in c->qkv: the QKV product (norm1 folded
+ * in), then RoPE on q and k with the new positions' keys and values
+ * stored: in a step (prefill 0: one row per slot) straight into the ring,
+ * in a prefill chunk staged in kvl (kvl8, kvs8) for attention(). A step
+ * on the matvec path with bf16 K/V runs RoPE and the ring store in the
+ * product's epilogue (cu_matvec_*_norm_rope: one launch, bit for bit the
+ * two); the int8 ring keeps RoPE's own launch (a head's scale is a
+ * maximum over values that many of the product's blocks make). */
+static int qkv_rope(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, float rope_k, ms_error *err) {
+    const lm_config *g = &c->cfg;
+    const cu_layer *L = &c->layers[l];
+    int D = g->dim, ctx = g->context, heads = g->num_heads, hd = g->head_dim;
+    const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS};
+    const cu_rope_ring rr = {c->q8kv ? NULL : kv_keys(c, 0, l), c->kv_slot, r->slot, r->pos, heads, hd, ctx, rope_k};
+    if (!prefill && !c->q8kv && !use_gemm(c, n, D) && cu_matvec_rope_ok(c->x, L->attn_in, c->w8, D, &n1, &rr)) {
+        if (c->w8)
+            ETRY(cu_matvec_q8_norm_rope(c->qkv, c->x, (const int8_t *)L->attn_in, w8_scales(L->attn_in, 3 * D, D),
+                                        n, D, &n1, &rr, c->st));
+        else ETRY(cu_matvec_bf16_norm_rope(c->qkv, c->x, L->attn_in, n, D, &n1, &rr, c->st));
+        return MS_OK;
+    }
+    WTRY(lin_f(c, c->qkv, c->x, L->attn_in, n, 3 * D, D, &n1, NULL, err));
+    int8_t *kv8_layer = c->q8kv ? c->kv8 + (size_t)l * c->kv8_layer : NULL;   /* slot 0's view */
+    if (c->q8kv && !prefill)
+        ETRY(cu_qkv_rope_ring_q8(c->qkv, kv8_layer, c->kv8_slot, r->slot, r->pos, n, heads, hd, ctx, rope_k, c->st));
+    else if (c->q8kv) ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, heads, hd, rope_k, c->st));
+    else if (!prefill) ETRY(cu_qkv_rope_ring(c->qkv, rr.kv_layer, c->kv_slot, r->slot, r->pos, n, heads, hd, ctx,
+                                             rope_k, c->st));
+    else ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, heads, hd, rope_k, c->st));
+    return MS_OK;
+}
+
+/* Layer l's attention for n rows after qkv_rope(): over each row's ring
+ * into c->att. A step's new K/V are in the ring already and the attention
+ * reads every key there: 1 launch. A prefill chunk (rows of one slot,
+ * which may wrap the ring) reads its own from kvl (kvl8, kvs8), and the
+ * store into the ring follows: 2 launches. */
+static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, ctx = g->context;
     if (c->q8kv) {
         int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
         if (!prefill) {
-            ETRY(cu_qkv_rope_ring_q8(c->qkv, kv8_layer, c->kv8_slot, r->slot, r->pos, n, g->num_heads, g->head_dim,
-                                     ctx, rope_k, c->st));
             ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, NULL, kv8_layer, c->kv8_slot,
                                    r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
             return MS_OK;
         }
-        ETRY(cu_qkv_rope_q8(c->qkv, c->kvl8, c->kvs8, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
         ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot,
                                r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
         ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx, c->st));
@@ -528,13 +555,10 @@ static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, flo
     }
     uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
     if (!prefill) {
-        ETRY(cu_qkv_rope_ring(c->qkv, kvl_layer, c->kv_slot, r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, rope_k,
-                              c->st));
         ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, kvl_layer, c->kv_slot, r->slot, r->pos,
                             n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
         return MS_OK;
     }
-    ETRY(cu_qkv_rope(c->qkv, c->kvl, r->pos, n, g->num_heads, g->head_dim, rope_k, c->st));
     ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
                         g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
     ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
@@ -547,8 +571,10 @@ static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, flo
  * RMSNorm is folded into the product that reads it (QKV: norm1, ffn_in:
  * norm2) and each residual add into the product that makes it (the output
  * projection and ffn_out add into x: cu_fuse), so a layer launches its four
- * products and its attention (attention(): RoPE and the attention in a
- * step, the K/V store too in a prefill chunk), nothing else. */
+ * products and its attention (qkv_rope(): RoPE in the QKV product's launch
+ * in a step on the matvec path with bf16 K/V, else its own launch;
+ * attention(): the attention, the K/V store too in a prefill chunk),
+ * nothing else. */
 static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, H = g->hidden;
@@ -556,9 +582,9 @@ static int temporal(cu_ctx *c, int n, const cu_rows *r, int prefill, ms_error *e
     const cu_fuse add = {.acc = 1};
     for (int l = 0; l < g->num_layers; l++) {
         const cu_layer *L = &c->layers[l];
-        const cu_fuse n1 = {.norm = L->norm1, .eps = LM_NORM_EPS}, n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
-        WTRY(lin_f(c, c->qkv, c->x, L->attn_in, n, 3 * D, D, &n1, NULL, err));
-        WTRY(attention(c, l, n, r, prefill, rope_k, err));
+        const cu_fuse n2 = {.norm = L->norm2, .eps = LM_NORM_EPS};
+        WTRY(qkv_rope(c, l, n, r, prefill, rope_k, err));
+        WTRY(attention(c, l, n, r, prefill, err));
         WTRY(lin_f(c, c->x, c->att, L->attn_out, n, D, D, &add, c->o, err));
         WTRY(lin_f(c, c->u, c->x, L->ffn_in, n, 2 * H, D, &n2, NULL, err));
         WTRY(lin_gated_acc(c, c->x, c->h, c->u, L->ffn_out, n, D, H, c->o, err));

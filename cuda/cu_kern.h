@@ -11,6 +11,8 @@
  *     cu_matvec_*_dep_att kern_attend over the depformer's sub-steps, then
  *                        the product, then kern_add
  *     cu_matvec_group_fused  cu_matvec_*_fused for G matrices
+ *     cu_matvec_*_norm_rope  kern_rmsnorm, the product, then cu_qkv_rope_ring's
+ *                        twins (kern_rope, st_f32_to_bf16 into the ring)
  *     cu_samp_topk_feed_emb  samp_topk_rows, the feed-back, kern_embed_add
  *     cu_samp_topk_rows  samp_topk_rows     (engine/lm/samp.h)
  * and the LM step's other kernels (cuda/cu_lm.cu), whose twins are the
@@ -288,6 +290,33 @@ cudaError_t cu_qkv_rope_ring(float *qkv,              /* (B, 3D) */
                              const int32_t *slot,     /* (B) distinct */
                              const int64_t *pos,      /* (B) */
                              int B, int heads, int head_dim, int ctx, float rope_k, cudaStream_t stream);
+
+/* cu_rope_ring: RoPE's operands in a step, and where the new keys and
+ * values go (cu_qkv_rope_ring's arguments). */
+typedef struct cu_rope_ring {
+    uint16_t *kv_layer;     /* slot 0's view of this layer: K (ctx, D) then V (ctx, D) */
+    size_t slot_stride;     /* elements */
+    const int32_t *slot;    /* (B) distinct */
+    const int64_t *pos;     /* (B) */
+    int heads, head_dim, ctx;
+    float rope_k;
+} cu_rope_ring;
+
+/* cu_matvec_bf16_norm_rope, cu_matvec_q8_norm_rope: a step's QKV product
+ * qkv (B, 3D) = rmsnorm(x) W^T (f: the norm, required; no add) with RoPE
+ * and the ring store in the product's launch (issue 25: one graph node per
+ * temporal layer fewer): bit for bit cu_matvec_*_fused, then
+ * cu_qkv_rope_ring (qkv and the ring as those leave them). bf16 K/V only:
+ * the int8 ring's per-head scale spans many of the product's blocks, so
+ * it keeps cu_qkv_rope_ring_q8. cu_matvec_rope_ok(x, w, w8, K, f, rr)
+ * must hold (the vector path's alignment, the norm's, an even head_dim,
+ * the ring 4-byte aligned with an even slot_stride), else
+ * cudaErrorInvalidValue. */
+int cu_matvec_rope_ok(const float *x, const void *w, int w8, int K, const cu_fuse *f, const cu_rope_ring *rr);
+cudaError_t cu_matvec_bf16_norm_rope(float *qkv, const float *x, const uint16_t *w, int B, int K, const cu_fuse *f,
+                                     const cu_rope_ring *rr, cudaStream_t stream);
+cudaError_t cu_matvec_q8_norm_rope(float *qkv, const float *x, const int8_t *w, const float *ws, int B, int K,
+                                   const cu_fuse *f, const cu_rope_ring *rr, cudaStream_t stream);
 
 /* cu_attend_splits: the splits cu_attend_ring uses for a window. */
 int cu_attend_splits(int window);

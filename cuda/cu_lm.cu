@@ -21,6 +21,7 @@
 #include "cu_kern.h"
 #include "cu_q8.cuh"
 #include "cu_reduce.cuh"
+#include "cu_rope.cuh"
 extern "C" {
 #include "lm_config.h"   /* LM_MAX_DEP_Q, LM_MAX_NQ */
 }
@@ -98,10 +99,11 @@ struct kv_dst {
 };
 
 /* One block per row: rotate q and k (the first two thirds of the row) as
- * kern_rope does (f = expf(i * rope_k), angle f * (float)pos, float cos
- * and sin), then the row's key and value to dst: bf16(k rotated) and
- * bf16(v); or (T int8) the rotated key and the value, a warp per head,
- * quantized with their scales (k's heads, then v's). */
+ * kern_rope does (cu_rope.cuh, which the QKV product's epilogue shares:
+ * f = expf(i * rope_k), angle f * (float)pos, float cos and sin), then the
+ * row's key and value to dst: bf16(k rotated) and bf16(v); or (T int8) the
+ * rotated key and the value, a warp per head, quantized with their scales
+ * (k's heads, then v's). */
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
 qkv_rope_kernel(float *qkv, kv_dst<T> dst, const int64_t *pos, int heads, int head_dim, float rope_k) {
@@ -136,16 +138,15 @@ qkv_rope_kernel(float *qkv, kv_dst<T> dst, const int64_t *pos, int heads, int he
     const float t = (float)row_pos;
     for (int p = threadIdx.x; p < heads * half; p += EW_THREADS) {
         int h = p / half, i = p % half;
-        float f = expf((float)i * rope_k);
-        float a = f * t;
-        float cr = cosf(a), ci = sinf(a);
+        float cr, ci;
+        cu_rope_cs(i, t, rope_k, &cr, &ci);
         size_t o = (size_t)h * head_dim + 2 * i;   /* even: the pair is one 8-byte (4 packed) access */
         float2 qv = *reinterpret_cast<const float2 *>(q + o), kv = *reinterpret_cast<const float2 *>(k + o);
-        float k0 = kv.x * cr - kv.y * ci, k1 = kv.x * ci + kv.y * cr;
-        *reinterpret_cast<float2 *>(q + o) = make_float2(qv.x * cr - qv.y * ci, qv.x * ci + qv.y * cr);
-        *reinterpret_cast<float2 *>(k + o) = make_float2(k0, k1);
+        float2 kr = cu_rope_rot(kv.x, kv.y, cr, ci);
+        *reinterpret_cast<float2 *>(q + o) = cu_rope_rot(qv.x, qv.y, cr, ci);
+        *reinterpret_cast<float2 *>(k + o) = kr;
         if constexpr (!Q8)
-            *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(k0) | (uint32_t)cu_f2bf(k1) << 16;
+            *reinterpret_cast<uint32_t *>(ko + o) = (uint32_t)cu_f2bf(kr.x) | (uint32_t)cu_f2bf(kr.y) << 16;
     }
     if constexpr (!Q8) {
         for (int d = threadIdx.x; d < D; d += EW_THREADS) ko[vo + d] = cu_f2bf(v[d]);

@@ -27,19 +27,24 @@
  * variants for the depformer: its attention computed in each block's
  * prologue into shared memory, then the product with the add
  * (matvec_*_att_acc: the attention's launch saved), and G products of one
- * input in one launch (matvec_*_group: its dep_q input projections).
- * And the whole depformer sub-step, every one of those products of every
- * layer and the head, as the stages of one launch (dep_chain_*: a block
- * per block of each stage's launch, ordered by tickets; cuda/cu_sync.cuh).
+ * input in one launch (matvec_*_group: its dep_q input projections). And
+ * one for the temporal layers' QKV product in a step: RoPE and the new
+ * keys' and values' ring store in its epilogue (matvec_*_norm_rope: RoPE's
+ * launch saved). And the whole depformer sub-step, every one of those
+ * products of every layer and the head, as the stages of one launch
+ * (dep_chain_*: a block per block of each stage's launch, ordered by
+ * tickets; cuda/cu_sync.cuh).
  * Parameters are first guesses, to be tuned with engine-bench on hardware.
  * (Over STYLE's 800 lines: the chain runs every body of this file inlined
  * into one kernel, and nvcc without relocatable device code sees device
  * functions of one translation unit only.)
  */
+#include "cu_bf16.cuh"
 #include "cu_kern.h"
 #include "cu_norm.cuh"
 #include "cu_q8.cuh"
 #include "cu_reduce.cuh"
+#include "cu_rope.cuh"
 #include "cu_sync.cuh"
 extern "C" {
 #include "lm_config.h"   /* LM_MAX_DEP_Q */
@@ -137,20 +142,18 @@ __device__ __forceinline__ float4 mv_x(const float4 *xb, size_t xstride, int b, 
  * (ceil(N / MV_ROWS), ceil(B / BT)). x: (B, K), or (GATED) u (B, 2K).
  * MODE: MV_PLAIN, MV_NORM (x read as rmsnorm_kernel's output: x * (alpha *
  * inv), the same products in the same order, so the same bits), MV_ACC
- * (y += the product). XRO: x read through __ldg (false: plain loads, for
- * an x written earlier in the same launch; the norm prologue's loads are
- * plain either way). */
+ * (y += the product). mv_vec_sums: the block's MV_ROWS x BT partial sums
+ * (rows n0.., vectors b0.., nb of them), not yet reduced over the block;
+ * mv_vec_body: those, reduced and stored (mv_store), for block (bx, by).
+ * XRO: x read through __ldg (false: plain loads, for an x written earlier
+ * in the same launch; the norm prologue's loads are plain either way). */
 template <int BT, bool GATED, typename CH, int MODE, bool SH = false, bool XRO = true>
-__device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
-                                            const void *__restrict__ w, const float *__restrict__ ws,
-                                            const float *__restrict__ alpha, int B, int N, int K, float eps,
-                                            int bx, int by) {
+__device__ __forceinline__ void mv_vec_sums(float (&acc)[MV_ROWS * BT], const float *__restrict__ x,
+                                            const void *__restrict__ w, const float *__restrict__ alpha, int N,
+                                            int K, float eps, int n0, int b0, int nb) {
     static_assert(!(GATED && MODE == MV_NORM), "the gated input is never normalised");
     static_assert(!(SH && (GATED || MODE == MV_NORM)), "a shared tile is the attention's output, read as is");
     constexpr int UNROLL = sizeof(CH) == 4 ? MV_UNROLL_Q8 : MV_UNROLL;
-    const int n0 = bx * MV_ROWS;
-    const int b0 = by * BT;
-    const int nb = min(BT, B - b0);
     const int K4 = K / 4;   /* chunks per row of W, float4s per row of x */
     float inv[BT];
     if constexpr (MODE == MV_NORM) mv_norm_prologue<BT>(inv, x, b0, nb, K, eps);
@@ -164,7 +167,6 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
     /* SH: x is the block's own tile (BT, K) in shared memory, already at row b0 */
     const float4 *xb = reinterpret_cast<const float4 *>(x) + (SH ? 0 : (size_t)b0 * xstride);
 
-    float acc[MV_ROWS * BT];
 #pragma unroll
     for (int j = 0; j < MV_ROWS * BT; j++) acc[j] = 0.0f;
 
@@ -202,6 +204,18 @@ __device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *
             }
         }
     }
+}
+
+template <int BT, bool GATED, typename CH, int MODE, bool SH = false, bool XRO = true>
+__device__ __forceinline__ void mv_vec_body(float *__restrict__ y, const float *__restrict__ x,
+                                            const void *__restrict__ w, const float *__restrict__ ws,
+                                            const float *__restrict__ alpha, int B, int N, int K, float eps,
+                                            int bx, int by) {
+    const int n0 = bx * MV_ROWS;
+    const int b0 = by * BT;
+    const int nb = min(BT, B - b0);
+    float acc[MV_ROWS * BT];
+    mv_vec_sums<BT, GATED, CH, MODE, SH, XRO>(acc, x, w, alpha, N, K, eps, n0, b0, nb);
     mv_store<BT, MODE == MV_ACC>(y, acc, n0, b0, nb, N, ws);
 }
 
@@ -226,6 +240,72 @@ MV_VEC_KERNEL(matvec_q8_norm, false, uint32_t, MV_NORM)
 MV_VEC_KERNEL(matvec_q8_acc, false, uint32_t, MV_ACC)
 MV_VEC_KERNEL(matvec_q8_gated, true, uint32_t, MV_PLAIN)
 MV_VEC_KERNEL(matvec_q8_gated_acc, true, uint32_t, MV_ACC)
+
+/* ---- RoPE and the ring store in the QKV product's epilogue -----------------
+ * A step's QKV product qkv = rmsnorm(x) W^T (N = 3D: q | k | v; the norm
+ * prologue as matvec_*_norm's) doing cu_qkv_rope_ring's work in the block
+ * that makes the values (issue 25: RoPE's launch, one graph node per
+ * temporal layer, saved). A block owns the MV_ROWS = 2 adjacent rows
+ * n0 = 2 bx, n0 + 1; head_dim (so D) is even, so the two never straddle
+ * q | k | v or a head: they are exactly one of RoPE's pairs (elements 2i,
+ * 2i + 1 of a head, qkv_rope_kernel's o). After the block sum thread b
+ * (b < nb) takes row n0 + 1's sum from thread BT + b (a shuffle in warp
+ * 0), rotates q and k with RoPE's own arithmetic (cu_rope.cuh) on the
+ * values the plain product stores (int8 rows: the sum times the row's
+ * scale, rounded first), and stores what the two launches leave: in qkv q
+ * and k rotated, v as is; k and v as bf16 at ring row pos % ctx of the
+ * row's slot (RoPE's packed 4-byte store). The attention then reads the
+ * new key and value from the ring, as after cu_qkv_rope_ring. The int8
+ * K/V ring keeps its own launch (cu_qkv_rope_ring_q8): a head's scale is
+ * the maximum over its head_dim values, which head_dim / 2 blocks make. */
+#if MV_ROWS != 2
+#error "the RoPE epilogue needs a block's rows to be one rotation pair"
+#endif
+
+template <int BT>
+__device__ __forceinline__ void mv_store_rope(float *y, float (&acc)[MV_ROWS * BT], int n0, int b0, int nb, int N,
+                                              const float *ws, const cu_rope_ring &rr) {
+    __shared__ float scratch[(MV_THREADS / CU_WARP) * MV_ROWS * BT];
+    float s0 = cu_block_sum<MV_THREADS, MV_ROWS * BT>(acc, scratch);
+    /* thread BT + b holds row n0 + 1's sum for vector b: every thread of the block takes part */
+    float s1 = __shfl_down_sync(CU_FULL_MASK, s0, BT);
+    const int b = threadIdx.x;
+    if (b >= nb) return;   /* no barrier below; vectors past nb are never stored */
+    float v0 = ws ? __fmul_rn(s0, ws[n0]) : s0, v1 = ws ? __fmul_rn(s1, ws[n0 + 1]) : s1;
+    const int D = rr.heads * rr.head_dim, part = n0 / D, o = n0 % D;   /* q, k or v; the pair's place in it */
+    const int64_t p = rr.pos[b0 + b];
+    if (part < 2) {
+        float cr, ci;
+        cu_rope_cs((o % rr.head_dim) / 2, (float)p, rr.rope_k, &cr, &ci);
+        const float2 r = cu_rope_rot(v0, v1, cr, ci);
+        v0 = r.x;
+        v1 = r.y;
+    }
+    float *yo = y + (size_t)(b0 + b) * N + n0;
+    yo[0] = v0;
+    yo[1] = v1;
+    if (part > 0) {
+        uint16_t *row = rr.kv_layer + (size_t)rr.slot[b0 + b] * rr.slot_stride +
+                        (size_t)(part - 1) * rr.ctx * D + (size_t)(p % rr.ctx) * D;
+        *reinterpret_cast<uint32_t *>(row + o) = (uint32_t)cu_f2bf(v0) | (uint32_t)cu_f2bf(v1) << 16;
+    }
+}
+
+/* y (B, N = 3D) with RoPE and the ring store; the other arguments as the
+ * vector kernels' (alpha: norm1's scales). */
+#define MV_ROPE_KERNEL(name, CH)                                                                              \
+    template <int BT>                                                                                          \
+    __global__ void __launch_bounds__(MV_THREADS)                                                              \
+    name(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ w,                     \
+         const float *__restrict__ ws, const float *__restrict__ alpha, int B, int N, int K, float eps,       \
+         cu_rope_ring rr) {                                                                                    \
+        const int n0 = blockIdx.x * MV_ROWS, b0 = blockIdx.y * BT, nb = min(BT, B - b0);                      \
+        float acc[MV_ROWS * BT];                                                                               \
+        mv_vec_sums<BT, false, CH, MV_NORM>(acc, x, w, alpha, N, K, eps, n0, b0, nb);                          \
+        mv_store_rope<BT>(y, acc, n0, b0, nb, N, ws, rr);                                                      \
+    }
+MV_ROPE_KERNEL(matvec_bf16_norm_rope, uint2)
+MV_ROPE_KERNEL(matvec_q8_norm_rope, uint32_t)
 
 /* ---- the depformer attention folded into its out-projection ----------------
  * y += attend(qkv, cache) W^T at the matvec path (issue 25: the attention's
@@ -731,6 +811,54 @@ extern "C" cudaError_t cu_matvec_q8_gated_fused(float *y, const float *u, const 
 extern "C" cudaError_t cu_matvec_q8_gated(float *y, const float *u, const int8_t *w, const float *ws, int B, int N,
                                           int K, cudaStream_t stream) {
     return cu_matvec_q8_gated_fused(y, u, w, ws, B, N, K, nullptr, stream);
+}
+
+/* ---- RoPE and the ring store in the QKV product: launchers ---------------- */
+
+extern "C" int cu_matvec_rope_ok(const float *x, const void *w, int w8, int K, const cu_fuse *f,
+                                 const cu_rope_ring *rr) {
+    if (!f || !f->norm || f->acc || !mv_norm_ok(f) || !rr || !rr->kv_layer || !rr->slot || !rr->pos)
+        return 0;
+    if (rr->heads <= 0 || rr->head_dim <= 0 || rr->head_dim % 2 || rr->ctx <= 0 ||
+        3LL * rr->heads * rr->head_dim > 0x7fffffffLL)
+        return 0;
+    /* the ring's packed pairs: 4-byte stores of two bf16 */
+    if ((uintptr_t)rr->kv_layer % 4 || rr->slot_stride % 2) return 0;
+    return w8 ? cu_matvec_q8_ok(x, static_cast<const int8_t *>(w), K)
+              : K % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+}
+
+template <int BT>
+static void launch_rope(const mv_args &a, const cu_rope_ring &rr, cudaStream_t stream) {
+    dim3 grid((unsigned)(a.N / MV_ROWS), (unsigned)((a.B + BT - 1) / BT));
+    if (a.ws) matvec_q8_norm_rope<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a), rr);
+    else matvec_bf16_norm_rope<BT><<<grid, MV_THREADS, 0, stream>>>(MV_ARGS(a), rr);
+}
+
+/* ws NULL: bf16 rows, else int8 rows with these scales. */
+static cudaError_t rope_launch(float *qkv, const float *x, const void *w, const float *ws, int B, int K,
+                               const cu_fuse *f, const cu_rope_ring *rr, cudaStream_t stream) {
+    if (!cu_matvec_rope_ok(x, w, ws != nullptr, K, f, rr)) return cudaErrorInvalidValue;
+    const int N = 3 * rr->heads * rr->head_dim;
+    if (mv_bad(B, N, K, f)) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    const mv_args a = {qkv, x, w, ws, f->norm, B, N, K, f->eps};
+    if (B == 1) launch_rope<1>(a, *rr, stream);
+    else if (B == 2) launch_rope<2>(a, *rr, stream);
+    else if (B <= 4) launch_rope<4>(a, *rr, stream);
+    else launch_rope<CU_MATVEC_BATCH_TILE>(a, *rr, stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_matvec_bf16_norm_rope(float *qkv, const float *x, const uint16_t *w, int B, int K,
+                                                const cu_fuse *f, const cu_rope_ring *rr, cudaStream_t stream) {
+    return rope_launch(qkv, x, w, nullptr, B, K, f, rr, stream);
+}
+
+extern "C" cudaError_t cu_matvec_q8_norm_rope(float *qkv, const float *x, const int8_t *w, const float *ws, int B,
+                                              int K, const cu_fuse *f, const cu_rope_ring *rr, cudaStream_t stream) {
+    if (!ws) return cudaErrorInvalidValue;
+    return rope_launch(qkv, x, w, ws, B, K, f, rr, stream);
 }
 
 /* ---- the depformer attention folded into its out-projection: launchers ---- */

@@ -1427,6 +1427,142 @@ static void fused_gemm_pieces_case(int B, int K, int N) {
     free(x); free(a); free(p); free(y0); free(y1); free(y2); free(hb1); free(hb2); free(ws);
 }
 
+/* cu_matvec_{bf16,q8}_norm_rope (RoPE and the ring store in the QKV
+ * product's epilogue) against the two launches it replaces,
+ * cu_matvec_*_fused with the norm then cu_qkv_rope_ring: qkv and the whole
+ * ring bit for bit. Slots in a scrambled order (some never used), layer 1
+ * of two in each slot's view, positions 0, one mid-ring, ones that wrap the
+ * ring (ctx 5) and 2999+; both rings start from the same random bytes, so
+ * a store outside the rows' own K/V pairs shows, and a guard row after the
+ * B x 3D outputs must stay untouched (vectors past B, rows past N). On the
+ * emulator the kernel's name too (a silent fallback fails). */
+static void rope_fused_case(int q8, int B, int heads, int hd, int K) {
+    char name[112];
+    snprintf(name, sizeof name, "fused_%s_norm_rope B=%d heads=%d head_dim=%d K=%d", q8 ? "q8" : "bf16", B, heads,
+             hd, K);
+    if (!begin(name, 1, 6.0 * B * heads * hd * K)) return;
+    gu_rng r = {1300 + (uint64_t)(B * 7 + heads + hd + K + q8)};
+    const int D = heads * hd, N = 3 * D, ctx = 5, layers = 2, nslots = B + 3;
+    const float eps = 1e-8f, rope_k = (float)(-log(10000.0) * 2.0 / hd);
+    const size_t nx = (size_t)B * K, ny = (size_t)(B + 1) * N;   /* y: B rows and a guard row */
+    const size_t view = (size_t)2 * ctx * D, stride = layers * view, nring = nslots * stride;
+    float *x = malloc(nx * 4), *a = malloc((size_t)K * 4), *y0 = malloc(ny * 4), *y1 = malloc(ny * 4),
+          *y2 = malloc(ny * 4);
+    uint16_t *ring0 = malloc(nring * 2), *ring1 = malloc(nring * 2), *ring2 = malloc(nring * 2);
+    int32_t slot[64];
+    int64_t pos[64];
+    for (size_t i = 0; i < nx; i++) x[i] = (float)(2.0 * gu_normal(&r));
+    for (int k = 0; k < K; k++) a[k] = (float)(1.0 + 0.5 * gu_normal(&r));
+    for (size_t i = 0; i < ny; i++) y0[i] = (float)gu_normal(&r);
+    for (size_t i = 0; i < nring; i++) ring0[i] = (uint16_t)gu_next(&r);
+    for (int b = 0; b < B; b++) {
+        slot[b] = (b * 7 + 3) % nslots;   /* distinct: no nslots here is a multiple of 7 */
+        pos[b] = b % 4 == 0 ? 0 : b % 4 == 1 ? ctx / 2 : b % 4 == 2 ? ctx + 1 + b : 2999 + b;
+    }
+    void *w = q8 ? (void *)i8_table(&r, (size_t)N * K) : (void *)bf16_table(&r, (size_t)N * K);
+    float *ws = scale_table(&r, N);
+    float *dx = gu_dalloc(nx * 4), *da = gu_dalloc((size_t)K * 4), *dy1 = gu_dalloc(ny * 4), *dy2 = gu_dalloc(ny * 4),
+          *dws = gu_dalloc((size_t)N * 4);
+    uint16_t *dring1 = gu_dalloc(nring * 2), *dring2 = gu_dalloc(nring * 2);
+    int32_t *dslot = gu_dalloc(sizeof(int32_t) * B);
+    int64_t *dpos = gu_dalloc(sizeof(int64_t) * B);
+    void *dw = gu_dalloc((size_t)N * K * (q8 ? 1 : 2));
+    gu_h2d(dx, x, nx * 4);
+    gu_h2d(da, a, (size_t)K * 4);
+    gu_h2d(dy1, y0, ny * 4);
+    gu_h2d(dy2, y0, ny * 4);
+    gu_h2d(dws, ws, (size_t)N * 4);
+    gu_h2d(dw, w, (size_t)N * K * (q8 ? 1 : 2));
+    gu_h2d(dring1, ring0, nring * 2);
+    gu_h2d(dring2, ring0, nring * 2);
+    gu_h2d(dslot, slot, sizeof(int32_t) * B);
+    gu_h2d(dpos, pos, sizeof(int64_t) * B);
+    const cu_fuse f = {.norm = da, .eps = eps};
+    /* the launches replaced: the product with the norm, then RoPE into the ring */
+    if (q8) CU_CHECK_FATAL(cu_matvec_q8_fused(dy1, dx, dw, dws, B, N, K, &f, 0));
+    else CU_CHECK_FATAL(cu_matvec_bf16_fused(dy1, dx, dw, B, N, K, &f, 0));
+    CU_CHECK_FATAL(cu_qkv_rope_ring(dy1, dring1 + view, stride, dslot, dpos, B, heads, hd, ctx, rope_k, 0));
+    /* the fused launch */
+    const cu_rope_ring rr = {dring2 + view, stride, dslot, dpos, heads, hd, ctx, rope_k};
+    int ok_rule = cu_matvec_rope_ok(dx, dw, q8, K, &f, &rr);
+    if (q8) CU_CHECK_FATAL(cu_matvec_q8_norm_rope(dy2, dx, dw, dws, B, K, &f, &rr, 0));
+    else CU_CHECK_FATAL(cu_matvec_bf16_norm_rope(dy2, dx, dw, B, K, &f, &rr, 0));
+    char ran[128] = "", want[128];
+    if (emu_last_kernel) snprintf(ran, sizeof ran, "%s", emu_last_kernel());
+    int bt = B == 1 ? 1 : B == 2 ? 2 : B <= 4 ? 4 : CU_MATVEC_BATCH_TILE;
+    snprintf(want, sizeof want, "matvec_%s_norm_rope<%d>", q8 ? "q8" : "bf16", bt);
+    gu_sync();
+    gu_d2h(y1, dy1, ny * 4);
+    gu_d2h(y2, dy2, ny * 4);
+    gu_d2h(ring1, dring1, nring * 2);
+    gu_d2h(ring2, dring2, nring * 2);
+    long bad = -1, rbad = -1, touched = 0;
+    for (size_t i = 0; i < ny && bad < 0; i++)
+        if (memcmp(&y1[i], &y2[i], 4)) bad = (long)i;
+    for (size_t i = 0; i < nring && rbad < 0; i++)
+        if (ring1[i] != ring2[i]) rbad = (long)i;
+    for (size_t i = 0; i < nring; i++) touched += ring1[i] != ring0[i];
+    if (!ok_rule) result(0, name, "cu_matvec_rope_ok refused the case");
+    else if (bad >= 0 && bad >= (long)B * N)
+        result(0, name, "the guard row after the outputs was written at %ld", bad - (long)B * N);
+    else if (bad >= 0)
+        result(0, name, "qkv differs at (b=%ld, n=%ld): fused %.9g, the launches it replaces %.9g", bad / N, bad % N,
+               y2[bad], y1[bad]);
+    else if (rbad >= 0)
+        result(0, name, "ring differs at slot %ld layer %ld %s row %ld element %ld: fused 0x%04x, two launches 0x%04x",
+               rbad / (long)stride, rbad % (long)stride / (long)view, rbad % (long)view < (long)ctx * D ? "K" : "V",
+               rbad % ((long)ctx * D) / D, rbad % D, ring2[rbad], ring1[rbad]);
+    else if (emu_last_kernel && strcmp(ran, want))
+        result(0, name, "ran %s, expected %s", ran, want);
+    else
+        result(1, name, "%s%sqkv and the ring bit for bit the two launches (%ld ring elements written)", ran,
+               ran[0] ? ": " : "", touched);
+    gu_dfree(dx); gu_dfree(da); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dws); gu_dfree(dring1); gu_dfree(dring2);
+    gu_dfree(dslot); gu_dfree(dpos); gu_dfree(dw);
+    free(x); free(a); free(y0); free(y1); free(y2); free(ring0); free(ring1); free(ring2); free(w); free(ws);
+}
+
+/* What cu_matvec_rope_ok refuses (the launchers answer cudaErrorInvalidValue
+ * before any launch): the pairs need an even head_dim, the ring's packed
+ * stores 4-byte alignment and an even slot_stride, the product its norm and
+ * the vector path. */
+static void rope_fused_refusals(void) {
+    if (!begin("fused_norm_rope_argument_checks", 0, 0)) return;
+    static const float one[4] __attribute__((aligned(16))) = {1, 1, 1, 1};
+    static const int32_t sl[1];
+    static const int64_t ps[1];
+    static float xv[64] __attribute__((aligned(16)));
+    static uint16_t wv[16 * 3 * 16] __attribute__((aligned(16))), kv[64] __attribute__((aligned(16)));
+    const cu_fuse norm = {.norm = one, .eps = 1e-8f}, add = {.acc = 1};
+    const cu_rope_ring good = {kv, 16, sl, ps, 2, 8, 4, -0.1f};
+    cu_rope_ring odd = good, skew = good, oddstride = good;
+    odd.head_dim = 7;
+    skew.kv_layer = kv + 1;
+    oddstride.slot_stride = 15;
+    int ok = cu_matvec_rope_ok(xv, wv, 0, 16, &norm, &good) &&
+             !cu_matvec_rope_ok(xv, wv, 0, 16, &norm, &odd) && !cu_matvec_rope_ok(xv, wv, 0, 16, &norm, &skew) &&
+             !cu_matvec_rope_ok(xv, wv, 0, 16, &norm, &oddstride) &&
+             !cu_matvec_rope_ok(xv, wv, 0, 16, &add, &good) && !cu_matvec_rope_ok(xv, wv, 0, 16, NULL, &good) &&
+             !cu_matvec_rope_ok(xv, wv, 0, 12, &norm, &good) &&   /* bf16 K % 8: the scalar path */
+             !cu_matvec_rope_ok(xv + 1, wv, 0, 16, &norm, &good) &&
+             cu_matvec_bf16_norm_rope(NULL, xv, wv, 1, 16, &norm, &odd, 0) == cudaErrorInvalidValue &&
+             cu_matvec_q8_norm_rope(NULL, xv, (const int8_t *)wv, NULL, 1, 16, &norm, &good, 0) ==
+                 cudaErrorInvalidValue;
+    result(ok, "fused_norm_rope_argument_checks", "odd head_dim, misaligned or odd-strided ring, no norm, an add, "
+           "the scalar path: refused");
+}
+
+static void test_rope_fused(void) {
+    for (int q8 = 0; q8 < 2; q8++) {
+        rope_fused_case(q8, 1, 4, 16, 64);     /* batch tile 1, 4 heads */
+        rope_fused_case(q8, 8, 4, 16, 64);     /* one full tile of 8 */
+        rope_fused_case(q8, 12, 4, 16, 64);    /* two tiles, the second 4 short */
+        rope_fused_case(q8, 3, 2, 128, 256);   /* the 7B's head_dim */
+    }
+    rope_fused_case(0, 2, 3, 8, 40);           /* 3 heads of 8; K % 256 != 0 */
+    rope_fused_refusals();
+}
+
 static void test_fused(void) {
     for (int q8 = 0; q8 < 2; q8++) {
         fused_case(q8, 0, 1, 1, 37, 1024, 0);   /* the norm prologue, batch tile 1, N odd */
@@ -2216,6 +2352,7 @@ int main(int argc, char **argv) {
     test_lm_kernels();
     test_q8_kernels();
     test_fused();
+    test_rope_fused();
     test_dep_chain();
     test_mimi_kernels();
     printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
