@@ -582,6 +582,85 @@ static const emu_traffic *traffic_row(const emu_traffic *rows, int n, const char
  * its counts within 1 % of the whole grid's (rows alike: one position),
  * every counter back at 0; sampled 1 in 4 by block (heads x rows not a
  * multiple of 4), no column runs whole: no combine, counters left at 1. */
+/* The depformer chain (cu_dep_chain) under sampling: gpu-model runs it
+ * whole (emu_traffic_whole) and its unsampled virtual blocks skip their
+ * work (emu_traffic_vblock_skip): a quarter of the blocks do work, the
+ * counters still end at 0 (every block took its ticket and arrived), and
+ * the scaled DRAM bytes come near the unsampled launch's. Without the
+ * skip the sampled launch would run every block's work (blocks_run ==
+ * blocks); without emu_traffic_whole the sampled grid would leave the
+ * counters short and its waits would time out. */
+static void traffic_chain_sampled(void) {
+    const int B = 1, D = 64, H = 128, card = 256, heads = 4, L = 2;
+    const size_t cstride = (size_t)LM_MAX_DEP_Q * D;
+    cu_dep_chain_args a;
+    memset(&a, 0, sizeof a);
+    float *buf = NULL;
+    uint16_t *w = NULL;
+    cu_dep_chain_ctl *ctl = NULL;
+    const size_t wn = (size_t)L * (3 * D * D + D * D + 2 * H * D + D * H) + (size_t)card * D;
+    const size_t fn = (size_t)B * (D + 3 * D + 2 * H + card) + (size_t)L * (2 * D + 2 * B * cstride);
+    CU_CHECK_FATAL(cudaMalloc((void **)&w, sizeof(uint16_t) * wn));
+    CU_CHECK_FATAL(cudaMalloc((void **)&buf, sizeof(float) * fn));
+    CU_CHECK_FATAL(cudaMalloc((void **)&ctl, sizeof *ctl));
+    CU_CHECK_FATAL(cudaMemset(w, 0, sizeof(uint16_t) * wn));
+    CU_CHECK_FATAL(cudaMemset(buf, 0, sizeof(float) * fn));
+    CU_CHECK_FATAL(cudaMemset(ctl, 0, sizeof *ctl));
+    uint16_t *wp = w;
+    float *fp = buf;
+    a.dy = fp; fp += B * D;
+    a.dqkv = fp; fp += 3 * B * D;
+    a.du = fp; fp += 2 * B * H;
+    a.logits = fp; fp += B * card;
+    for (int l = 0; l < L; l++) {
+        cu_dep_chain_layer *ly = &a.layer[l];
+        ly->attn_in = wp; wp += 3 * D * D;
+        ly->attn_out = wp; wp += D * D;
+        ly->ffn_in = wp; wp += 2 * H * D;
+        ly->ffn_out = wp; wp += D * H;
+        ly->norm1 = fp; fp += D;
+        ly->norm2 = fp; fp += D;
+        ly->k_cache = fp; fp += B * cstride;
+        ly->v_cache = fp; fp += B * cstride;
+    }
+    a.head = wp;
+    a.ctl = ctl;
+    a.cache_stride = cstride;
+    a.layers = L; a.B = B; a.D = D; a.H = H; a.card = card; a.heads = heads; a.head_dim = D / heads;
+    a.k = 2; a.window = LM_MAX_DEP_Q; a.eps = 1e-5f;
+    emu_traffic rows[8];
+    double bytes[2] = {0, 0};
+    unsigned long long run[2] = {0, 0}, blocks[2] = {0, 0};
+    cu_dep_chain_ctl h;
+    int zero = 1;
+    emu_traffic_whole("dep_chain");
+    for (int i = 0; i < 2; i++) {
+        emu_traffic_start(i ? 4 : 1);
+        CU_CHECK_FATAL(cu_dep_chain(&a, 0));
+        int n = emu_traffic_get(rows, 8);
+        emu_traffic_stop();
+        const emu_traffic *r = traffic_row(rows, n, "dep_chain_bf16");
+        if (r) {
+            bytes[i] = r->dram_bytes;
+            run[i] = (unsigned long long)r->blocks_run;
+            blocks[i] = (unsigned long long)r->blocks;
+        }
+        CU_CHECK_FATAL(cudaMemcpy(&h, ctl, sizeof h, cudaMemcpyDeviceToHost));
+        zero &= h.ticket == 0;
+        for (int s = 0; s < CU_DEP_CHAIN_STAGES; s++) zero &= h.done[s] == 0;
+    }
+    emu_traffic_whole(NULL);
+    const double ratio = bytes[0] > 0 ? bytes[1] / bytes[0] : -1;
+    /* a quarter of the tickets (every 4th, from 0) do work; the bytes an estimate within 10 % */
+    result(zero && blocks[0] > 0 && run[0] == blocks[0] && blocks[1] == blocks[0] && run[1] == (blocks[1] + 3) / 4 &&
+               ratio > 0.9 && ratio < 1.1,
+           "traffic: the depformer chain sampled by virtual block",
+           "dep_chain_bf16 (2 layers, D %d): whole %llu of %llu blocks, %.0f bytes; 1 in 4: %llu of %llu blocks do "
+           "work, %.0f bytes (%.3f of whole, bound 10 %%); counters back to 0: %s", D, run[0], blocks[0], bytes[0],
+           run[1], blocks[1], bytes[1], ratio, zero ? "yes" : "no");
+    cudaFree(w); cudaFree(buf); cudaFree(ctl);
+}
+
 static void traffic_whole_z(void) {
     const int B = 2, heads = 3, hd = 128, ctx = 512, D = heads * hd, splits = cu_attend_splits(ctx);
     size_t slot_stride = (size_t)2 * ctx * D;
@@ -815,6 +894,7 @@ static void test_traffic(void) {
            r ? (unsigned long long)r->blocks : 0ull, r ? r->dram_bytes : -1.0, want);
     cudaFree(mx); cudaFree(my); cudaFree(mw);
     traffic_whole_z();
+    traffic_chain_sampled();
     traffic_lazy();
     traffic_graph_gemm();
 }
