@@ -2133,6 +2133,23 @@ static void dc_launches(const cu_dep_chain_args *a) {
     else CU_CHECK_FATAL(cu_matvec_bf16(a->logits, a->dy, a->head, B, a->card, D, 0));
 }
 
+/* Sub-steps 0 .. K-1 on the operands of a (each its own logits rows of nl,
+ * its input dy from din, its output dy to dout; ny floats a sub-step):
+ * the separate launches (chain 0, synchronous) or cu_dep_chain on st
+ * (asynchronous copies: a capture records them). */
+static void dc_substeps(const cu_dep_chain_args *a, int K, const float *din, float *dout, size_t ny, size_t nl,
+                        int chain, cudaStream_t st) {
+    for (int k = 0; k < K; k++) {
+        cu_dep_chain_args s = *a;
+        s.k = k;
+        s.logits = a->logits + (size_t)k * nl;
+        CU_CHECK_FATAL(cudaMemcpyAsync(s.dy, din + k * ny, sizeof(float) * ny, cudaMemcpyDeviceToDevice, st));
+        if (chain) CU_CHECK_FATAL(cu_dep_chain(&s, st));
+        else dc_launches(&s);
+        CU_CHECK_FATAL(cudaMemcpyAsync(dout + k * ny, s.dy, sizeof(float) * ny, cudaMemcpyDeviceToDevice, st));
+    }
+}
+
 /* cu_dep_chain against the separate launches (dc_launches) over sub-steps
  * 0..K-1 of a 2-layer depformer: dy, the logits and both caches bit for
  * bit, one counter block for every launch (each launch must leave it at 0
@@ -2204,14 +2221,7 @@ static void dep_chain_case(int B, int w8, int kv8, int graph) {
             CU_CHECK_FATAL(cudaMemset(a[v].layer[l].k_cache, 0, sizeof(float) * ncache));
             CU_CHECK_FATAL(cudaMemset(a[v].layer[l].v_cache, 0, sizeof(float) * ncache));
         }
-    for (int k = 0; k < K; k++) {
-        cu_dep_chain_args s = a[0];
-        s.k = k;
-        s.logits = a[0].logits + (size_t)k * nl;
-        CU_CHECK_FATAL(cudaMemcpy(s.dy, din + k * ny, sizeof(float) * ny, cudaMemcpyDeviceToDevice));
-        dc_launches(&s);
-        CU_CHECK_FATAL(cudaMemcpy(dout + k * ny, s.dy, sizeof(float) * ny, cudaMemcpyDeviceToDevice));
-    }
+    dc_substeps(&a[0], K, din, dout, ny, nl, 0, 0);
     gu_sync();
     gu_d2h(want, dout, sizeof(float) * K * ny);
     gu_d2h(want + K * ny, a[0].logits, sizeof(float) * K * nl);
@@ -2230,14 +2240,7 @@ static void dep_chain_case(int B, int w8, int kv8, int graph) {
         CU_CHECK_FATAL(cudaStreamCreate(&st));
         cudaGraph_t g;
         CU_CHECK_FATAL(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int k = 0; k < K; k++) {
-            cu_dep_chain_args s = a[1];
-            s.k = k;
-            s.logits = a[1].logits + (size_t)k * nl;
-            CU_CHECK_FATAL(cudaMemcpyAsync(s.dy, din + k * ny, sizeof(float) * ny, cudaMemcpyDeviceToDevice, st));
-            CU_CHECK_FATAL(cu_dep_chain(&s, st));
-            CU_CHECK_FATAL(cudaMemcpyAsync(dout + k * ny, s.dy, sizeof(float) * ny, cudaMemcpyDeviceToDevice, st));
-        }
+        dc_substeps(&a[1], K, din, dout, ny, nl, 1, st);
         CU_CHECK_FATAL(cudaStreamEndCapture(st, &g));
         CU_CHECK_FATAL(cudaGraphInstantiate(&exec, g, 0));
         CU_CHECK_FATAL(cudaGraphDestroy(g));
@@ -2254,14 +2257,7 @@ static void dep_chain_case(int B, int w8, int kv8, int graph) {
             CU_CHECK_FATAL(cudaGraphLaunch(exec, st));
             CU_CHECK_FATAL(cudaStreamSynchronize(st));
         } else {
-            for (int k = 0; k < K; k++) {
-                cu_dep_chain_args s = a[1];
-                s.k = k;
-                s.logits = a[1].logits + (size_t)k * nl;
-                CU_CHECK_FATAL(cudaMemcpy(s.dy, din + k * ny, sizeof(float) * ny, cudaMemcpyDeviceToDevice));
-                CU_CHECK_FATAL(cu_dep_chain(&s, 0));
-                CU_CHECK_FATAL(cudaMemcpy(dout + k * ny, s.dy, sizeof(float) * ny, cudaMemcpyDeviceToDevice));
-            }
+            dc_substeps(&a[1], K, din, dout, ny, nl, 1, 0);
         }
         gu_sync();
         gu_d2h(got, dout, sizeof(float) * K * ny);
