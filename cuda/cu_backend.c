@@ -710,26 +710,19 @@ static int enqueue_step(cu_ctx *c, int B, int ndep, ms_error *err) {
     WTRY(temporal(c, B, &r, 0, err));
     WTRY(lin_f(c, c->tlog, c->x, c->text_linear, B, g->text_card, g->dim, &on, NULL, err));
     WTRY(dep_inputs(c, B, ndep, &on, err));
-    /* each sampler feeds its token back and writes the next sub-step's
-     * input, dy = dinp[k] + emb_k[token] (emb_0: the text token's table) */
+    /* each sampler feeds its token back and, where a sub-step follows,
+     * writes its input, dy = dinp[k] + emb_k[token] (emb_0: the text
+     * token's table; dy NULL: none follows) */
     const int dd = g->depformer_dim;
-    if (ndep > 0)
-        ETRY(cu_samp_topk_feed_emb(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt,
-                                   NULL, 0, c->dy, c->dinp, c->dep_text_emb, dd, g->text_card + 1, c->st));
-    else
-        ETRY(cu_samp_topk_feed(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL,
-                               0, c->st));
+    ETRY(cu_samp_topk_feed_emb(c->out, c->tlog, r.text, B, g->text_card, SAMP_STREAM_TEXT, c->prev, r.tgt, nt, NULL, 0,
+                               ndep > 0 ? c->dy : NULL, c->dinp, c->dep_text_emb, dd, g->text_card + 1, c->st));
     for (int k = 0; k < ndep; k++) {
         WTRY(dep_substep(c, B, k, err));
-        int32_t *o = c->out + (size_t)(1 + k) * B;
-        const float *lg = c->alog + (size_t)k * B * g->card;
-        if (k + 1 < ndep)
-            ETRY(cu_samp_topk_feed_emb(o, lg, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev, r.tgt + 1 + k, nt,
-                                       r.dsteps, k, c->dy, c->dinp + (size_t)(k + 1) * B * dd, c->dep_emb[k], dd,
-                                       g->card + 1, c->st));
-        else
-            ETRY(cu_samp_topk_feed(o, lg, r.audio, B, g->card, SAMP_STREAM_AUDIO(k), c->prev, r.tgt + 1 + k, nt,
-                                   r.dsteps, k, c->st));
+        const int next = k + 1 < ndep;
+        ETRY(cu_samp_topk_feed_emb(c->out + (size_t)(1 + k) * B, c->alog + (size_t)k * B * g->card, r.audio, B,
+                                   g->card, SAMP_STREAM_AUDIO(k), c->prev, r.tgt + 1 + k, nt, r.dsteps, k,
+                                   next ? c->dy : NULL, next ? c->dinp + (size_t)(k + 1) * B * dd : NULL,
+                                   next ? c->dep_emb[k] : NULL, dd, g->card + 1, c->st));
     }
     return MS_OK;
 }

@@ -429,7 +429,9 @@ cudaError_t cu_samp_topk_feed(int32_t *out,            /* (B) */
  * sub-step's input in the same launch: dy[b] = base[b] + table[prev[b]]
  * (D floats; bf16 table of table_rows rows; base[b] alone where prev[b] is
  * not a row), the sums cu_embed_add_rows makes on base: one graph node
- * per sub-step fewer (issue 25). */
+ * per sub-step fewer (issue 25). dy NULL: no next input (the last
+ * sub-step), cu_samp_topk_feed exactly (base, table, D, table_rows
+ * ignored). */
 cudaError_t cu_samp_topk_feed_emb(int32_t *out, const float *logits, const samp_row *rows, int B, int N,
                                   uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
                                   const int32_t *dep_steps, int k, float *dy, const float *base,

@@ -199,8 +199,9 @@ extern "C" cudaError_t cu_samp_topk_feed_emb(int32_t *out, const float *logits, 
                                              uint32_t stream_id, int32_t *prev, const int32_t *target, int t_stride,
                                              const int32_t *dep_steps, int k, float *dy, const float *base,
                                              const uint16_t *table, int D, int table_rows, cudaStream_t stream) {
-    if (B < 0 || N <= 0 || !prev || !target || t_stride < 1 || !dy || !base || !table || D <= 0 || table_rows <= 0)
+    if (B < 0 || N <= 0 || !prev || !target || t_stride < 1 || (dy && (!base || !table || D <= 0 || table_rows <= 0)))
         return cudaErrorInvalidValue;
+    if (!dy) base = NULL, table = NULL, D = 0, table_rows = 0;   /* cu_samp_topk_feed's launch */
     if (B == 0) return cudaSuccess;
     sample_topk_kernel<<<(unsigned)B, SP_THREADS, 0, stream>>>(
         out, logits, rows, N, stream_id, sp_feed{prev, target, t_stride, dep_steps, k, dy, base, table, D, table_rows});

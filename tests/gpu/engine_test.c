@@ -1763,6 +1763,11 @@ static void dep_inputs_case(int B, int G, int N, int K, int w8) {
     CU_CHECK_FATAL(cu_embed_add_rows(dd1, dp1, demb, B, N, card + 1, 0));
     CU_CHECK_FATAL(cu_samp_topk_feed_emb(do2, dl, drows, B, card, SAMPLE_STREAM, dp2, dtgt, ts, NULL, 0, dd2, base,
                                          demb, N, card + 1, 0));
+    /* no next input (dy NULL: the last sub-step): cu_samp_topk_feed's tokens and feed-back, the
+     * embedding's arguments ignored */
+    int32_t *do3 = gu_dalloc(4 * B), *dp3 = gu_dalloc(4 * B);
+    CU_CHECK_FATAL(cu_samp_topk_feed_emb(do3, dl, drows, B, card, SAMPLE_STREAM, dp3, dtgt, ts, NULL, 0, NULL, NULL,
+                                         NULL, 0, 0, 0));
     gu_sync();
     float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
     float *e1 = malloc(sizeof(float) * B * N), *e2 = malloc(sizeof(float) * B * N);
@@ -1775,19 +1780,24 @@ static void dep_inputs_case(int B, int G, int N, int K, int w8) {
     gu_d2h(t1 + B, do2, 4 * B);
     gu_d2h(t1 + 2 * B, dp1, 4 * B);
     gu_d2h(t1 + 3 * B, dp2, 4 * B);
+    int32_t *t3 = malloc(8 * B);
+    gu_d2h(t3, do3, 4 * B);
+    gu_d2h(t3 + B, dp3, 4 * B);
     const char *bad = NULL;
     if (!path_ok) bad = "the grouped launch ran another kernel";
     else if (memcmp(y1, y2, sizeof(float) * ny)) bad = "the grouped products differ from a launch each";
     else if (memcmp(t1, t1 + B, 4 * B) || memcmp(t1 + 2 * B, t1 + 3 * B, 4 * B))
         bad = "the tokens or the feed-back differ";
+    else if (memcmp(t1, t3, 4 * B) || memcmp(t1 + 2 * B, t3 + B, 4 * B))
+        bad = "without a next input, the tokens or the feed-back differ from cu_samp_topk_feed's";
     else if (memcmp(e1, e2, sizeof(float) * B * N)) bad = "dy differs from cu_embed_add_rows on the product";
     if (bad) result(0, name, "%s (%s)", bad, ran);
     else result(1, name, "%d products (%s), the next input from the sampler: bit for bit", G, ran);
     gu_dfree(dx); gu_dfree(da); gu_dfree(dws); gu_dfree(dy1); gu_dfree(dy2); gu_dfree(dw); gu_dfree(demb);
     gu_dfree(dl); gu_dfree(dd1); gu_dfree(dd2); gu_dfree(drows); gu_dfree(dtgt); gu_dfree(do1); gu_dfree(do2);
-    gu_dfree(dp1); gu_dfree(dp2);
+    gu_dfree(dp1); gu_dfree(dp2); gu_dfree(do3); gu_dfree(dp3);
     free(x); free(alpha); free(wb); free(emb); free(wq); free(ws); free(l); free(rows); free(tgt);
-    free(y1); free(y2); free(e1); free(e2); free(t1);
+    free(y1); free(y2); free(e1); free(e2); free(t1); free(t3);
 }
 
 static void dep_att_cases(void) {
