@@ -541,27 +541,21 @@ static int qkv_rope(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, floa
 static int attention(cu_ctx *c, int l, int n, const cu_rows *r, int prefill, ms_error *err) {
     const lm_config *g = &c->cfg;
     int D = g->dim, ctx = g->context;
+    /* a prefill chunk's own K/V come from the staging buffers (a step's are in the ring already) */
     if (c->q8kv) {
         int8_t *kv8_layer = c->kv8 + (size_t)l * c->kv8_layer;   /* slot 0's view */
-        if (!prefill) {
-            ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, NULL, kv8_layer, c->kv8_slot,
-                                   r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
-            return MS_OK;
-        }
-        ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl8, c->kvs8, kv8_layer, c->kv8_slot,
-                               r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
-        ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx, c->st));
+        ETRY(cu_attend_ring_q8(c->att, c->part, c->att_count, c->qkv, 3 * D, prefill ? c->kvl8 : NULL,
+                               prefill ? c->kvs8 : NULL, kv8_layer, c->kv8_slot, r->slot, r->pos, n, g->num_heads,
+                               g->head_dim, ctx, g->window, prefill, c->st));
+        if (prefill)
+            ETRY(cu_kv_store_q8(kv8_layer, c->kv8_slot, c->kvl8, c->kvs8, r->slot, r->pos, n, D, g->num_heads, ctx,
+                                c->st));
         return MS_OK;
     }
     uint16_t *kvl_layer = kv_keys(c, 0, l);   /* slot 0's view; kernels add slot * kv_slot */
-    if (!prefill) {
-        ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, NULL, kvl_layer, c->kv_slot, r->slot, r->pos,
-                            n, g->num_heads, g->head_dim, ctx, g->window, 0, c->st));
-        return MS_OK;
-    }
-    ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, c->kvl, kvl_layer, c->kv_slot, r->slot, r->pos, n,
-                        g->num_heads, g->head_dim, ctx, g->window, 1, c->st));
-    ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
+    ETRY(cu_attend_ring(c->att, c->part, c->att_count, c->qkv, 3 * D, prefill ? c->kvl : NULL, kvl_layer, c->kv_slot,
+                        r->slot, r->pos, n, g->num_heads, g->head_dim, ctx, g->window, prefill, c->st));
+    if (prefill) ETRY(cu_kv_store(kvl_layer, c->kv_slot, c->kvl, r->slot, r->pos, n, D, ctx, c->st));
     return MS_OK;
 }
 
