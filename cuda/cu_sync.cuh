@@ -26,7 +26,7 @@
  *    s - 2 before it ran (acquire and release chain transitively).
  *
  * On the emulator (emu_device.h defines MOSHID_EMU_DEVICE_H) the acquire
- * load is an atomicOr(p, 0): the race check (tests/gpu/emu/emu_mem.c)
+ * load is an atomicOr(p, 0): the race check (tests/gpu/emu/emu_race.c)
  * takes an atomic on the counter as the acquire that sees the fenced
  * publications made on it, and blocks run one after another there, so a
  * wait is met at once or never (the timeout ends it). No __shared__
